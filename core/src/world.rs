@@ -1,0 +1,876 @@
+//! The emulated warehouse: ground truth for evaluation and the embedded
+//! default backend.
+//!
+//! A cluster of size `s` executes the queries routed to it. Its behaviour is
+//! built from pieces that each answer something the Redshift measurements in
+//! `core/data/` show (see [`WorldConfig`] for every parameter):
+//!
+//! - **Isolated latency** of template `t` at size `s` is
+//!   `ℓ₁₆(t) × f(t, s) × noise`, with `ℓ₁₆` the measured isolated median on
+//!   16 RPU, `f` the measured size factor (template-specific where the data
+//!   has that template at `s`, otherwise the size's median factor) and a
+//!   lognormal noise factor drawn once per query.
+//! - **Per-query parallelism.** A lone query cannot use a whole large
+//!   cluster: it occupies a fraction `d(s)` of it (the *demand*).
+//! - **Processor sharing.** While the total demand `D = Σ dᵢ` of executing
+//!   queries is at most 1 every query runs at full speed; beyond that each
+//!   runs at `1 / (D × (1 + β(s)·(D − 1)))` of it. The second factor is the
+//!   extra interference of an oversubscribed cluster (memory pressure,
+//!   spills, cache thrash).
+//! - **Admission queue.** At most `slots(s)` queries execute at once; the
+//!   rest wait in FIFO order, as a workload manager's queue does.
+//! - **Cold cache.** A query admitted right after spinup is slower by a
+//!   factor that fades linearly to 1 over the warm-up period.
+//! - **Timeouts.** A query whose client-side latency reaches the timeout is
+//!   cancelled (and reported censored).
+//! - **Lifecycle.** A requested cluster is ready after δ; a torn-down
+//!   cluster drains its queries, then is gone after ζ. Billing follows
+//!   [`crate::billing`].
+//!
+//! Nothing outside `sim`/`world` may read these parameters: decision
+//! components learn only from the [`WorldEvent`]s a real warehouse would
+//! also produce.
+//!
+//! # Driving it
+//!
+//! Inputs: [`World::add_cluster`], [`World::dispatch`],
+//! [`World::tear_down`], [`World::handle_timeout`]. Outputs:
+//! [`World::poll_event`] until `None`, then [`World::poll_timeout`] for the
+//! next instant at which something happens on its own.
+//!
+//! # Properties
+//!
+//! - (A) Every dispatched query produces exactly one `QueryFinished` event.
+//! - (B) With one query alone on a warm cluster, its latency equals its
+//!   isolated latency (to the microsecond).
+//! - (C) Adding a concurrent query never makes another finish earlier.
+//! - (D) At most `slots(s)` queries execute on a cluster at any time.
+
+use std::collections::{HashMap, VecDeque};
+
+use rand::{Rng, SeedableRng, rngs::SmallRng};
+use serde::{Deserialize, Serialize};
+
+use crate::billing::{BillingConfig, BillingTimer};
+use crate::catalog::{self, ExecutionMeasurement};
+use crate::model::{ClusterId, ClusterState, Query, QueryId, Rpu, TemplateId};
+use crate::time::{Duration, Instant};
+
+/// How the emulated warehouse behaves at one cluster size.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SizeProfile {
+    /// The size this profile describes.
+    pub size: Rpu,
+    /// Isolated latency relative to 16 RPU, for templates the data does not
+    /// cover at this size (the median over those it does).
+    pub latency_factor: f64,
+    /// `d(s)`: the fraction of the cluster one query occupies when alone.
+    /// Below 1 on large clusters, which absorb moderate concurrency.
+    pub demand_fraction: f64,
+    /// How many queries may execute at once; the rest queue FIFO.
+    pub admission_slots: u32,
+    /// `β(s)`: extra slowdown per unit of oversubscription.
+    pub oversubscription_penalty: f64,
+}
+
+/// A template's ground-truth cost.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateProfile {
+    /// The template.
+    pub template: TemplateId,
+    /// Isolated latency on 16 RPU.
+    pub isolated_latency_16: Duration,
+    /// Template-specific latency factors relative to 16 RPU, at the sizes
+    /// where the data measured this template in isolation.
+    pub latency_factors: Vec<(Rpu, f64)>,
+}
+
+/// Every parameter of the emulated warehouse, with documented defaults.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorldConfig {
+    /// Seeds the per-query noise. Same seed, same latencies.
+    pub seed: u64,
+    /// Ground-truth template costs.
+    pub templates: Vec<TemplateProfile>,
+    /// Isolated latency on 16 RPU for templates not in `templates`.
+    pub unknown_template_latency_16: Duration,
+    /// Per-size behaviour at measured sizes; other sizes interpolate in
+    /// log-size (and extrapolate the latency factor's slope).
+    pub sizes: Vec<SizeProfile>,
+    /// σ of the lognormal noise on each query's isolated latency (median 1).
+    pub noise_sigma: f64,
+    /// Slowdown of a query admitted the instant a cluster becomes ready;
+    /// fades linearly to none over `cold_cache_warmup`.
+    pub cold_cache_slowdown: f64,
+    /// How long a new cluster's cache takes to warm up.
+    pub cold_cache_warmup: Duration,
+    /// δ: from spinup request to ready (300 s measured for Redshift).
+    pub spinup_delay: Duration,
+    /// ζ: from the last drained query to gone.
+    pub teardown_delay: Duration,
+    /// Client-side latency at which a query is cancelled.
+    pub query_timeout: Duration,
+    /// The billing timer's parameters.
+    pub billing: BillingConfig,
+}
+
+impl Default for WorldConfig {
+    /// The TPC-DS SF1000 warehouse, fitted to `core/data/` (see
+    /// `slogate eval calibrate`).
+    fn default() -> Self {
+        WorldConfig::tpcds_sf1000()
+    }
+}
+
+/// The per-size parameters the calibration fit chose (`slogate eval
+/// calibrate --fit` reproduces the search). Latency factors at 8 and 32 RPU
+/// are medians of the measured isolated executions; 4 RPU has none and is
+/// fitted with the rest.
+const FITTED_SIZES: [(u32, f64, f64, u32, f64); 4] = [
+    // (rpu, latency_factor, demand_fraction, admission_slots, oversubscription_penalty)
+    (4, 4.4, 1.0, 4, 0.2),
+    (8, 2.3, 1.0, 6, 0.1),
+    (16, 1.0, 0.75, 8, 0.05),
+    (32, 0.62, 0.3, 12, 0.05),
+];
+
+impl WorldConfig {
+    /// The TPC-DS SF1000 warehouse on Redshift Serverless, fitted to the
+    /// embedded measurements.
+    pub fn tpcds_sf1000() -> Self {
+        let measured = catalog::tpcds_templates();
+        let executions = catalog::parse_concurrent(catalog::CONCURRENT_FIT_CSV).expect("embedded data parses");
+        let factors = template_size_factors(&measured, &executions);
+        let templates = measured
+            .iter()
+            .map(|m| TemplateProfile {
+                template: m.template,
+                isolated_latency_16: m.isolated_p50,
+                latency_factors: factors.get(&m.template).cloned().unwrap_or_default(),
+            })
+            .collect();
+        let mut median: Vec<f64> = measured.iter().map(|m| m.isolated_p50.as_secs_f64()).collect();
+        median.sort_by(f64::total_cmp);
+        WorldConfig {
+            seed: 0,
+            templates,
+            unknown_template_latency_16: Duration::from_secs_f64(median[median.len() / 2]),
+            sizes: FITTED_SIZES
+                .iter()
+                .map(|&(rpu, latency_factor, demand_fraction, admission_slots, oversubscription_penalty)| {
+                    SizeProfile {
+                        size: Rpu(rpu),
+                        latency_factor,
+                        demand_fraction,
+                        admission_slots,
+                        oversubscription_penalty,
+                    }
+                })
+                .collect(),
+            noise_sigma: 0.35,
+            cold_cache_slowdown: 0.5,
+            cold_cache_warmup: Duration::from_secs(600),
+            spinup_delay: Duration::from_secs(300),
+            teardown_delay: Duration::from_secs(60),
+            query_timeout: Duration::from_secs(3_600),
+            billing: BillingConfig::default(),
+        }
+    }
+
+    /// Sets the noise seed.
+    pub fn seed(&mut self, seed: u64) -> &mut Self {
+        self.seed = seed;
+        self
+    }
+
+    /// The behaviour at `size`: the measured profile, or one interpolated in
+    /// log-size between the nearest measured sizes.
+    ///
+    /// # Panics
+    ///
+    /// If `sizes` is empty.
+    pub fn size_profile(&self, size: Rpu) -> SizeProfile {
+        assert!(!self.sizes.is_empty(), "world config needs at least one size profile");
+        let mut sizes = self.sizes.clone();
+        sizes.sort_by_key(|p| p.size);
+        if let Some(exact) = sizes.iter().find(|p| p.size == size) {
+            return exact.clone();
+        }
+        let x = f64::from(size.0.max(1)).log2();
+        let (lo, hi) = match sizes.iter().position(|p| p.size > size) {
+            Some(0) => (&sizes[0], sizes.get(1).unwrap_or(&sizes[0])),
+            Some(i) => (&sizes[i - 1], &sizes[i]),
+            None => (sizes.get(sizes.len().wrapping_sub(2)).unwrap_or(&sizes[0]), &sizes[sizes.len() - 1]),
+        };
+        let (x0, x1) = (f64::from(lo.size.0).log2(), f64::from(hi.size.0).log2());
+        let w = if x1 > x0 { (x - x0) / (x1 - x0) } else { 0.0 };
+        let clamped = w.clamp(0.0, 1.0);
+        let lerp = |a: f64, b: f64, w: f64| a + (b - a) * w;
+        SizeProfile {
+            size,
+            // Extrapolate the speedup curve's slope beyond measured sizes.
+            latency_factor: lerp(lo.latency_factor.ln(), hi.latency_factor.ln(), w).exp(),
+            demand_fraction: lerp(lo.demand_fraction, hi.demand_fraction, w).clamp(0.01, 1.0),
+            admission_slots: lerp(f64::from(lo.admission_slots), f64::from(hi.admission_slots), w)
+                .round()
+                .max(1.0) as u32,
+            oversubscription_penalty: lerp(lo.oversubscription_penalty, hi.oversubscription_penalty, clamped),
+        }
+    }
+
+    /// The noiseless isolated latency of `template` on a warm cluster of
+    /// `size`.
+    pub fn isolated_latency(&self, template: TemplateId, size: Rpu) -> Duration {
+        let profile = self.templates.iter().find(|p| p.template == template);
+        let base = profile.map_or(self.unknown_template_latency_16, |p| p.isolated_latency_16);
+        let factor = profile
+            .and_then(|p| p.latency_factors.iter().find(|(s, _)| *s == size).map(|(_, f)| *f))
+            .unwrap_or_else(|| self.size_profile(size).latency_factor);
+        base.mul_f64(factor)
+    }
+}
+
+/// Per-template isolated latency factors relative to 16 RPU, from isolated
+/// (zero-neighbour, uncensored) executions: `median(ℓ_s) / median(ℓ₁₆)`,
+/// with ℓ₁₆ from the same runs where present, otherwise the 16-RPU table.
+pub fn template_size_factors(
+    templates: &[catalog::TemplateMeasurement],
+    executions: &[ExecutionMeasurement],
+) -> HashMap<TemplateId, Vec<(Rpu, f64)>> {
+    let mut isolated: HashMap<(TemplateId, Rpu), Vec<f64>> = HashMap::new();
+    for e in executions.iter().filter(|e| e.neighbours == 0 && !e.censored) {
+        isolated.entry((e.template, e.size)).or_default().push(e.latency.as_secs_f64());
+    }
+    let mut factors: HashMap<TemplateId, Vec<(Rpu, f64)>> = HashMap::new();
+    for t in templates {
+        let base = isolated
+            .get(&(t.template, Rpu(16)))
+            .map(|v| median(v))
+            .unwrap_or_else(|| t.isolated_p50.as_secs_f64());
+        let mut sizes: Vec<Rpu> =
+            isolated.keys().filter(|(tid, s)| *tid == t.template && *s != Rpu(16)).map(|(_, s)| *s).collect();
+        sizes.sort();
+        for size in sizes {
+            let at_size = median(&isolated[&(t.template, size)]);
+            factors.entry(t.template).or_default().push((size, at_size / base));
+        }
+    }
+    factors
+}
+
+/// The median of a non-empty slice.
+///
+/// # Panics
+///
+/// If `values` is empty.
+pub fn median(values: &[f64]) -> f64 {
+    assert!(!values.is_empty(), "median of nothing");
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    if sorted.len() % 2 == 1 { sorted[mid] } else { (sorted[mid - 1] + sorted[mid]) / 2.0 }
+}
+
+/// How an execution ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutionOutcome {
+    /// It ran to completion.
+    Completed,
+    /// It was cancelled at the timeout; its latency is a lower bound.
+    TimedOut,
+}
+
+/// What a real warehouse would report about one execution.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionReport {
+    /// The query.
+    pub query: QueryId,
+    /// The cluster it ran on.
+    pub cluster: ClusterId,
+    /// When it arrived at the gateway.
+    pub arrival: Instant,
+    /// When it was sent to the cluster.
+    pub dispatched: Instant,
+    /// When it started executing (left the admission queue), if it did.
+    pub started: Option<Instant>,
+    /// When it finished or was cancelled.
+    pub finished: Instant,
+    /// How it ended.
+    pub outcome: ExecutionOutcome,
+}
+
+impl ExecutionReport {
+    /// Client-side latency.
+    pub fn latency(&self) -> Duration {
+        self.finished - self.arrival
+    }
+}
+
+/// Something the warehouse reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorldEvent {
+    /// A query finished or timed out.
+    QueryFinished(ExecutionReport),
+    /// A cluster became ready.
+    ClusterReady {
+        /// Which.
+        cluster: ClusterId,
+        /// When.
+        at: Instant,
+    },
+    /// A cluster was released.
+    ClusterGone {
+        /// Which.
+        cluster: ClusterId,
+        /// When.
+        at: Instant,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Executing {
+    query: QueryId,
+    arrival: Instant,
+    dispatched: Instant,
+    started: Instant,
+    deadline: Instant,
+    remaining_s: f64,
+    demand: f64,
+}
+
+#[derive(Clone, Debug)]
+struct Waiting {
+    query: QueryId,
+    template: TemplateId,
+    arrival: Instant,
+    dispatched: Instant,
+    deadline: Instant,
+}
+
+#[derive(Clone, Debug)]
+struct ClusterSim {
+    id: ClusterId,
+    size: Rpu,
+    profile: SizeProfile,
+    state: ClusterState,
+    ready_at: Instant,
+    cache_cold_until: Instant,
+    gone_at: Option<Instant>,
+    /// Torn down while starting with queries held: drain once ready.
+    teardown_requested: bool,
+    executing: Vec<Executing>,
+    queue: VecDeque<Waiting>,
+    /// Progress of `executing` is accounted up to here.
+    progressed_to: Instant,
+    /// Isolated-seconds of progress per second, shared by all executing.
+    rate: f64,
+    next_event: Option<Instant>,
+    billing: BillingTimer,
+}
+
+/// Below this many isolated-seconds left, an execution counts as done
+/// (absorbs float rounding of the microsecond clock).
+const WORK_EPSILON_S: f64 = 1e-6;
+
+/// The emulated warehouse. See the module docs.
+#[derive(Clone, Debug)]
+pub struct World {
+    config: WorldConfig,
+    clusters: Vec<ClusterSim>,
+    templates: HashMap<QueryId, TemplateId>,
+    events: VecDeque<WorldEvent>,
+    now: Instant,
+}
+
+impl World {
+    /// An empty warehouse.
+    pub fn new(config: WorldConfig) -> Self {
+        World { config, clusters: Vec::new(), templates: HashMap::new(), events: VecDeque::new(), now: Instant::ZERO }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &WorldConfig {
+        &self.config
+    }
+
+    /// Requests a cluster of `size` at `now`. A `warm` cluster is ready at
+    /// once with a warm cache (the starting fleet of a scenario); otherwise
+    /// it is ready after δ with a cold cache.
+    pub fn add_cluster(&mut self, now: Instant, size: Rpu, warm: bool) -> ClusterId {
+        self.advance(now);
+        let id = ClusterId(u32::try_from(self.clusters.len()).expect("fewer than 2^32 clusters"));
+        let (state, ready_at) = if warm { (ClusterState::Ready, now) } else { (ClusterState::Starting, now + self.config.spinup_delay) };
+        let cache_cold_until = if warm { now } else { ready_at + self.config.cold_cache_warmup };
+        let mut cluster = ClusterSim {
+            id,
+            size,
+            profile: self.config.size_profile(size),
+            state,
+            ready_at,
+            cache_cold_until,
+            gone_at: None,
+            teardown_requested: false,
+            executing: Vec::new(),
+            queue: VecDeque::new(),
+            progressed_to: now,
+            rate: 1.0,
+            next_event: None,
+            billing: BillingTimer::new(self.config.billing.clone(), size),
+        };
+        if warm {
+            self.events.push_back(WorldEvent::ClusterReady { cluster: id, at: now });
+        } else {
+            cluster.next_event = Some(ready_at);
+        }
+        self.clusters.push(cluster);
+        id
+    }
+
+    /// Sends `query` to `cluster` at `now`. A cluster that is still starting
+    /// holds it until ready.
+    ///
+    /// # Panics
+    ///
+    /// If the cluster does not exist or is draining or gone: routing there
+    /// is a policy bug, which the simulator checks before calling.
+    pub fn dispatch(&mut self, now: Instant, query: &Query, cluster: ClusterId) {
+        self.advance(now);
+        let timeout = self.config.query_timeout;
+        self.templates.insert(query.id, query.template);
+        let c = &mut self.clusters[cluster.0 as usize];
+        assert!(
+            matches!(c.state, ClusterState::Starting | ClusterState::Ready),
+            "dispatch of {} to {} in state {:?}",
+            query.id,
+            cluster,
+            c.state
+        );
+        c.queue.push_back(Waiting {
+            query: query.id,
+            template: query.template,
+            arrival: query.arrival,
+            dispatched: now,
+            deadline: query.arrival + timeout,
+        });
+        if c.state == ClusterState::Ready {
+            c.billing.handle_query_start(now);
+        }
+        Self::process(&self.config, c, now, &mut self.events);
+    }
+
+    /// Tears `cluster` down at `now`: it accepts nothing more, finishes
+    /// what it runs, and is gone ζ after its last query.
+    pub fn tear_down(&mut self, now: Instant, cluster: ClusterId) {
+        self.advance(now);
+        let teardown = self.config.teardown_delay;
+        let c = &mut self.clusters[cluster.0 as usize];
+        match c.state {
+            ClusterState::Starting if c.queue.is_empty() => {
+                c.state = ClusterState::Draining;
+                c.gone_at = Some(now + teardown);
+            }
+            ClusterState::Starting => c.teardown_requested = true,
+            ClusterState::Ready => c.state = ClusterState::Draining,
+            ClusterState::Draining | ClusterState::Gone => {}
+        }
+        Self::process(&self.config, c, now, &mut self.events);
+    }
+
+    /// The next instant at which something happens without further input.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.clusters.iter().filter_map(|c| c.next_event).min()
+    }
+
+    /// Advances every cluster to `now`, emitting what happened.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.advance(now);
+    }
+
+    /// The next event, in the order things happened.
+    pub fn poll_event(&mut self) -> Option<WorldEvent> {
+        self.events.pop_front()
+    }
+
+    /// A cluster's lifecycle state.
+    pub fn cluster_state(&self, cluster: ClusterId) -> ClusterState {
+        self.clusters[cluster.0 as usize].state
+    }
+
+    /// A cluster's size.
+    pub fn cluster_size(&self, cluster: ClusterId) -> Rpu {
+        self.clusters[cluster.0 as usize].size
+    }
+
+    /// Billed active time of a cluster up to `now`.
+    pub fn billed_time(&self, cluster: ClusterId, now: Instant) -> Duration {
+        self.clusters[cluster.0 as usize].billing.active_time(now)
+    }
+
+    /// Billed cost of a cluster up to `now`, in dollars.
+    pub fn billed_cost_usd(&self, cluster: ClusterId, now: Instant) -> f64 {
+        self.clusters[cluster.0 as usize].billing.cost_usd(now)
+    }
+
+    /// Every cluster ever requested, in creation order.
+    pub fn cluster_ids(&self) -> impl Iterator<Item = ClusterId> + '_ {
+        self.clusters.iter().map(|c| c.id)
+    }
+
+    /// How many queries execute (not queue) on `cluster` now.
+    pub fn executing_count(&self, cluster: ClusterId) -> usize {
+        self.clusters[cluster.0 as usize].executing.len()
+    }
+
+    fn advance(&mut self, now: Instant) {
+        assert!(now >= self.now, "world: time went backwards ({} < {})", now, self.now);
+        self.now = now;
+        for c in &mut self.clusters {
+            while let Some(at) = c.next_event.filter(|&at| at <= now) {
+                Self::process(&self.config, c, at, &mut self.events);
+            }
+        }
+    }
+
+    /// Brings one cluster's state to `now` and recomputes its next event.
+    fn process(config: &WorldConfig, c: &mut ClusterSim, now: Instant, events: &mut VecDeque<WorldEvent>) {
+        // Progress of the executing queries at the shared rate.
+        let elapsed_s = (now - c.progressed_to).as_secs_f64();
+        if elapsed_s > 0.0 {
+            for e in &mut c.executing {
+                e.remaining_s -= c.rate * elapsed_s;
+            }
+        }
+        c.progressed_to = now;
+
+        // Lifecycle.
+        if c.state == ClusterState::Starting && now >= c.ready_at && c.gone_at.is_none() {
+            c.state = ClusterState::Ready;
+            events.push_back(WorldEvent::ClusterReady { cluster: c.id, at: now });
+            for _ in 0..c.queue.len() {
+                c.billing.handle_query_start(now);
+            }
+            if c.teardown_requested {
+                c.state = ClusterState::Draining;
+            }
+        }
+
+        // Completions and timeouts, in a deterministic order.
+        let mut finished: Vec<ExecutionReport> = Vec::new();
+        c.executing.retain(|e| {
+            let done = e.remaining_s <= WORK_EPSILON_S;
+            let timed_out = !done && now >= e.deadline;
+            if done || timed_out {
+                finished.push(ExecutionReport {
+                    query: e.query,
+                    cluster: c.id,
+                    arrival: e.arrival,
+                    dispatched: e.dispatched,
+                    started: Some(e.started),
+                    finished: now,
+                    outcome: if done { ExecutionOutcome::Completed } else { ExecutionOutcome::TimedOut },
+                });
+            }
+            !(done || timed_out)
+        });
+        c.queue.retain(|w| {
+            let timed_out = now >= w.deadline;
+            if timed_out {
+                finished.push(ExecutionReport {
+                    query: w.query,
+                    cluster: c.id,
+                    arrival: w.arrival,
+                    dispatched: w.dispatched,
+                    started: None,
+                    finished: now,
+                    outcome: ExecutionOutcome::TimedOut,
+                });
+            }
+            !timed_out
+        });
+        finished.sort_by_key(|r| r.query);
+        for report in finished {
+            if c.state != ClusterState::Starting {
+                c.billing.handle_query_end(now);
+            }
+            events.push_back(WorldEvent::QueryFinished(report));
+        }
+
+        // Admission.
+        if c.state == ClusterState::Ready || c.state == ClusterState::Draining {
+            while c.executing.len() < c.profile.admission_slots as usize {
+                let Some(w) = c.queue.pop_front() else { break };
+                let isolated_s = config.isolated_latency(w.template, c.size).as_secs_f64();
+                let cold = if now < c.cache_cold_until {
+                    let left = (c.cache_cold_until - now).as_secs_f64() / config.cold_cache_warmup.as_secs_f64().max(1e-9);
+                    1.0 + config.cold_cache_slowdown * left.min(1.0)
+                } else {
+                    1.0
+                };
+                c.executing.push(Executing {
+                    query: w.query,
+                    arrival: w.arrival,
+                    dispatched: w.dispatched,
+                    started: now,
+                    deadline: w.deadline,
+                    remaining_s: isolated_s * noise_factor(config.seed, w.query, config.noise_sigma) * cold,
+                    demand: c.profile.demand_fraction,
+                });
+            }
+        }
+        debug_assert!(c.executing.len() <= c.profile.admission_slots as usize);
+
+        // Drained clusters go away after ζ.
+        if c.state == ClusterState::Draining && c.executing.is_empty() && c.queue.is_empty() {
+            let gone_at = *c.gone_at.get_or_insert(now + config.teardown_delay);
+            if now >= gone_at {
+                c.state = ClusterState::Gone;
+                events.push_back(WorldEvent::ClusterGone { cluster: c.id, at: now });
+            }
+        }
+
+        // Rate and the next event.
+        let total_demand: f64 = c.executing.iter().map(|e| e.demand).sum();
+        c.rate = if total_demand <= 1.0 {
+            1.0
+        } else {
+            1.0 / (total_demand * (1.0 + c.profile.oversubscription_penalty * (total_demand - 1.0)))
+        };
+        let mut next: Option<Instant> = None;
+        let mut consider = |at: Instant| next = Some(next.map_or(at, |n: Instant| n.min(at)));
+        for e in &c.executing {
+            let remaining = Duration::from_secs_f64(e.remaining_s.max(0.0) / c.rate);
+            // Round up so the execution is done at the event.
+            consider((now + remaining + Duration::from_micros(1)).min(e.deadline.max(now)));
+        }
+        if let Some(w) = c.queue.front().filter(|_| c.state != ClusterState::Starting) {
+            consider(w.deadline);
+        }
+        for w in c.queue.iter().filter(|_| c.state == ClusterState::Starting) {
+            consider(w.deadline);
+        }
+        match c.state {
+            ClusterState::Starting => consider(c.gone_at.unwrap_or(c.ready_at)),
+            ClusterState::Draining => {
+                if let Some(gone_at) = c.gone_at {
+                    consider(gone_at);
+                }
+            }
+            _ => {}
+        }
+        c.next_event = next.filter(|_| c.state != ClusterState::Gone).map(|at| at.max(now));
+        if c.next_event == Some(now) {
+            // Nothing can be due at `now` after processing it; guarantee
+            // progress by moving a microsecond on.
+            c.next_event = Some(now + Duration::from_micros(1));
+        }
+    }
+}
+
+/// The lognormal noise factor of one query: a pure function of the seed and
+/// the query id, so every policy sees the same draw for the same query.
+pub fn noise_factor(seed: u64, query: QueryId, sigma: f64) -> f64 {
+    if sigma <= 0.0 {
+        return 1.0;
+    }
+    let mut rng = SmallRng::seed_from_u64(seed ^ query.0.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+    let u2: f64 = rng.random();
+    let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+    (sigma * z).exp()
+}
+
+/// Summary used by the calibration report: the executions of queued
+/// workloads with each one's number of overlapping neighbours, counted as
+/// the data counts them (client-side intervals that intersect).
+pub fn count_overlapping_neighbours(intervals: &[(Instant, Instant)]) -> Vec<u32> {
+    let mut order: Vec<usize> = (0..intervals.len()).collect();
+    order.sort_by_key(|&i| intervals[i].0);
+    let mut counts = vec![0u32; intervals.len()];
+    for (pos, &i) in order.iter().enumerate() {
+        let (start_i, end_i) = intervals[i];
+        for &j in &order[pos + 1..] {
+            let (start_j, end_j) = intervals[j];
+            if start_j >= end_i {
+                break;
+            }
+            if end_j > start_i {
+                counts[i] += 1;
+                counts[j] += 1;
+            }
+        }
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{PoolId, Slo};
+
+    fn quiet_config() -> WorldConfig {
+        let mut config = WorldConfig::tpcds_sf1000();
+        config.noise_sigma = 0.0;
+        config
+    }
+
+    fn query(id: u64, template: u32, arrival_s: f64) -> Query {
+        Query {
+            id: QueryId(id),
+            pool: PoolId::default(),
+            template: TemplateId(template),
+            slo: Slo { latency: Duration::from_secs(1_000) },
+            arrival: Instant::from_secs_f64(arrival_s),
+        }
+    }
+
+    fn drain(world: &mut World) -> Vec<ExecutionReport> {
+        let mut reports = Vec::new();
+        loop {
+            while let Some(event) = world.poll_event() {
+                if let WorldEvent::QueryFinished(report) = event {
+                    reports.push(report);
+                }
+            }
+            match world.poll_timeout() {
+                Some(at) => world.handle_timeout(at),
+                None => return reports,
+            }
+        }
+    }
+
+    #[test]
+    fn lone_query_on_warm_cluster_takes_its_isolated_latency() {
+        let config = quiet_config();
+        let expected = config.isolated_latency(TemplateId(4), Rpu(16));
+        let mut world = World::new(config);
+        let c = world.add_cluster(Instant::ZERO, Rpu(16), true);
+        world.dispatch(Instant::ZERO, &query(1, 4, 0.0), c);
+        let reports = drain(&mut world);
+        assert_eq!(reports.len(), 1);
+        let latency = reports[0].latency();
+        assert!(latency.as_micros().abs_diff(expected.as_micros()) <= 2, "{latency} vs {expected}");
+        assert_eq!(reports[0].outcome, ExecutionOutcome::Completed);
+    }
+
+    #[test]
+    fn isolated_latency_at_16_rpu_is_the_measured_median() {
+        let config = quiet_config();
+        let measured = catalog::tpcds_templates();
+        for m in &measured {
+            assert_eq!(config.isolated_latency(m.template, Rpu(16)), m.isolated_p50);
+        }
+    }
+
+    #[test]
+    fn larger_clusters_are_faster_but_sublinearly_on_average() {
+        let config = quiet_config();
+        let ratio = config.size_profile(Rpu(16)).latency_factor / config.size_profile(Rpu(32)).latency_factor;
+        assert!(ratio > 1.0 && ratio < 2.0, "16→32 speedup {ratio}");
+        let interpolated = config.size_profile(Rpu(64));
+        assert!(interpolated.latency_factor < config.size_profile(Rpu(32)).latency_factor);
+    }
+
+    #[test]
+    fn concurrent_queries_slow_each_other_down() {
+        let config = quiet_config();
+        let alone = config.isolated_latency(TemplateId(4), Rpu(16));
+        let mut world = World::new(config);
+        let c = world.add_cluster(Instant::ZERO, Rpu(16), true);
+        for id in 0..4 {
+            world.dispatch(Instant::ZERO, &query(id, 4, 0.0), c);
+        }
+        let reports = drain(&mut world);
+        assert_eq!(reports.len(), 4);
+        assert!(reports.iter().all(|r| r.latency() > alone.mul_f64(2.0)));
+    }
+
+    #[test]
+    fn queries_beyond_the_admission_slots_wait_in_fifo_order() {
+        let config = quiet_config();
+        let slots = config.size_profile(Rpu(4)).admission_slots as u64;
+        let mut world = World::new(config);
+        let c = world.add_cluster(Instant::ZERO, Rpu(4), true);
+        for id in 0..slots + 3 {
+            world.dispatch(Instant::ZERO, &query(id, 4, 0.0), c);
+            assert!(world.executing_count(c) as u64 <= slots);
+        }
+        let reports = drain(&mut world);
+        let queued: Vec<_> = reports.iter().filter(|r| r.started != Some(Instant::ZERO)).collect();
+        assert_eq!(queued.len(), 3);
+    }
+
+    #[test]
+    fn query_past_its_timeout_is_cancelled_and_reported() {
+        let mut config = quiet_config();
+        config.query_timeout = Duration::from_secs(5);
+        let mut world = World::new(config);
+        let c = world.add_cluster(Instant::ZERO, Rpu(4), true);
+        world.dispatch(Instant::ZERO, &query(1, 4, 0.0), c);
+        let reports = drain(&mut world);
+        assert_eq!(reports[0].outcome, ExecutionOutcome::TimedOut);
+        assert_eq!(reports[0].latency(), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn starting_cluster_holds_queries_until_ready_then_runs_them_cold() {
+        let config = quiet_config();
+        let warm = config.isolated_latency(TemplateId(4), Rpu(16));
+        let delay = config.spinup_delay;
+        let mut world = World::new(config);
+        let c = world.add_cluster(Instant::ZERO, Rpu(16), false);
+        assert_eq!(world.cluster_state(c), ClusterState::Starting);
+        world.dispatch(Instant::ZERO, &query(1, 4, 0.0), c);
+        let reports = drain(&mut world);
+        assert_eq!(reports[0].started, Some(Instant::ZERO + delay));
+        assert!(reports[0].latency() > delay + warm, "cold cache makes it slower than warm");
+    }
+
+    #[test]
+    fn torn_down_cluster_drains_then_is_gone_and_stops_billing() {
+        let config = quiet_config();
+        let zeta = config.teardown_delay;
+        let mut world = World::new(config);
+        let c = world.add_cluster(Instant::ZERO, Rpu(16), true);
+        world.dispatch(Instant::ZERO, &query(1, 4, 0.0), c);
+        world.tear_down(Instant::from_secs_f64(1.0), c);
+        assert_eq!(world.cluster_state(c), ClusterState::Draining);
+        let mut gone_at = None;
+        let mut finished_at = None;
+        loop {
+            while let Some(event) = world.poll_event() {
+                match event {
+                    WorldEvent::QueryFinished(r) => finished_at = Some(r.finished),
+                    WorldEvent::ClusterGone { at, .. } => gone_at = Some(at),
+                    WorldEvent::ClusterReady { .. } => {}
+                }
+            }
+            match world.poll_timeout() {
+                Some(at) => world.handle_timeout(at),
+                None => break,
+            }
+        }
+        assert_eq!(gone_at, Some(finished_at.unwrap() + zeta));
+        let later = Instant::from_secs_f64(100_000.0);
+        assert_eq!(world.billed_time(c, later), world.billed_time(c, gone_at.unwrap()));
+    }
+
+    #[test]
+    fn noise_is_a_pure_function_of_seed_and_query() {
+        assert_eq!(noise_factor(7, QueryId(3), 0.35), noise_factor(7, QueryId(3), 0.35));
+        assert_ne!(noise_factor(7, QueryId(3), 0.35), noise_factor(8, QueryId(3), 0.35));
+        let draws: Vec<f64> = (0..2_001).map(|i| noise_factor(1, QueryId(i), 0.35).ln()).collect();
+        assert!(median(&draws).abs() < 0.05, "noise median is 1");
+    }
+
+    #[test]
+    fn overlapping_neighbours_count_intersecting_intervals() {
+        let s = Instant::from_secs_f64;
+        let counts = count_overlapping_neighbours(&[(s(0.0), s(10.0)), (s(5.0), s(6.0)), (s(10.0), s(12.0)), (s(11.0), s(20.0))]);
+        assert_eq!(counts, vec![1, 1, 1, 1]);
+    }
+}
