@@ -1,0 +1,59 @@
+//! # slogate-loadgen
+//!
+//! Workloads for slogate: the generators the papers' evaluations use, SLO
+//! assignment, and the trace file format users bring. Everything here is a
+//! pure, seeded function of its parameters, so an evaluation is
+//! reproducible from its seed.
+//!
+//! # Layout
+//!
+//! - [`workload`]: BaseWorkload(λ), the phased mixes, the multi-day diurnal
+//!   workload, `SLO = κ × ℓ_baseline`, and conversion to queries.
+//! - [`trace`]: CSV import and export (`arrival_s,template,slo_s`, optional
+//!   `pool,query_id`) with line-numbered errors.
+//!
+//! # Example
+//!
+//! ```
+//! use slogate_core::catalog::tpcds_template_set;
+//! use slogate_core::model::PoolId;
+//! use slogate_loadgen::workload::{assign_slos, base_workload, to_queries};
+//!
+//! let templates = tpcds_template_set();
+//! let mut workload = base_workload(&templates, 0.1, 42).unwrap();
+//! assign_slos(&mut workload, &templates, 4.0).unwrap();
+//! let queries = to_queries(&workload, &PoolId::default()).unwrap();
+//! assert_eq!(queries.len(), 297);
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod trace;
+pub mod workload;
+
+/// Errors of `slogate-loadgen`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A trace line is malformed.
+    #[error("trace line {line}: {reason}")]
+    Trace {
+        /// 1-based line number in the file.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A generator parameter is out of range.
+    #[error("invalid workload parameter: {0}")]
+    InvalidParameter(String),
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
