@@ -1,0 +1,144 @@
+//! The command line: `slogate eval <SCENARIO> [--policies p1,p2] [--seed N]
+//! [--json PATH]`. Bad input exits with code 2 and a message naming the
+//! problem; failures while running exit with 1.
+
+use std::ffi::OsString;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand};
+use slogate_core::world::WorldConfig;
+
+use crate::eval::{self, Scenario, calibrate, scenario::BUILT_IN};
+use crate::{Error, Result};
+
+/// slogate: an SLO gateway for elastic analytical compute.
+#[derive(Debug, Parser)]
+#[command(name = "slogate", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run routing policies side by side on the emulated warehouse, in
+    /// virtual time.
+    Eval(EvalArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct EvalArgs {
+    /// A built-in scenario (`base`, `calibrate`) or a scenario TOML file.
+    scenario: String,
+    /// Comma-separated policies (default: the scenario's).
+    #[arg(long, value_delimiter = ',')]
+    policies: Option<Vec<String>>,
+    /// Seed for workloads and the world's noise (default: the scenario's).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Also write the report as JSON to this path.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// `calibrate` only: repetitions of the experiment design.
+    #[arg(long, default_value_t = 3)]
+    repetitions: u64,
+    /// `calibrate` only: run the grid search behind the world's per-size
+    /// parameters and print the best candidates.
+    #[arg(long)]
+    fit: bool,
+}
+
+/// Runs the command line; returns the process exit code.
+pub fn main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> i32 {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let result = match cli.command {
+        Command::Eval(args) => run_eval(&args),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).expect("reports serialise");
+    std::fs::write(path, text + "\n").map_err(|source| Error::Output { path: path.display().to_string(), source })
+}
+
+fn print(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    // A closed pipe (e.g. `| head`) is not an error worth reporting.
+    let _ = stdout.write_all(text.as_bytes());
+}
+
+fn run_eval(args: &EvalArgs) -> Result<()> {
+    if args.scenario == "calibrate" {
+        return run_calibrate(args);
+    }
+    if args.fit {
+        return Err(Error::Scenario("--fit applies only to `calibrate`".into()));
+    }
+    let scenario = match Scenario::built_in(&args.scenario) {
+        Some(s) => s,
+        None => {
+            let path = Path::new(&args.scenario);
+            if !path.is_file() {
+                let mut known: Vec<&str> = BUILT_IN.to_vec();
+                known.push("calibrate");
+                return Err(Error::UnknownScenario { name: args.scenario.clone(), known: known.join(", ") });
+            }
+            Scenario::from_path(path)?
+        }
+    };
+    let policies = args.policies.clone().unwrap_or_else(|| scenario.policies.clone());
+    if policies.is_empty() {
+        return Err(Error::Scenario("--policies needs at least one policy".into()));
+    }
+    let seed = args.seed.unwrap_or(scenario.seed);
+    let report = eval::run(&scenario, &policies, seed)?;
+    print(&eval::render_table(&report));
+    if let Some(path) = &args.json {
+        write_json(path, &report)?;
+    }
+    Ok(())
+}
+
+fn run_calibrate(args: &EvalArgs) -> Result<()> {
+    if args.policies.is_some() {
+        return Err(Error::Scenario("`calibrate` takes no --policies".into()));
+    }
+    if args.repetitions == 0 {
+        return Err(Error::Scenario("--repetitions must be at least 1".into()));
+    }
+    let seed = args.seed.unwrap_or(1);
+    let config = WorldConfig::default();
+    if args.fit {
+        for size in calibrate::SIZES {
+            let points = calibrate::fit_size(&config, size, seed, args.repetitions);
+            print(&format!("{size} RPU: best candidates (loss, latency_factor, demand_fraction, sharing_exponent, admission_slots, oversubscription_penalty)\n"));
+            for p in points.iter().take(5) {
+                print(&format!(
+                    "  {:>8.3}  {:.2}  {:.2}  {:.2}  {:>3}  {:.2}\n",
+                    p.loss, p.profile.latency_factor, p.profile.demand_fraction, p.profile.sharing_exponent, p.profile.admission_slots, p.profile.oversubscription_penalty
+                ));
+            }
+        }
+        return Ok(());
+    }
+    let report = calibrate::run(&config, seed, args.repetitions)?;
+    print(&calibrate::render(&report));
+    if let Some(path) = &args.json {
+        write_json(path, &report)?;
+    }
+    Ok(())
+}

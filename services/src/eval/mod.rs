@@ -1,0 +1,253 @@
+//! `slogate eval`: routing policies side by side on the emulated warehouse,
+//! in virtual time.
+//!
+//! For each case of a [`Scenario`] (workload × κ × cluster set) the same
+//! queries run once per policy on identical, identically seeded worlds. The
+//! report gives each policy's SLO violation rate, cost, latency percentiles,
+//! completed queries, billed cluster-hours and decision time.
+//!
+//! Everything but the decision time is a pure function of the scenario and
+//! seed, so the printed table is byte-identical across runs. Decision time is
+//! wall-clock time spent inside `route()`, measured around the call here in
+//! the shell (core never reads a clock), and appears only in the JSON.
+
+pub mod calibrate;
+pub mod scenario;
+
+use std::fmt::Write as _;
+use std::time::Instant as WallInstant;
+
+use serde::{Deserialize, Serialize};
+use slogate_core::model::{PoolId, Pool, Query, Rpu};
+use slogate_core::route::{BaselinePolicy, Routing, RoutingPolicy};
+use slogate_core::sim::{Simulation, percentile};
+use slogate_core::time::Instant;
+use slogate_core::world::{ExecutionReport, World, WorldConfig};
+use slogate_loadgen::workload::to_queries;
+
+pub use scenario::{Scenario, WorkloadSpec};
+
+use crate::{Error, Result};
+
+/// Builds a policy by its command-line name.
+pub fn policy_by_name(name: &str) -> Result<Box<dyn RoutingPolicy>> {
+    BaselinePolicy::from_name(name).map(BaselinePolicy::build).ok_or_else(|| {
+        let known: Vec<&str> = BaselinePolicy::ALL.iter().map(|p| p.name()).collect();
+        Error::UnknownPolicy { name: name.to_owned(), known: known.join(", ") }
+    })
+}
+
+/// Wraps a policy and measures wall-clock time per `route()` call.
+struct Timed {
+    inner: Box<dyn RoutingPolicy>,
+    samples_us: Vec<f64>,
+}
+
+impl RoutingPolicy for Timed {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn route(&mut self, now: Instant, query: &Query, pool: &Pool) -> Routing {
+        let started = WallInstant::now();
+        let routing = self.inner.route(now, query, pool);
+        self.samples_us.push(started.elapsed().as_secs_f64() * 1e6);
+        routing
+    }
+
+    fn handle_completion(&mut self, now: Instant, report: &ExecutionReport) {
+        self.inner.handle_completion(now, report);
+    }
+}
+
+/// What a case varies.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Case {
+    /// The workload's label.
+    pub workload: String,
+    /// SLO tightness.
+    pub kappa: f64,
+    /// Cluster sizes, RPU.
+    pub clusters: Vec<u32>,
+}
+
+/// Latency percentiles, seconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LatencyPercentiles {
+    /// Median.
+    pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+/// Decision time percentiles, microseconds (wall clock).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecisionTime {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+/// One policy on one case.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PolicyResult {
+    /// The case.
+    pub case: Case,
+    /// The policy.
+    pub policy: String,
+    /// SLO violations / queries (timeouts and rejections count).
+    pub violation_rate: f64,
+    /// Billed cost, dollars.
+    pub cost_usd: f64,
+    /// Queries submitted.
+    pub queries: usize,
+    /// Queries that completed.
+    pub completed: usize,
+    /// Queries cancelled at the timeout.
+    pub timed_out: usize,
+    /// Queries that could not be placed.
+    pub rejected: usize,
+    /// Client-side latency percentiles.
+    pub latency_s: LatencyPercentiles,
+    /// Billed active time summed over clusters, hours.
+    pub cluster_hours: f64,
+    /// Time per routing decision.
+    pub decision_time_us: DecisionTime,
+}
+
+/// A whole evaluation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EvalReport {
+    /// The scenario's name.
+    pub scenario: String,
+    /// The seed used.
+    pub seed: u64,
+    /// One entry per case and policy, cases outermost.
+    pub results: Vec<PolicyResult>,
+}
+
+/// Runs every case of `scenario` with `policies`, seeded by `seed`.
+pub fn run(scenario: &Scenario, policies: &[String], seed: u64) -> Result<EvalReport> {
+    for policy in policies {
+        policy_by_name(policy)?;
+    }
+    let templates = Scenario::templates();
+    let mut results = Vec::new();
+    for spec in &scenario.workloads {
+        for &kappa in &scenario.kappas {
+            let entries = spec.generate(&templates, kappa, seed, &scenario.base_dir)?;
+            let queries = to_queries(&entries, &PoolId::default())?;
+            for clusters in &scenario.cluster_sets {
+                let case = Case { workload: spec.label(), kappa, clusters: clusters.clone() };
+                for policy in policies {
+                    results.push(run_case(&case, policy, &queries, seed)?);
+                }
+            }
+        }
+    }
+    Ok(EvalReport { scenario: scenario.name.clone(), seed, results })
+}
+
+fn run_case(case: &Case, policy: &str, queries: &[Query], seed: u64) -> Result<PolicyResult> {
+    let mut config = WorldConfig::default();
+    config.seed(seed);
+    let mut world = World::new(config);
+    for &size in &case.clusters {
+        world.add_cluster(Instant::ZERO, Rpu(size), true);
+    }
+    let timed = Timed { inner: policy_by_name(policy)?, samples_us: Vec::with_capacity(queries.len()) };
+    let mut sim = Simulation::new(world, timed, queries.to_vec());
+    sim.drive_until_idle();
+    let summary = sim.summary();
+    let mut samples = sim.policy().samples_us.clone();
+    samples.sort_by(f64::total_cmp);
+    Ok(PolicyResult {
+        case: case.clone(),
+        policy: policy.to_owned(),
+        violation_rate: summary.violation_rate,
+        cost_usd: summary.cost_usd,
+        queries: summary.queries,
+        completed: summary.completed,
+        timed_out: summary.timed_out,
+        rejected: summary.rejected,
+        latency_s: LatencyPercentiles { p50: summary.latency_s_p50, p95: summary.latency_s_p95, p99: summary.latency_s_p99 },
+        cluster_hours: summary.cluster_hours,
+        decision_time_us: DecisionTime { p50: percentile(&samples, 0.5), p99: percentile(&samples, 0.99) },
+    })
+}
+
+/// The human-readable table (deterministic: no wall-clock figures).
+pub fn render_table(report: &EvalReport) -> String {
+    let mut out = String::new();
+    writeln!(out, "scenario {}  seed {}", report.scenario, report.seed).expect("write to String");
+    let mut last_case: Option<&Case> = None;
+    for r in &report.results {
+        if last_case != Some(&r.case) {
+            let clusters: Vec<String> = r.case.clusters.iter().map(u32::to_string).collect();
+            writeln!(out, "\ncase: workload {}, κ={}, clusters [{}]", r.case.workload, r.case.kappa, clusters.join(","))
+                .expect("write to String");
+            writeln!(
+                out,
+                "{:<14} {:>7} {:>10} {:>9} {:>9} {:>9} {:>11} {:>10}",
+                "policy", "VR", "cost $", "p50 s", "p95 s", "p99 s", "completed", "cluster-h"
+            )
+            .expect("write to String");
+            last_case = Some(&r.case);
+        }
+        writeln!(
+            out,
+            "{:<14} {:>6.1}% {:>10.3} {:>9.2} {:>9.2} {:>9.2} {:>5}/{:<5} {:>10.3}",
+            r.policy,
+            r.violation_rate * 100.0,
+            r.cost_usd,
+            r.latency_s.p50,
+            r.latency_s.p95,
+            r.latency_s.p99,
+            r.completed,
+            r.queries,
+            r.cluster_hours
+        )
+        .expect("write to String");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_scenario_report_is_identical_for_the_same_seed_apart_from_wall_clock() {
+        let scenario = Scenario::built_in("base").unwrap();
+        let a = run(&scenario, &scenario.policies, 3).unwrap();
+        let b = run(&scenario, &scenario.policies, 3).unwrap();
+        assert_eq!(render_table(&a), render_table(&b));
+        let strip = |mut r: EvalReport| {
+            for result in &mut r.results {
+                result.decision_time_us = DecisionTime { p50: 0.0, p99: 0.0 };
+            }
+            r
+        };
+        assert_eq!(strip(a.clone()), strip(b));
+        let c = run(&scenario, &scenario.policies, 4).unwrap();
+        assert_ne!(render_table(&a), render_table(&c));
+    }
+
+    #[test]
+    fn every_policy_runs_on_the_same_queries() {
+        let scenario = Scenario::built_in("base").unwrap();
+        let report = run(&scenario, &scenario.policies, 1).unwrap();
+        assert_eq!(report.results.len(), 2);
+        assert!(report.results.iter().all(|r| r.queries == 297 && r.completed + r.timed_out + r.rejected == 297));
+        assert!(report.results.iter().all(|r| r.cost_usd > 0.0 && r.cluster_hours > 0.0));
+    }
+
+    #[test]
+    fn unknown_policy_is_named_with_the_known_ones() {
+        let err = policy_by_name("fastest").err().unwrap().to_string();
+        assert!(err.contains("unknown policy `fastest`") && err.contains("round-robin"), "{err}");
+    }
+}

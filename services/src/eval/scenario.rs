@@ -1,0 +1,267 @@
+//! Evaluation scenarios: built-in ones and TOML files.
+//!
+//! A scenario names one or more workloads, one or more κ, one or more
+//! cluster sets, and the policies to compare. Its cases are the cross
+//! product of workloads × κ × cluster sets; every policy runs on every case
+//! with the same queries, seed and world.
+//!
+//! ```toml
+//! name = "my-eval"
+//! seed = 7                       # optional; --seed overrides
+//! kappa = [2.0, 4.0]             # or a single number
+//! clusters = [[16, 16], [32, 16]] # or a single list, e.g. [16, 16]
+//! policies = ["round-robin", "least-loaded"]
+//!
+//! [[workload]]
+//! kind = "base"                  # base | phased | diurnal | trace
+//! rate_per_s = 0.1
+//!
+//! [[workload]]
+//! kind = "trace"
+//! path = "trace.csv"             # relative to the scenario file; its slo_s
+//!                                # column is used as is (κ does not apply)
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use slogate_core::catalog::tpcds_template_set;
+use slogate_core::model::Template;
+use slogate_loadgen::trace::read_trace;
+use slogate_loadgen::workload::{self, DiurnalConfig, TraceEntry};
+
+use crate::{Error, Result};
+
+/// One value or a list of them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany<T> {
+    /// A single value.
+    One(T),
+    /// Several values.
+    Many(Vec<T>),
+}
+
+impl<T: Clone> OneOrMany<T> {
+    /// The values as a list.
+    pub fn to_vec(&self) -> Vec<T> {
+        match self {
+            OneOrMany::One(v) => vec![v.clone()],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
+}
+
+/// A workload specification.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum WorkloadSpec {
+    /// BaseWorkload(λ).
+    Base {
+        /// λ, queries per second.
+        rate_per_s: f64,
+    },
+    /// A phased BaseWorkload.
+    Phased {
+        /// Queries per slow phase (λ = 0.05).
+        low_queries: usize,
+        /// λ of the 10-query fast phases.
+        high_rate_per_s: f64,
+    },
+    /// The multi-day diurnal workload.
+    Diurnal(DiurnalConfig),
+    /// A trace file in the `arrival_s,template,slo_s` format.
+    Trace {
+        /// The file, relative to the scenario file.
+        path: PathBuf,
+    },
+}
+
+impl WorkloadSpec {
+    /// A short label for reports.
+    pub fn label(&self) -> String {
+        match self {
+            WorkloadSpec::Base { rate_per_s } => format!("base(λ={rate_per_s})"),
+            WorkloadSpec::Phased { low_queries, high_rate_per_s } => {
+                format!("phased(x={low_queries},λ_high={high_rate_per_s})")
+            }
+            WorkloadSpec::Diurnal(c) => format!("diurnal({}d)", c.days),
+            WorkloadSpec::Trace { path } => format!("trace({})", path.display()),
+        }
+    }
+
+    /// Generates the workload; SLOs from κ unless it is a trace.
+    pub fn generate(&self, templates: &[Template], kappa: f64, seed: u64, base_dir: &Path) -> Result<Vec<TraceEntry>> {
+        let mut entries = match self {
+            WorkloadSpec::Base { rate_per_s } => workload::base_workload(templates, *rate_per_s, seed)?,
+            WorkloadSpec::Phased { low_queries, high_rate_per_s } => {
+                workload::phased_workload(templates, *low_queries, *high_rate_per_s, seed)?
+            }
+            WorkloadSpec::Diurnal(config) => {
+                let mut config = config.clone();
+                config.seed ^= seed;
+                workload::diurnal_workload(templates, &config)?
+            }
+            WorkloadSpec::Trace { path } => return Ok(read_trace(&base_dir.join(path))?),
+        };
+        workload::assign_slos(&mut entries, templates, kappa)?;
+        Ok(entries)
+    }
+}
+
+/// A scenario as written in TOML.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioFile {
+    /// The scenario's name in reports.
+    pub name: String,
+    /// Default seed.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// SLO tightness κ: `SLO = κ × ℓ_baseline`.
+    pub kappa: OneOrMany<f64>,
+    /// Cluster sets (sizes in RPU), each a case.
+    pub clusters: OneOrMany<Vec<u32>>,
+    /// Policies to compare.
+    pub policies: Vec<String>,
+    /// Workloads, each a case.
+    pub workload: Vec<WorkloadSpec>,
+}
+
+/// A validated scenario.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    /// Its name.
+    pub name: String,
+    /// Default seed.
+    pub seed: u64,
+    /// κ values.
+    pub kappas: Vec<f64>,
+    /// Cluster sets.
+    pub cluster_sets: Vec<Vec<u32>>,
+    /// Policy names.
+    pub policies: Vec<String>,
+    /// Workloads.
+    pub workloads: Vec<WorkloadSpec>,
+    /// Where relative trace paths are resolved.
+    pub base_dir: PathBuf,
+}
+
+/// The built-in scenario names (besides `calibrate`, which is a report).
+pub const BUILT_IN: [&str; 1] = ["base"];
+
+impl Scenario {
+    /// A built-in scenario by name.
+    pub fn built_in(name: &str) -> Option<Scenario> {
+        match name {
+            "base" => Some(Scenario {
+                name: "base".into(),
+                seed: 1,
+                kappas: vec![4.0],
+                cluster_sets: vec![vec![16, 16]],
+                policies: vec!["round-robin".into(), "least-loaded".into()],
+                workloads: vec![WorkloadSpec::Base { rate_per_s: 0.1 }],
+                base_dir: PathBuf::from("."),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Parses and validates a TOML scenario; `base_dir` resolves trace
+    /// paths.
+    pub fn from_toml(text: &str, base_dir: &Path) -> Result<Scenario> {
+        let file: ScenarioFile = toml::from_str(text).map_err(|e| Error::Scenario(e.to_string()))?;
+        let scenario = Scenario {
+            name: file.name,
+            seed: file.seed.unwrap_or(1),
+            kappas: file.kappa.to_vec(),
+            cluster_sets: file.clusters.to_vec(),
+            policies: file.policies,
+            workloads: file.workload,
+            base_dir: base_dir.to_path_buf(),
+        };
+        scenario.validate()?;
+        Ok(scenario)
+    }
+
+    /// Loads a scenario file.
+    pub fn from_path(path: &Path) -> Result<Scenario> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Scenario(format!("cannot read scenario file {}: {e}", path.display())))?;
+        let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Scenario::from_toml(&text, &base_dir).map_err(|e| match e {
+            Error::Scenario(reason) => Error::Scenario(format!("{}: {reason}", path.display())),
+            other => other,
+        })
+    }
+
+    /// Checks ranges and names.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |reason: String| Err(Error::Scenario(reason));
+        if self.kappas.is_empty() || self.kappas.iter().any(|k| !(k.is_finite() && *k > 0.0)) {
+            return bad(format!("kappa must be one or more positive numbers, got {:?}", self.kappas));
+        }
+        if self.cluster_sets.is_empty() || self.cluster_sets.iter().any(|set| set.is_empty()) {
+            return bad("clusters must list at least one cluster size per set".into());
+        }
+        if let Some(size) = self.cluster_sets.iter().flatten().find(|&&s| s == 0 || s > 1_024) {
+            return bad(format!("cluster size {size} RPU is out of range (1–1024)"));
+        }
+        if self.workloads.is_empty() {
+            return bad("a scenario needs at least one [[workload]]".into());
+        }
+        if self.policies.is_empty() {
+            return bad("a scenario needs at least one policy".into());
+        }
+        for policy in &self.policies {
+            super::policy_by_name(policy)?;
+        }
+        Ok(())
+    }
+
+    /// The templates scenarios draw from.
+    pub fn templates() -> Vec<Template> {
+        tpcds_template_set()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scenario_toml_accepts_single_values_and_lists() {
+        let text = r#"
+            name = "t"
+            kappa = 4
+            clusters = [16, 16]
+            policies = ["round-robin"]
+            [[workload]]
+            kind = "base"
+            rate_per_s = 0.2
+        "#;
+        let s = Scenario::from_toml(text, Path::new(".")).unwrap();
+        assert_eq!(s.kappas, vec![4.0]);
+        assert_eq!(s.cluster_sets, vec![vec![16, 16]]);
+        let text = text.replace("kappa = 4", "kappa = [2, 4]").replace("clusters = [16, 16]", "clusters = [[16, 16], [32, 16]]");
+        let s = Scenario::from_toml(&text, Path::new(".")).unwrap();
+        assert_eq!(s.kappas.len(), 2);
+        assert_eq!(s.cluster_sets.len(), 2);
+    }
+
+    #[test]
+    fn unknown_fields_and_policies_are_named() {
+        let text = "name='t'\nkappa=4\nclusters=[16]\npolicies=['round-robin']\ncolour='red'\n[[workload]]\nkind='base'\nrate_per_s=0.1\n";
+        assert!(Scenario::from_toml(text, Path::new(".")).unwrap_err().to_string().contains("colour"));
+        let text = "name='t'\nkappa=4\nclusters=[16]\npolicies=['fastest']\n[[workload]]\nkind='base'\nrate_per_s=0.1\n";
+        assert!(Scenario::from_toml(text, Path::new(".")).unwrap_err().to_string().contains("unknown policy `fastest`"));
+    }
+
+    #[test]
+    fn out_of_range_values_are_rejected() {
+        let text = "name='t'\nkappa=-1\nclusters=[16]\npolicies=['round-robin']\n[[workload]]\nkind='base'\nrate_per_s=0.1\n";
+        assert!(Scenario::from_toml(text, Path::new(".")).unwrap_err().to_string().contains("kappa"));
+        let text = "name='t'\nkappa=2\nclusters=[0]\npolicies=['round-robin']\n[[workload]]\nkind='base'\nrate_per_s=0.1\n";
+        assert!(Scenario::from_toml(text, Path::new(".")).unwrap_err().to_string().contains("out of range"));
+    }
+}

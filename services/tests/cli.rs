@@ -1,0 +1,100 @@
+//! Black-box tests of the `slogate` binary: output, determinism and exit
+//! codes, as a user runs it.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn slogate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_slogate")).args(args).output().expect("binary runs")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("slogate-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn eval_base_prints_one_row_per_policy() {
+    let out = slogate(&["eval", "base"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("scenario base  seed 1"));
+    assert!(stdout.lines().any(|l| l.starts_with("round-robin")));
+    assert!(stdout.lines().any(|l| l.starts_with("least-loaded")));
+}
+
+#[test]
+fn same_seed_gives_byte_identical_output_and_another_seed_differs() {
+    let a = slogate(&["eval", "base", "--seed", "9"]);
+    let b = slogate(&["eval", "base", "--seed", "9"]);
+    let c = slogate(&["eval", "base", "--seed", "10"]);
+    assert_eq!(a.stdout, b.stdout);
+    assert_ne!(a.stdout, c.stdout);
+}
+
+#[test]
+fn json_report_has_the_documented_fields() {
+    let dir = scratch("json");
+    let path = dir.join("report.json");
+    let out = slogate(&["eval", "base", "--policies", "round-robin", "--json", path.to_str().unwrap()]);
+    assert!(out.status.success());
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(json["scenario"], "base");
+    assert_eq!(json["seed"], 1);
+    let result = &json["results"][0];
+    assert_eq!(result["policy"], "round-robin");
+    assert_eq!(result["queries"], 297);
+    for field in ["violation_rate", "cost_usd", "cluster_hours"] {
+        assert!(result[field].is_number(), "{field}");
+    }
+    for p in ["p50", "p95", "p99"] {
+        assert!(result["latency_s"][p].is_number());
+    }
+    assert!(result["decision_time_us"]["p99"].is_number());
+    assert_eq!(result["case"]["clusters"], serde_json::json!([16, 16]));
+}
+
+#[test]
+fn toml_scenario_with_a_trace_runs() {
+    let dir = scratch("toml");
+    std::fs::write(dir.join("trace.csv"), "arrival_s,template,slo_s\n0,3,30\n1.5,17,20\n2.0,4,200\n").unwrap();
+    std::fs::write(
+        dir.join("s.toml"),
+        "name = 'mine'\nkappa = 4\nclusters = [[16], [16, 32]]\npolicies = ['least-loaded']\n[[workload]]\nkind = 'trace'\npath = 'trace.csv'\n",
+    )
+    .unwrap();
+    let out = slogate(&["eval", dir.join("s.toml").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("clusters [16,32]"));
+    assert_eq!(stdout.lines().filter(|l| l.contains("3/3")).count(), 2);
+}
+
+#[test]
+fn bad_input_exits_2_with_a_message_naming_the_problem() {
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["eval", "nosuch"], "unknown scenario `nosuch`"),
+        (vec!["eval", "base", "--policies", "fastest"], "unknown policy `fastest`"),
+        (vec!["eval", "base", "--seed", "minus-one"], "invalid value"),
+        (vec!["eval"], "SCENARIO"),
+    ];
+    for (args, message) in cases {
+        let out = slogate(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+    let dir = scratch("bad");
+    let bad_toml = dir.join("bad.toml");
+    std::fs::write(&bad_toml, "name = 'x'\nkappa = [\n").unwrap();
+    let out = slogate(&["eval", bad_toml.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid scenario"));
+    let bad_trace = dir.join("t.toml");
+    std::fs::write(dir.join("t.csv"), "arrival_s,template,slo_s\n1,2\n").unwrap();
+    std::fs::write(&bad_trace, "name='t'\nkappa=4\nclusters=[16]\npolicies=['round-robin']\n[[workload]]\nkind='trace'\npath='t.csv'\n").unwrap();
+    let out = slogate(&["eval", bad_trace.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("trace line 2: expected 3 fields, found 2"));
+}
