@@ -1,5 +1,5 @@
-//! The simulator end to end: a 15,000-query workload (50 BaseWorkloads
-//! back to back at λ = 0.2) routed round-robin over [16, 16] on the
+//! The simulator end to end: a 15,000-query workload (BaseWorkloads back
+//! to back at λ = 0.2, cut at 15,000) routed round-robin over [16, 16] on the
 //! emulated warehouse. Reports time per run; events per second is
 //! `events / time`, printed once before measuring.
 //!
@@ -14,13 +14,16 @@ use slogate_core::time::{Duration, Instant};
 use slogate_core::world::{World, WorldConfig};
 use slogate_loadgen::workload::{assign_slos, base_workload, to_queries};
 
-const RUNS: u64 = 50;
+const QUERIES: usize = 15_000;
 
 fn workload() -> Vec<slogate_core::model::Query> {
     let templates = tpcds_template_set();
     let mut queries = Vec::new();
     let mut offset = Duration::ZERO;
-    for run in 0..RUNS {
+    for run in 0.. {
+        if queries.len() >= QUERIES {
+            break;
+        }
         let mut part = base_workload(&templates, 0.2, run).expect("valid rate");
         assign_slos(&mut part, &templates, 4.0).expect("valid kappa");
         let mut part = to_queries(&part, &PoolId::default()).expect("slos assigned");
@@ -32,6 +35,7 @@ fn workload() -> Vec<slogate_core::model::Query> {
         }
         offset += end;
     }
+    queries.truncate(QUERIES);
     queries
 }
 

@@ -98,3 +98,18 @@ fn bad_input_exits_2_with_a_message_naming_the_problem() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("trace line 2: expected 3 fields, found 2"));
 }
+
+#[test]
+fn shipped_example_scenarios_run() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut count = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let out = slogate(&["eval", path.to_str().unwrap()]);
+            assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+            count += 1;
+        }
+    }
+    assert!(count >= 3);
+}
