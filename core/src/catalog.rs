@@ -37,6 +37,8 @@ pub struct TemplateMeasurement {
 pub struct ExecutionMeasurement {
     /// The TPC-DS template.
     pub template: TemplateId,
+    /// The template's parameter variant.
+    pub variant: u32,
     /// The workload run it belongs to.
     pub run_id: u64,
     /// The workgroup size.
@@ -84,6 +86,7 @@ pub fn parse_concurrent(csv: &str) -> Result<Vec<ExecutionMeasurement>> {
         let field = |index: usize| field(&fields, index, line_no);
         rows.push(ExecutionMeasurement {
             template: TemplateId(parse(field(0)?, line_no, "template")?),
+            variant: parse(field(1)?, line_no, "variant")?,
             run_id: parse(field(2)?, line_no, "run_id")?,
             size: Rpu(parse(field(3)?, line_no, "rpu")?),
             neighbours: parse(field(4)?, line_no, "num_other_concurrent_queries")?,

@@ -123,6 +123,10 @@ fn run_calibrate(args: &EvalArgs) -> Result<()> {
     let seed = args.seed.unwrap_or(1);
     let config = WorldConfig::default();
     if args.fit {
+        print("short-query lane: (max isolated latency s, slots, total best loss)\n");
+        for (max_latency_s, slots, loss) in calibrate::fit_short_query_lane(&config, seed, args.repetitions).iter().take(5) {
+            print(&format!("  {max_latency_s:>5.1}  {slots:>2}  {loss:>8.3}\n"));
+        }
         for size in calibrate::SIZES {
             let points = calibrate::fit_size(&config, size, seed, args.repetitions);
             print(&format!("{size} RPU: best candidates (loss, latency_factor, demand_fraction, sharing_exponent, admission_slots, oversubscription_penalty)\n"));

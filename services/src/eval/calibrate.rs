@@ -91,6 +91,10 @@ pub struct IsolatedRow {
 pub struct IsolatedReport {
     /// Median absolute percentage error over the fit split's rows.
     pub median_abs_pct_error: f64,
+    /// The measurement noise floor: two isolated executions of the same
+    /// template, variant and size (any split) differ by this much, median
+    /// `max/min − 1` in percent. No model can beat it on held-out data.
+    pub repeat_abs_pct_difference: f64,
     /// The same over the validation split's rows.
     pub validation_median_abs_pct_error: f64,
     /// Per split and size: (split, rpu, rows, median abs % error).
@@ -146,12 +150,23 @@ pub struct SlowdownRow {
     pub model_rows: usize,
     /// Model median slowdown (`None` without rows).
     pub model_median: Option<f64>,
+    /// Data median relative to the data's own zero-neighbour median at this
+    /// size and split: slowdown against the measured isolated level.
+    pub data_relative: Option<f64>,
+    /// Model median relative to the model's zero-neighbour median.
+    pub model_relative: Option<f64>,
 }
 
 impl SlowdownRow {
     /// `|model / data − 1|` in percent, when both exist.
     pub fn error_pct(&self) -> Option<f64> {
         Some((self.model_median? / self.data_median? - 1.0).abs() * 100.0)
+    }
+
+    /// The same for the slowdowns relative to each side's own isolated
+    /// level.
+    pub fn relative_error_pct(&self) -> Option<f64> {
+        Some((self.model_relative? / self.data_relative? - 1.0).abs() * 100.0)
     }
 }
 
@@ -362,8 +377,21 @@ pub fn run(config: &WorldConfig, seed: u64, repetitions: u64) -> Result<Calibrat
             }
         }
     }
+    let mut repeats: HashMap<(TemplateId, u32, Rpu), Vec<f64>> = HashMap::new();
+    for r in data.fit.iter().chain(&data.validation).filter(|r| r.neighbours == 0 && !r.censored) {
+        repeats.entry((r.template, r.variant, r.size)).or_default().push(r.latency.as_secs_f64());
+    }
+    let mut differences = Vec::new();
+    for samples in repeats.values() {
+        for (i, a) in samples.iter().enumerate() {
+            for b in &samples[i + 1..] {
+                differences.push((a.max(*b) / a.min(*b) - 1.0) * 100.0);
+            }
+        }
+    }
     let isolated = IsolatedReport {
         median_abs_pct_error: split_error("fit"),
+        repeat_abs_pct_difference: median(&differences),
         validation_median_abs_pct_error: split_error("validation"),
         by_size,
         rows,
@@ -409,17 +437,23 @@ pub fn run(config: &WorldConfig, seed: u64, repetitions: u64) -> Result<Calibrat
             for r in data.split(split).iter().filter(|r| r.size == Rpu(size) && !r.censored) {
                 data_buckets.entry(bucket_of(r.neighbours)).or_default().push(r.latency.as_secs_f64() / data.iso16[&r.template]);
             }
+            let data_isolated = data_buckets.get("0").filter(|v| !v.is_empty()).map(|v| median(v));
+            let model_isolated = model.get("0").filter(|v| !v.is_empty()).map(|v| median(v));
             for (_, _, bucket) in BUCKETS {
                 let data_rows = data_buckets.get(bucket).map_or(&[][..], |v| &v[..]);
                 let model_rows = model.get(bucket).map_or(&[][..], |v| &v[..]);
+                let data_median = (!data_rows.is_empty()).then(|| median(data_rows));
+                let model_median = (!model_rows.is_empty()).then(|| median(model_rows));
                 slowdown.push(SlowdownRow {
+                    data_relative: data_median.zip(data_isolated).map(|(m, i)| m / i),
+                    model_relative: model_median.zip(model_isolated).map(|(m, i)| m / i),
                     split: split.into(),
                     rpu: size,
                     bucket: bucket.into(),
                     rows: data_rows.len(),
-                    data_median: (!data_rows.is_empty()).then(|| median(data_rows)),
+                    data_median,
                     model_rows: model_rows.len(),
-                    model_median: (!model_rows.is_empty()).then(|| median(model_rows)),
+                    model_median,
                 });
             }
         }
@@ -443,6 +477,18 @@ pub fn slowdown_within_target(report: &CalibrationReport, split: &str) -> (usize
     (within, eligible.len())
 }
 
+/// As [`slowdown_within_target`], for the slowdowns relative to each
+/// side's own isolated level (buckets other than 0, where both exist).
+pub fn relative_slowdown_within_target(report: &CalibrationReport, split: &str) -> (usize, usize) {
+    let eligible: Vec<&SlowdownRow> = report
+        .slowdown
+        .iter()
+        .filter(|r| r.split == split && r.bucket != "0" && r.rows >= MIN_BUCKET_ROWS && r.relative_error_pct().is_some())
+        .collect();
+    let within = eligible.iter().filter(|r| r.relative_error_pct().is_some_and(|e| e <= SLOWDOWN_TARGET_PCT)).count();
+    (within, eligible.len())
+}
+
 /// The human-readable report.
 pub fn render(report: &CalibrationReport) -> String {
     let mut out = String::new();
@@ -451,6 +497,7 @@ pub fn render(report: &CalibrationReport) -> String {
     writeln!(w, "calibration: emulated warehouse vs Redshift Serverless TPC-DS SF1000 (seed {}, {} repetitions)", report.seed, report.repetitions).unwrap();
     writeln!(w, "\n1. isolated latency, median |model/data - 1| (target ≤ {ISOLATED_TARGET_PCT}% on fit)").unwrap();
     writeln!(w, "   fit: {:.1}%   validation (held out): {:.1}%", iso.median_abs_pct_error, iso.validation_median_abs_pct_error).unwrap();
+    writeln!(w, "   noise floor: two isolated runs of the same template, variant and size differ by {:.1}% (median)", iso.repeat_abs_pct_difference).unwrap();
     for s in &iso.by_size {
         writeln!(w, "   {:<10} {:>3} RPU  {:>3} templates  {:>6.1}%", s.split, s.rpu, s.templates, s.median_abs_pct_error).unwrap();
     }
@@ -475,7 +522,8 @@ pub fn render(report: &CalibrationReport) -> String {
         writeln!(w, "   {:<10} {:>5} {:>5} {:>9} {:>7.2} {:>7.2} {:>6.1}%", r.split, r.from_rpu, r.to_rpu, r.templates, r.data, r.model, (r.model / r.data - 1.0).abs() * 100.0).unwrap();
     }
     writeln!(w, "\n3. median slowdown (latency / 16-RPU isolated latency) by overlapping queries (target within {SLOWDOWN_TARGET_PCT}%)").unwrap();
-    writeln!(w, "   {:<10} {:>4} {:>6} {:>6} {:>10} {:>7} {:>10} {:>7}", "split", "rpu", "bucket", "rows", "data", "model n", "model", "error").unwrap();
+    writeln!(w, "   (rel: the same ÷ that side's own zero-neighbour median at the size)").unwrap();
+    writeln!(w, "   {:<10} {:>4} {:>6} {:>6} {:>10} {:>7} {:>10} {:>7}  {:>8} {:>9} {:>7}", "split", "rpu", "bucket", "rows", "data", "model n", "model", "error", "data rel", "model rel", "error").unwrap();
     let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
     for r in &report.slowdown {
         let error = r.error_pct().map_or("-".to_owned(), |e| format!("{e:.0}%"));
@@ -484,11 +532,23 @@ pub fn render(report: &CalibrationReport) -> String {
             Some(_) if r.rows >= MIN_BUCKET_ROWS => " MISS",
             _ => "",
         };
-        writeln!(w, "   {:<10} {:>4} {:>6} {:>6} {:>10} {:>7} {:>10} {:>7}{}", r.split, r.rpu, r.bucket, r.rows, fmt(r.data_median), r.model_rows, fmt(r.model_median), error, mark).unwrap();
+        let relative_error = r.relative_error_pct().map_or("-".to_owned(), |e| format!("{e:.0}%"));
+        writeln!(
+            w,
+            "   {:<10} {:>4} {:>6} {:>6} {:>10} {:>7} {:>10} {:>7}  {:>8} {:>9} {:>7}{}",
+            r.split, r.rpu, r.bucket, r.rows, fmt(r.data_median), r.model_rows, fmt(r.model_median), error,
+            fmt(r.data_relative), fmt(r.model_relative), relative_error, mark
+        )
+        .unwrap();
     }
     for split in ["fit", "validation"] {
         let (within, eligible) = slowdown_within_target(report, split);
-        writeln!(w, "   {split}: {within} of {eligible} buckets with ≥ {MIN_BUCKET_ROWS} data rows within {SLOWDOWN_TARGET_PCT}%").unwrap();
+        let (within_relative, eligible_relative) = relative_slowdown_within_target(report, split);
+        writeln!(
+            w,
+            "   {split}: {within} of {eligible} buckets with ≥ {MIN_BUCKET_ROWS} data rows within {SLOWDOWN_TARGET_PCT}%; relative to isolated: {within_relative} of {eligible_relative}"
+        )
+        .unwrap();
     }
     out
 }
@@ -500,6 +560,27 @@ pub struct FitPoint {
     pub profile: SizeProfile,
     /// Weighted squared log error over the fit split's buckets.
     pub loss: f64,
+}
+
+/// Grid search over the short-query lane (shared by all sizes), each
+/// candidate scored by the sum over sizes of the best per-size loss found
+/// by [`fit_size`] with the other parameters fixed at `base`.
+pub fn fit_short_query_lane(base: &WorldConfig, seed: u64, repetitions: u64) -> Vec<(f64, u32, f64)> {
+    let mut results = Vec::new();
+    for max_latency_s in [0.0, 1.0, 2.0, 5.0, 10.0] {
+        for slots in [1u32, 2, 4, 8] {
+            if max_latency_s == 0.0 && slots > 1 {
+                continue;
+            }
+            let mut config = base.clone();
+            config.short_query_max_latency = Duration::from_secs_f64(max_latency_s);
+            config.short_query_slots = if max_latency_s == 0.0 { 0 } else { slots };
+            let loss: f64 = SIZES.iter().map(|&size| fit_size(&config, size, seed, repetitions)[0].loss).sum();
+            results.push((max_latency_s, config.short_query_slots, loss));
+        }
+    }
+    results.sort_by(|a, b| a.2.total_cmp(&b.2));
+    results
 }
 
 /// Grid search over one size's profile against the fit split.
