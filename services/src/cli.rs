@@ -123,10 +123,17 @@ fn run_calibrate(args: &EvalArgs) -> Result<()> {
     let seed = args.seed.unwrap_or(1);
     let config = WorldConfig::default();
     if args.fit {
+        // Coordinate search: the short-query lane first (scored by each
+        // size's best loss), then every size's profile with the best lane.
         print("short-query lane: (max isolated latency s, slots, total best loss)\n");
-        for (max_latency_s, slots, loss) in calibrate::fit_short_query_lane(&config, seed, args.repetitions).iter().take(5) {
+        let lanes = calibrate::fit_short_query_lane(&config, seed, args.repetitions);
+        for (max_latency_s, slots, loss) in lanes.iter().take(5) {
             print(&format!("  {max_latency_s:>5.1}  {slots:>2}  {loss:>8.3}\n"));
         }
+        let mut config = config.clone();
+        let (max_latency_s, slots, _) = lanes[0];
+        config.short_query_max_latency = slogate_core::time::Duration::from_secs_f64(max_latency_s);
+        config.short_query_slots = slots;
         for size in calibrate::SIZES {
             let points = calibrate::fit_size(&config, size, seed, args.repetitions);
             print(&format!("{size} RPU: best candidates (loss, latency_factor, demand_fraction, sharing_exponent, admission_slots, oversubscription_penalty)\n"));

@@ -19,7 +19,7 @@
 //!    per size and bucket (0, 1, 2, 3–4, 5–8, 9–16, 17–32, 33+). The data
 //!    does not say which arrival rate each run used, and not every size ran
 //!    every rate, so each data run is matched with the simulated runs of
-//!    the closest median neighbour count (see [`matched_slowdowns`]). Slowdown
+//!    the closest median neighbour count (`matched_slowdowns`). Slowdown
 //!    here is `latency / ℓ_iso16(template)`, the 16-RPU isolated median from
 //!    the table, for data and model alike, so the data side does not depend
 //!    on anything fitted.
@@ -630,9 +630,10 @@ mod tests {
 
     /// Guards the calibration from regressing. The isolated and size-ratio
     /// targets hold on the fit split; the slowdown target (20% per bucket)
-    /// holds in only part of the buckets (see the report), so this pins the
-    /// quality reached: a median bucket error of at most 30% and no bucket
-    /// off by more than 3× (seed 1, 3 repetitions: the report `slogate eval calibrate` prints).
+    /// holds in most but not all buckets (see the report), so this pins the
+    /// quality reached: at least 60% of buckets within the target, a median
+    /// bucket error of at most 20%, and no bucket off by 2× or more (seed 1,
+    /// 3 repetitions: the report `slogate eval calibrate` prints).
     #[test]
     fn world_model_reproduces_the_fit_split_within_tolerance() {
         let report = run(&WorldConfig::default(), 1, 3).unwrap();
@@ -648,8 +649,10 @@ mod tests {
             .map(|r| r.error_pct().expect("model has rows in every bucket the data has"))
             .collect();
         assert!(errors.len() >= 20);
-        assert!(median(&errors) <= 30.0, "median bucket error {}", median(&errors));
-        assert!(errors.iter().all(|&e| e <= 200.0), "{errors:?}");
+        let (within, eligible) = slowdown_within_target(&report, "fit");
+        assert!(within as f64 >= 0.6 * eligible as f64, "{within} of {eligible} buckets within target");
+        assert!(median(&errors) <= 20.0, "median bucket error {}", median(&errors));
+        assert!(errors.iter().all(|&e| e < 100.0), "{errors:?}");
     }
 
     #[test]
