@@ -25,6 +25,27 @@ enum Command {
     /// Run routing policies side by side on the emulated warehouse, in
     /// virtual time.
     Eval(EvalArgs),
+    /// Write a scenario's workload as a trace file (CSV:
+    /// `arrival_s,template,slo_s,pool,query_id`), to edit or replay.
+    Trace(TraceArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct TraceArgs {
+    /// A built-in scenario or a scenario TOML file.
+    scenario: String,
+    /// Which of the scenario's workloads (0-based).
+    #[arg(long, default_value_t = 0)]
+    workload: usize,
+    /// κ for the SLOs (default: the scenario's first).
+    #[arg(long)]
+    kappa: Option<f64>,
+    /// Seed (default: the scenario's).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Output file (default: standard output).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -60,6 +81,7 @@ pub fn main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> i32 
     };
     let result = match cli.command {
         Command::Eval(args) => run_eval(&args),
+        Command::Trace(args) => run_trace(&args),
     };
     match result {
         Ok(()) => 0,
@@ -88,18 +110,7 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
     if args.fit {
         return Err(Error::Scenario("--fit applies only to `calibrate`".into()));
     }
-    let scenario = match Scenario::built_in(&args.scenario) {
-        Some(s) => s,
-        None => {
-            let path = Path::new(&args.scenario);
-            if !path.is_file() {
-                let mut known: Vec<&str> = BUILT_IN.to_vec();
-                known.push("calibrate");
-                return Err(Error::UnknownScenario { name: args.scenario.clone(), known: known.join(", ") });
-            }
-            Scenario::from_path(path)?
-        }
-    };
+    let scenario = load_scenario(&args.scenario)?;
     let policies = args.policies.clone().unwrap_or_else(|| scenario.policies.clone());
     if policies.is_empty() {
         return Err(Error::Scenario("--policies needs at least one policy".into()));
@@ -111,6 +122,42 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
         write_json(path, &report)?;
     }
     Ok(())
+}
+
+fn load_scenario(name: &str) -> Result<Scenario> {
+    if let Some(scenario) = Scenario::built_in(name) {
+        return Ok(scenario);
+    }
+    let path = Path::new(name);
+    if !path.is_file() {
+        let mut known: Vec<&str> = BUILT_IN.to_vec();
+        known.push("calibrate");
+        return Err(Error::UnknownScenario { name: name.to_owned(), known: known.join(", ") });
+    }
+    Scenario::from_path(path)
+}
+
+fn run_trace(args: &TraceArgs) -> Result<()> {
+    let scenario = load_scenario(&args.scenario)?;
+    let spec = scenario.workloads.get(args.workload).ok_or_else(|| {
+        Error::Scenario(format!("--workload {} is out of range: the scenario has {}", args.workload, scenario.workloads.len()))
+    })?;
+    let kappa = args.kappa.unwrap_or(scenario.kappas[0]);
+    let seed = args.seed.unwrap_or(scenario.seed);
+    let mut entries = spec.generate(&Scenario::templates(), kappa, seed, &scenario.base_dir)?;
+    let pool = slogate_core::model::PoolId::default();
+    for (index, entry) in entries.iter_mut().enumerate() {
+        entry.pool.get_or_insert_with(|| pool.clone());
+        entry.query_id.get_or_insert(slogate_core::model::QueryId(index as u64));
+    }
+    let text = slogate_loadgen::trace::write_trace(&entries)?;
+    match &args.out {
+        Some(path) => std::fs::write(path, text).map_err(|source| Error::Output { path: path.display().to_string(), source }),
+        None => {
+            print(&text);
+            Ok(())
+        }
+    }
 }
 
 fn run_calibrate(args: &EvalArgs) -> Result<()> {

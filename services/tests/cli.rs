@@ -113,3 +113,47 @@ fn shipped_example_scenarios_run() {
     }
     assert!(count >= 3);
 }
+
+#[test]
+fn exported_trace_replays_to_the_same_results_as_the_generated_workload() {
+    let dir = scratch("export");
+    let trace = dir.join("base.csv");
+    let out = slogate(&["trace", "base", "--seed", "5", "--out", trace.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert!(text.starts_with("arrival_s,template,slo_s,pool,query_id\n"));
+    assert_eq!(text.lines().count(), 1 + 297);
+    std::fs::write(
+        dir.join("replay.toml"),
+        "name = 'base'\nkappa = 4\nclusters = [16, 16]\npolicies = ['round-robin', 'least-loaded']\n[[workload]]\nkind = 'trace'\npath = 'base.csv'\n",
+    )
+    .unwrap();
+    let replayed = slogate(&["eval", dir.join("replay.toml").to_str().unwrap(), "--seed", "5"]);
+    let generated = slogate(&["eval", "base", "--seed", "5"]);
+    let rows = |o: &Output| String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.contains("297/297")).map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(rows(&replayed), rows(&generated));
+    assert_eq!(rows(&generated).len(), 2);
+}
+
+/// Golden outputs: every figure of these runs is a pure function of the
+/// scenario and seed, so any change to a decision, the world model or the
+/// report shows up here. After an intended change, refresh them with
+/// `UPDATE_GOLDEN=1 cargo test -p slogate --test cli` and review the diff.
+#[test]
+fn eval_output_matches_the_golden_files() {
+    let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let scenarios = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let sizes = scenarios.join("sizes.toml");
+    let cases: [(&str, Vec<&str>); 2] =
+        [("eval-base-seed1.txt", vec!["eval", "base"]), ("eval-sizes-seed1.txt", vec!["eval", sizes.to_str().unwrap()])];
+    for (file, args) in cases {
+        let out = slogate(&args);
+        assert!(out.status.success());
+        let path = golden.join(file);
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, &out.stdout).unwrap();
+        }
+        let expected = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), expected, "{file} differs; see the test's doc to refresh it");
+    }
+}
