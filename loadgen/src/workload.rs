@@ -392,6 +392,11 @@ mod tests {
         let templates = tpcds_template_set();
         let w = phased_workload(&templates, 40, 0.5, 3).unwrap();
         assert_eq!(w.len(), 297);
+        let mut phased: Vec<TemplateId> = w.iter().map(|e| e.template).collect();
+        let mut base: Vec<TemplateId> = base_workload(&templates, 0.1, 3).unwrap().iter().map(|e| e.template).collect();
+        phased.sort();
+        base.sort();
+        assert_eq!(phased, base, "same 297 queries as BaseWorkload");
         let gaps: Vec<f64> = w.windows(2).map(|p| (p[1].arrival - p[0].arrival).as_secs_f64()).collect();
         let slow: f64 = gaps[0..39].iter().sum::<f64>() / 39.0;
         let fast: f64 = gaps[40..49].iter().sum::<f64>() / 9.0;
