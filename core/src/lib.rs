@@ -10,6 +10,7 @@
 //!
 //! - [`time`]: microsecond `Instant`/`Duration` newtypes (virtual time).
 //! - [`model`]: queries, templates, SLOs, clusters, pools and targets.
+//! - [`fingerprint`]: template ids for queries submitted as SQL text.
 //! - [`billing`]: the usage-based billing timer (AutoSLO §2).
 //! - [`objective`]: BestWithTarget(V, K, τ).
 //! - [`route`]: the `RoutingPolicy` trait and baseline routers.
@@ -56,6 +57,7 @@
 
 pub mod billing;
 pub mod catalog;
+pub mod fingerprint;
 pub mod invariants;
 pub mod model;
 pub mod objective;

@@ -1,0 +1,168 @@
+//! Gateway errors and the one place they map to status codes.
+//!
+//! Every error a client or operator can see is a [`GatewayError`]; its
+//! [`ErrorKind`] decides the gRPC code and the HTTP status together in
+//! [`status_codes`], so the gRPC and admin surfaces never disagree.
+
+/// The class of an error, independent of transport.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The request is malformed or out of range.
+    InvalidArgument,
+    /// A named thing (pool, cluster) does not exist.
+    NotFound,
+    /// An admission limit is hit; retry later.
+    ResourceExhausted,
+    /// The node is shutting down or not ready.
+    Unavailable,
+    /// A state-changing admin call lacks a valid bearer token.
+    Unauthenticated,
+    /// A bug or a backend failure.
+    Internal,
+}
+
+/// gRPC code and HTTP status for each error kind: the only mapping.
+pub fn status_codes(kind: ErrorKind) -> (tonic::Code, u16) {
+    match kind {
+        ErrorKind::InvalidArgument => (tonic::Code::InvalidArgument, 400),
+        ErrorKind::NotFound => (tonic::Code::NotFound, 404),
+        ErrorKind::ResourceExhausted => (tonic::Code::ResourceExhausted, 429),
+        ErrorKind::Unavailable => (tonic::Code::Unavailable, 503),
+        ErrorKind::Unauthenticated => (tonic::Code::Unauthenticated, 401),
+        ErrorKind::Internal => (tonic::Code::Internal, 500),
+    }
+}
+
+/// An error a client or operator sees.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum GatewayError {
+    /// `slo_ms` is zero or above the node's maximum.
+    #[error("slo_ms must be between 1 and {max_ms}, got {got_ms}")]
+    InvalidSlo {
+        /// What was sent.
+        got_ms: u64,
+        /// The node's maximum.
+        max_ms: u64,
+    },
+    /// Neither a template nor non-blank SQL text was given.
+    #[error("a query needs a template or non-empty sql text")]
+    EmptyQuery,
+    /// The template id is zero.
+    #[error("template must be a positive integer")]
+    InvalidTemplate,
+    /// `query_id` is longer than the node accepts.
+    #[error("query_id is {len} bytes; at most {max} are accepted")]
+    QueryIdTooLong {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The payload is larger than the node accepts.
+    #[error("payload is {size} bytes; at most {max} are accepted")]
+    PayloadTooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Another malformed field.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The pool does not exist on this deployment.
+    #[error("unknown pool `{0}`")]
+    UnknownPool(String),
+    /// A cluster does not exist in the pool.
+    #[error("unknown cluster `{0}`")]
+    UnknownCluster(String),
+    /// Too many queries in flight.
+    #[error("admission limit reached: {in_flight} queries in flight (limit {limit}); retry later")]
+    AdmissionLimit {
+        /// In flight now.
+        in_flight: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The node is draining for shutdown.
+    #[error("the node is shutting down")]
+    ShuttingDown,
+    /// Missing or wrong bearer token.
+    #[error("a valid bearer token is required")]
+    Unauthenticated,
+    /// Something that should not happen.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl GatewayError {
+    /// The error's class.
+    pub fn kind(&self) -> ErrorKind {
+        use GatewayError::*;
+        match self {
+            InvalidSlo { .. } | EmptyQuery | InvalidTemplate | QueryIdTooLong { .. } | PayloadTooLarge { .. } | InvalidArgument(_) => {
+                ErrorKind::InvalidArgument
+            }
+            UnknownPool(_) | UnknownCluster(_) => ErrorKind::NotFound,
+            AdmissionLimit { .. } => ErrorKind::ResourceExhausted,
+            ShuttingDown => ErrorKind::Unavailable,
+            Unauthenticated => ErrorKind::Unauthenticated,
+            Internal(_) => ErrorKind::Internal,
+        }
+    }
+
+    /// The gRPC status carrying this error's message.
+    pub fn to_status(&self) -> tonic::Status {
+        tonic::Status::new(status_codes(self.kind()).0, self.to_string())
+    }
+
+    /// The HTTP status code for the admin API.
+    pub fn http_status(&self) -> u16 {
+        status_codes(self.kind()).1
+    }
+}
+
+impl From<GatewayError> for tonic::Status {
+    fn from(error: GatewayError) -> Self {
+        error.to_status()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_issue_s_error_classes_get_the_documented_grpc_codes() {
+        let code = |e: GatewayError| e.to_status().code();
+        assert_eq!(code(GatewayError::InvalidSlo { got_ms: 0, max_ms: 10 }), tonic::Code::InvalidArgument);
+        assert_eq!(code(GatewayError::EmptyQuery), tonic::Code::InvalidArgument);
+        assert_eq!(code(GatewayError::PayloadTooLarge { size: 9, max: 1 }), tonic::Code::InvalidArgument);
+        assert_eq!(code(GatewayError::UnknownPool("x".into())), tonic::Code::NotFound);
+        assert_eq!(code(GatewayError::AdmissionLimit { in_flight: 5, limit: 5 }), tonic::Code::ResourceExhausted);
+        assert_eq!(code(GatewayError::ShuttingDown), tonic::Code::Unavailable);
+    }
+
+    #[test]
+    fn grpc_and_http_agree_on_every_kind() {
+        use ErrorKind::*;
+        for kind in [InvalidArgument, NotFound, ResourceExhausted, Unavailable, Unauthenticated, Internal] {
+            let (grpc, http) = status_codes(kind);
+            let expected_http = match grpc {
+                tonic::Code::InvalidArgument => 400,
+                tonic::Code::Unauthenticated => 401,
+                tonic::Code::NotFound => 404,
+                tonic::Code::ResourceExhausted => 429,
+                tonic::Code::Unavailable => 503,
+                _ => 500,
+            };
+            assert_eq!(http, expected_http, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn status_message_names_the_problem() {
+        let status = GatewayError::UnknownPool("analytics".into()).to_status();
+        assert_eq!(status.message(), "unknown pool `analytics`");
+        assert_eq!(GatewayError::PayloadTooLarge { size: 2_000_000, max: 1_048_576 }.http_status(), 400);
+    }
+}
