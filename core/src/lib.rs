@@ -13,6 +13,7 @@
 //! - [`fingerprint`]: template ids for queries submitted as SQL text.
 //! - [`billing`]: the usage-based billing timer (AutoSLO §2).
 //! - [`objective`]: BestWithTarget(V, K, τ).
+//! - [`reservoir`]: the workload reservoir's count and arrivals tables.
 //! - [`route`]: the `RoutingPolicy` trait and baseline routers.
 //! - [`world`]: the emulated warehouse (ground truth), fitted to
 //!   [`catalog`], the embedded Redshift measurements.
@@ -61,6 +62,7 @@ pub mod fingerprint;
 pub mod invariants;
 pub mod model;
 pub mod objective;
+pub mod reservoir;
 pub mod route;
 pub mod sim;
 pub mod time;

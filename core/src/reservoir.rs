@@ -1,0 +1,256 @@
+//! The workload reservoir's tables (AutoSLO §7.1), sans IO.
+//!
+//! Every arrival is recorded in two tables indexed by calendar date and
+//! hour of day:
+//!
+//! - the **count table**: `(date, hour, template) → how many arrived`
+//!   (exact; it is small: hours × templates);
+//! - the **arrivals table**: `(date, hour) → within-hour second offsets`,
+//!   kept as a uniform sample of at most `arrival_samples_per_hour_max`
+//!   offsets per hour (reservoir sampling, Algorithm R, with a seeded RNG)
+//!   plus the exact total.
+//!
+//! [`Reservoir::handle_arrival`] returns the [`ReservoirUpdate`] the shell
+//! must persist, so storage writes exactly what changed; the shell also
+//! replays stored rows into [`Reservoir::restore`] after a restart.
+//!
+//! # Properties
+//!
+//! - (A) Counts are exact: the sum over templates of an hour's counts is
+//!   the hour's arrival total.
+//! - (B) An hour never keeps more than the sampling bound of offsets, and
+//!   keeps every offset while under it.
+//! - (C) Offsets lie in `0..3600`.
+//! - (D) Same seed and inputs, same tables.
+
+use std::collections::BTreeMap;
+
+use rand::{Rng, SeedableRng, rngs::SmallRng};
+use serde::{Deserialize, Serialize};
+
+use crate::model::TemplateId;
+
+const SECS_PER_HOUR: i64 = 3_600;
+const SECS_PER_DAY: i64 = 86_400;
+
+/// A calendar hour in UTC: days since 1970-01-01 and the hour of day.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct CalendarHour {
+    /// Days since 1970-01-01 (UTC).
+    pub day: i32,
+    /// Hour of day, 0–23.
+    pub hour: u8,
+}
+
+impl CalendarHour {
+    /// The hour containing `unix_secs`, and the second offset within it.
+    pub fn from_unix_secs(unix_secs: i64) -> (CalendarHour, u16) {
+        let day = unix_secs.div_euclid(SECS_PER_DAY);
+        let within_day = unix_secs.rem_euclid(SECS_PER_DAY);
+        let hour = CalendarHour {
+            day: i32::try_from(day).expect("dates within ±5.8 million years"),
+            hour: (within_day / SECS_PER_HOUR) as u8,
+        };
+        (hour, (within_day % SECS_PER_HOUR) as u16)
+    }
+
+    /// Day of week, 0 = Monday … 6 = Sunday (1970-01-01 was a Thursday).
+    pub fn weekday(self) -> u8 {
+        (i64::from(self.day) + 3).rem_euclid(7) as u8
+    }
+
+    /// The civil date `(year, month, day)` of this hour.
+    pub fn date(self) -> (i32, u8, u8) {
+        // Howard Hinnant's days-to-civil algorithm.
+        let z = i64::from(self.day) + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let d = (doy - (153 * mp + 2) / 5 + 1) as u8;
+        let m = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+        let y = (yoe + era * 400 + i64::from(m <= 2)) as i32;
+        (y, m, d)
+    }
+}
+
+/// Reservoir configuration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReservoirConfig {
+    /// The most arrival offsets kept per hour; beyond it, a uniform sample.
+    pub arrival_samples_per_hour_max: u32,
+    /// Seeds the sampling.
+    pub seed: u64,
+}
+
+impl Default for ReservoirConfig {
+    fn default() -> Self {
+        ReservoirConfig { arrival_samples_per_hour_max: 4_096, seed: 0 }
+    }
+}
+
+/// What one arrival changed, for the shell to persist.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReservoirUpdate {
+    /// The hour.
+    pub hour: CalendarHour,
+    /// The template whose count is now `count`.
+    pub template: TemplateId,
+    /// The template's new count in this hour.
+    pub count: u64,
+    /// The hour's new arrival total.
+    pub arrivals_total: u64,
+    /// The sample slot written, if the offset was kept: `(slot, offset_s)`.
+    pub sample: Option<(u32, u16)>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct HourArrivals {
+    total: u64,
+    samples: Vec<u16>,
+}
+
+/// The two tables. See the module docs.
+#[derive(Clone, Debug)]
+pub struct Reservoir {
+    config: ReservoirConfig,
+    counts: BTreeMap<(CalendarHour, TemplateId), u64>,
+    arrivals: BTreeMap<CalendarHour, HourArrivals>,
+    rng: SmallRng,
+}
+
+impl Reservoir {
+    /// Empty tables.
+    pub fn new(config: ReservoirConfig) -> Self {
+        let rng = SmallRng::seed_from_u64(config.seed);
+        Reservoir { config, counts: BTreeMap::new(), arrivals: BTreeMap::new(), rng }
+    }
+
+    /// Records an arrival of `template` at `unix_secs` (wall-clock UTC).
+    pub fn handle_arrival(&mut self, unix_secs: i64, template: TemplateId) -> ReservoirUpdate {
+        let (hour, offset_s) = CalendarHour::from_unix_secs(unix_secs);
+        let count = self.counts.entry((hour, template)).or_insert(0);
+        *count += 1;
+        let count = *count;
+        let bound = self.config.arrival_samples_per_hour_max as usize;
+        let arrivals = self.arrivals.entry(hour).or_default();
+        arrivals.total += 1;
+        let sample = if arrivals.samples.len() < bound {
+            arrivals.samples.push(offset_s);
+            Some(((arrivals.samples.len() - 1) as u32, offset_s))
+        } else {
+            // Algorithm R: keep the new item with probability bound / total.
+            let slot = self.rng.random_range(0..arrivals.total);
+            (slot < bound as u64).then(|| {
+                arrivals.samples[slot as usize] = offset_s;
+                (slot as u32, offset_s)
+            })
+        };
+        ReservoirUpdate { hour, template, count, arrivals_total: arrivals.total, sample }
+    }
+
+    /// Loads persisted rows after a restart: counts, hour totals and
+    /// sample slots.
+    pub fn restore(
+        &mut self,
+        counts: impl IntoIterator<Item = ((CalendarHour, TemplateId), u64)>,
+        totals: impl IntoIterator<Item = (CalendarHour, u64)>,
+        samples: impl IntoIterator<Item = ((CalendarHour, u32), u16)>,
+    ) {
+        self.counts.extend(counts);
+        for (hour, total) in totals {
+            self.arrivals.entry(hour).or_default().total = total;
+        }
+        let mut by_hour: BTreeMap<CalendarHour, BTreeMap<u32, u16>> = BTreeMap::new();
+        for ((hour, slot), offset) in samples {
+            by_hour.entry(hour).or_default().insert(slot, offset);
+        }
+        for (hour, slots) in by_hour {
+            self.arrivals.entry(hour).or_default().samples = slots.into_values().collect();
+        }
+    }
+
+    /// How many `template` queries arrived in `hour`.
+    pub fn count(&self, hour: CalendarHour, template: TemplateId) -> u64 {
+        self.counts.get(&(hour, template)).copied().unwrap_or(0)
+    }
+
+    /// Every template's count in `hour`.
+    pub fn counts_in(&self, hour: CalendarHour) -> impl Iterator<Item = (TemplateId, u64)> + '_ {
+        self.counts.range((hour, TemplateId(0))..=(hour, TemplateId(u32::MAX))).map(|((_, t), c)| (*t, *c))
+    }
+
+    /// The hour's arrival total and its sampled offsets.
+    pub fn arrivals_in(&self, hour: CalendarHour) -> (u64, &[u16]) {
+        self.arrivals.get(&hour).map_or((0, &[][..]), |a| (a.total, &a.samples[..]))
+    }
+
+    /// Hours with any arrival, in order.
+    pub fn hours(&self) -> impl Iterator<Item = CalendarHour> + '_ {
+        self.arrivals.keys().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn calendar_hours_follow_the_utc_calendar() {
+        // 2024-05-27 13:45:10 UTC, a Monday.
+        let (hour, offset) = CalendarHour::from_unix_secs(1_716_817_510);
+        assert_eq!(hour.date(), (2024, 5, 27));
+        assert_eq!(hour.hour, 13);
+        assert_eq!(offset, 45 * 60 + 10);
+        assert_eq!(hour.weekday(), 0);
+        assert_eq!(CalendarHour::from_unix_secs(0).0.weekday(), 3);
+        assert_eq!(CalendarHour::from_unix_secs(-1).0.date(), (1969, 12, 31));
+    }
+
+    #[test]
+    fn restore_rebuilds_the_same_tables() {
+        let mut original = Reservoir::new(ReservoirConfig { arrival_samples_per_hour_max: 3, seed: 1 });
+        let mut counts = BTreeMap::new();
+        let mut totals = BTreeMap::new();
+        let mut samples = BTreeMap::new();
+        for i in 0..50 {
+            let update = original.handle_arrival(1_700_000_000 + i * 97, TemplateId((i % 4) as u32 + 1));
+            counts.insert((update.hour, update.template), update.count);
+            totals.insert(update.hour, update.arrivals_total);
+            if let Some((slot, offset)) = update.sample {
+                samples.insert((update.hour, slot), offset);
+            }
+        }
+        let mut restored = Reservoir::new(ReservoirConfig { arrival_samples_per_hour_max: 3, seed: 1 });
+        restored.restore(counts, totals, samples);
+        for hour in original.hours() {
+            assert_eq!(original.arrivals_in(hour), restored.arrivals_in(hour));
+            assert_eq!(original.counts_in(hour).collect::<Vec<_>>(), restored.counts_in(hour).collect::<Vec<_>>());
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn counts_are_exact_and_samples_bounded(arrivals in prop::collection::vec((0i64..20_000, 1u32..6), 0..400), bound in 1u32..64) {
+            let mut reservoir = Reservoir::new(ReservoirConfig { arrival_samples_per_hour_max: bound, seed: 3 });
+            for &(at, template) in &arrivals {
+                reservoir.handle_arrival(1_700_000_000 + at, TemplateId(template));
+            }
+            let hours: Vec<_> = reservoir.hours().collect();
+            let mut grand_total = 0;
+            for hour in hours {
+                let (total, samples) = reservoir.arrivals_in(hour);
+                let counted: u64 = reservoir.counts_in(hour).map(|(_, c)| c).sum();
+                prop_assert_eq!(counted, total);
+                prop_assert_eq!(samples.len() as u64, total.min(u64::from(bound)));
+                prop_assert!(samples.iter().all(|&s| s < 3_600));
+                grand_total += total;
+            }
+            prop_assert_eq!(grand_total, arrivals.len() as u64);
+        }
+    }
+}
