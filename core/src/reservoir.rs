@@ -91,6 +91,26 @@ impl Default for ReservoirConfig {
     }
 }
 
+/// One finished execution, as the predictor will train on it: what ran,
+/// where, next to how many queries, and how long it took.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionRecord {
+    /// The query's id within the node.
+    pub query: crate::model::QueryId,
+    /// Its template or fingerprint.
+    pub template: TemplateId,
+    /// The cluster it ran on.
+    pub cluster: crate::model::ClusterId,
+    /// That cluster's size.
+    pub size: crate::model::Rpu,
+    /// Queries running on the cluster when it was placed there.
+    pub neighbours_at_dispatch: u32,
+    /// Client-side latency (a lower bound when `censored`).
+    pub latency: crate::time::Duration,
+    /// Timed out or cut short: `latency` is only a lower bound.
+    pub censored: bool,
+}
+
 /// What one arrival changed, for the shell to persist.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReservoirUpdate {

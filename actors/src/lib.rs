@@ -1,0 +1,52 @@
+//! # slogate-actors
+//!
+//! The live node's runtime components, as actix actors. Each actor holds
+//! one `slogate-core` component plus its IO handles: a handler maps the
+//! message to a core call, carries out what core returns, and decides
+//! nothing itself. Every actor has a bounded mailbox and a serialisable
+//! observable state (`GetState`) for the admin API.
+//!
+//! # Layout
+//!
+//! - [`reservoir`]: the workload reservoir (count and arrivals tables of
+//!   AutoSLO §7.1) and the execution log, persisted in sled behind
+//!   [`reservoir::ReservoirStore`].
+//!
+//! The RouterShard, ClusterTracker, Provider and Autoscaler actors join as
+//! the gateway node is built.
+//!
+//! # Example
+//!
+//! ```
+//! use actix::Actor;
+//! use slogate_actors::reservoir::{ArrivalUpdate, GetState, ReservoirActor, SledStore};
+//! use slogate_core::model::TemplateId;
+//! use slogate_core::reservoir::ReservoirConfig;
+//!
+//! # let dir = std::env::temp_dir().join(format!("slogate-doc-{}", std::process::id()));
+//! actix::System::new().block_on(async {
+//!     let store = SledStore::open(&dir).unwrap();
+//!     let reservoir = ReservoirActor::new(ReservoirConfig::default(), Box::new(store), 64, 1_024).unwrap().start();
+//!     reservoir.send(ArrivalUpdate { unix_secs: 1_716_817_510, template: TemplateId(7) }).await.unwrap().unwrap();
+//!     assert_eq!(reservoir.send(GetState).await.unwrap().arrivals, 1);
+//! });
+//! # std::fs::remove_dir_all(&dir).ok();
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod reservoir;
+
+/// Errors of the actors: what a caller may be told in a reply.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The storage engine failed.
+    #[error("storage: {0}")]
+    Storage(#[from] sled::Error),
+    /// Stored bytes do not decode: the data directory is damaged.
+    #[error("corrupt store: bad {0}")]
+    CorruptStore(&'static str),
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
