@@ -11,6 +11,8 @@
 //! - [`reservoir`]: the workload reservoir (count and arrivals tables of
 //!   AutoSLO §7.1) and the execution log, persisted in sled behind
 //!   [`reservoir::ReservoirStore`].
+//! - [`warehouse`]: the emulated warehouse as a live backend, in real
+//!   (optionally compressed) time.
 //!
 //! The RouterShard, ClusterTracker, Provider and Autoscaler actors join as
 //! the gateway node is built.
@@ -36,6 +38,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod reservoir;
+pub mod warehouse;
 
 /// Errors of the actors: what a caller may be told in a reply.
 #[derive(Debug, thiserror::Error)]

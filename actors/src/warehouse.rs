@@ -1,0 +1,252 @@
+//! The emulated warehouse as a live backend: [`slogate_core::world::World`]
+//! driven by real (tokio) time, optionally compressed.
+//!
+//! Virtual time is `(tokio now − start) × compression`, so with a
+//! compression of 1000 a 38-second query finishes in 38 ms of real time;
+//! under `tokio::time::pause()` tests run in no real time at all. After
+//! every input the actor asks the world for its next event and sets one
+//! timer for it; a newer timer makes older ones stale (a generation
+//! counter), so at most one wake-up is pending.
+//!
+//! The actor decides nothing: it carries out dispatches and lifecycle
+//! commands and hands each [`ExecutionReport`] back to whoever dispatched
+//! the query.
+
+use std::collections::HashMap;
+
+use actix::prelude::*;
+use serde::Serialize;
+use slogate_core::model::{ClusterId, ClusterState, Query, QueryId, Rpu};
+use slogate_core::time::{Duration, Instant};
+use slogate_core::world::{ExecutionReport, World, WorldConfig, WorldEvent};
+use tokio::sync::oneshot;
+
+/// Requests a cluster; it is ready at once when `warm`, else after δ.
+#[derive(Message)]
+#[rtype(result = "ClusterId")]
+pub struct AddCluster {
+    /// Its size.
+    pub size: Rpu,
+    /// Start ready with a warm cache (a node's initial fleet).
+    pub warm: bool,
+}
+
+/// Runs a query on a cluster; the report arrives on `reply` when it
+/// finishes or times out.
+#[derive(Message)]
+#[rtype(result = "Result<(), ExecuteError>")]
+pub struct Execute {
+    /// The query (its id keys the reply).
+    pub query: Query,
+    /// Where.
+    pub cluster: ClusterId,
+    /// Receives the report.
+    pub reply: oneshot::Sender<ExecutionReport>,
+}
+
+/// Why a dispatch was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ExecuteError {
+    /// No such cluster.
+    #[error("unknown cluster {0}")]
+    UnknownCluster(ClusterId),
+    /// The cluster is draining or gone.
+    #[error("cluster {0} is {1:?} and accepts no queries")]
+    NotAccepting(ClusterId, ClusterState),
+    /// The query id is already running.
+    #[error("query {0} is already running")]
+    Duplicate(QueryId),
+}
+
+/// Drains and releases a cluster.
+#[derive(Message)]
+#[rtype(result = "Result<(), ExecuteError>")]
+pub struct TearDown(pub ClusterId);
+
+/// Reads the observable state.
+#[derive(Message)]
+#[rtype(result = "WarehouseState")]
+pub struct GetState;
+
+/// One cluster as the warehouse reports it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WarehouseCluster {
+    /// Identity.
+    pub id: ClusterId,
+    /// Size.
+    pub size: Rpu,
+    /// Lifecycle state.
+    pub state: ClusterState,
+    /// Queries executing (not queued).
+    pub executing: usize,
+    /// What the vendor has billed so far, dollars.
+    pub billed_usd: f64,
+}
+
+/// The warehouse actor's observable state.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WarehouseState {
+    /// Virtual time now, seconds since start.
+    pub virtual_now_s: f64,
+    /// Virtual seconds per real second.
+    pub compression: f64,
+    /// Every cluster ever requested.
+    pub clusters: Vec<WarehouseCluster>,
+    /// Queries dispatched and not yet finished.
+    pub in_flight: usize,
+    /// Queries finished since start.
+    pub finished: u64,
+}
+
+/// The actor. See the module docs.
+pub struct EmulatedWarehouse {
+    world: World,
+    start: tokio::time::Instant,
+    compression: f64,
+    pending: HashMap<QueryId, oneshot::Sender<ExecutionReport>>,
+    timer_generation: u64,
+    finished: u64,
+    mailbox_capacity: usize,
+}
+
+impl EmulatedWarehouse {
+    /// A warehouse with `config`, running `compression` virtual seconds per
+    /// real second.
+    ///
+    /// # Panics
+    ///
+    /// If `compression` is not a positive finite number (config validation
+    /// rules that out).
+    pub fn new(config: WorldConfig, compression: f64, mailbox_capacity: usize) -> Self {
+        assert!(compression.is_finite() && compression > 0.0, "compression must be positive");
+        EmulatedWarehouse {
+            world: World::new(config),
+            start: tokio::time::Instant::now(),
+            compression,
+            pending: HashMap::new(),
+            timer_generation: 0,
+            finished: 0,
+            mailbox_capacity,
+        }
+    }
+
+    /// Virtual time now.
+    fn now(&self) -> Instant {
+        Instant::from_secs_f64(self.start.elapsed().as_secs_f64() * self.compression)
+    }
+
+    /// Hands out finished executions and re-arms the timer.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        while let Some(event) = self.world.poll_event() {
+            if let WorldEvent::QueryFinished(report) = event {
+                self.finished += 1;
+                if let Some(reply) = self.pending.remove(&report.query) {
+                    // The dispatcher may have gone away; the report is then
+                    // nobody's to read.
+                    let _ = reply.send(report);
+                }
+            }
+        }
+        self.timer_generation += 1;
+        let Some(at) = self.world.poll_timeout() else { return };
+        let generation = self.timer_generation;
+        let real_delay = real_duration(at - self.now(), self.compression);
+        ctx.run_later(real_delay, move |actor, ctx| {
+            if actor.timer_generation == generation {
+                let now = actor.now().max(at);
+                actor.advance(now, ctx);
+            }
+        });
+    }
+
+    fn advance(&mut self, now: Instant, ctx: &mut Context<Self>) {
+        self.world.handle_timeout(now);
+        self.pump(ctx);
+    }
+}
+
+impl Actor for EmulatedWarehouse {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(self.mailbox_capacity);
+    }
+}
+
+impl Handler<AddCluster> for EmulatedWarehouse {
+    type Result = MessageResult<AddCluster>;
+
+    fn handle(&mut self, message: AddCluster, ctx: &mut Self::Context) -> Self::Result {
+        let now = self.now();
+        let id = self.world.add_cluster(now, message.size, message.warm);
+        self.pump(ctx);
+        MessageResult(id)
+    }
+}
+
+impl Handler<Execute> for EmulatedWarehouse {
+    type Result = Result<(), ExecuteError>;
+
+    fn handle(&mut self, message: Execute, ctx: &mut Self::Context) -> Self::Result {
+        if !self.world.cluster_ids().any(|id| id == message.cluster) {
+            return Err(ExecuteError::UnknownCluster(message.cluster));
+        }
+        let state = self.world.cluster_state(message.cluster);
+        if !matches!(state, ClusterState::Starting | ClusterState::Ready) {
+            return Err(ExecuteError::NotAccepting(message.cluster, state));
+        }
+        if self.pending.contains_key(&message.query.id) {
+            return Err(ExecuteError::Duplicate(message.query.id));
+        }
+        let now = self.now();
+        self.pending.insert(message.query.id, message.reply);
+        self.world.dispatch(now, &message.query, message.cluster);
+        self.pump(ctx);
+        Ok(())
+    }
+}
+
+impl Handler<TearDown> for EmulatedWarehouse {
+    type Result = Result<(), ExecuteError>;
+
+    fn handle(&mut self, message: TearDown, ctx: &mut Self::Context) -> Self::Result {
+        if !self.world.cluster_ids().any(|id| id == message.0) {
+            return Err(ExecuteError::UnknownCluster(message.0));
+        }
+        let now = self.now();
+        self.world.tear_down(now, message.0);
+        self.pump(ctx);
+        Ok(())
+    }
+}
+
+impl Handler<GetState> for EmulatedWarehouse {
+    type Result = MessageResult<GetState>;
+
+    fn handle(&mut self, _message: GetState, _ctx: &mut Self::Context) -> Self::Result {
+        let now = self.now();
+        let clusters = self
+            .world
+            .cluster_ids()
+            .map(|id| WarehouseCluster {
+                id,
+                size: self.world.cluster_size(id),
+                state: self.world.cluster_state(id),
+                executing: self.world.executing_count(id),
+                billed_usd: self.world.billed_cost_usd(id, now),
+            })
+            .collect();
+        MessageResult(WarehouseState {
+            virtual_now_s: now.as_secs_f64(),
+            compression: self.compression,
+            clusters,
+            in_flight: self.pending.len(),
+            finished: self.finished,
+        })
+    }
+}
+
+/// Real time a virtual span takes at `compression`.
+pub fn real_duration(virtual_span: Duration, compression: f64) -> std::time::Duration {
+    std::time::Duration::from_secs_f64(virtual_span.as_secs_f64() / compression)
+}
