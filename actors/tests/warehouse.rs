@@ -9,9 +9,7 @@ use slogate_core::world::{ExecutionOutcome, WorldConfig};
 use tokio::sync::oneshot;
 
 fn quiet() -> WorldConfig {
-    let mut config = WorldConfig::default();
-    config.noise_sigma = 0.0;
-    config
+    WorldConfig { noise_sigma: 0.0, ..WorldConfig::default() }
 }
 
 fn query(id: u64, template: u32) -> Query {
