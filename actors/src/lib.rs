@@ -8,14 +8,17 @@
 //!
 //! # Layout
 //!
+//! - [`clock`]: the node's virtual clock (tokio time, compressible).
 //! - [`reservoir`]: the workload reservoir (count and arrivals tables of
 //!   AutoSLO §7.1) and the execution log, persisted in sled behind
 //!   [`reservoir::ReservoirStore`].
+//! - [`router`]: the RouterShard: admission, idempotency, routing with
+//!   core's policies, dispatch, and replies.
 //! - [`warehouse`]: the emulated warehouse as a live backend, in real
 //!   (optionally compressed) time.
 //!
-//! The RouterShard, ClusterTracker, Provider and Autoscaler actors join as
-//! the gateway node is built.
+//! The ClusterTracker, Provider and Autoscaler actors join as the gateway
+//! node is built.
 //!
 //! # Example
 //!
@@ -37,7 +40,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod clock;
 pub mod reservoir;
+pub mod router;
 pub mod warehouse;
 
 /// Errors of the actors: what a caller may be told in a reply.
@@ -49,6 +54,20 @@ pub enum Error {
     /// Stored bytes do not decode: the data directory is damaged.
     #[error("corrupt store: bad {0}")]
     CorruptStore(&'static str),
+    /// No pool of that name on this shard.
+    #[error("unknown pool `{0}`")]
+    UnknownPool(String),
+    /// The pool's in-flight limit is reached.
+    #[error("admission limit reached: {in_flight} queries in flight (limit {limit}); retry later")]
+    AdmissionLimit {
+        /// In flight now.
+        in_flight: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The node is draining for shutdown.
+    #[error("the node is shutting down")]
+    ShuttingDown,
 }
 
 /// `Result` with this crate's [`Error`].

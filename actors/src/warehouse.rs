@@ -17,9 +17,11 @@ use std::collections::HashMap;
 use actix::prelude::*;
 use serde::Serialize;
 use slogate_core::model::{ClusterId, ClusterState, Query, QueryId, Rpu};
-use slogate_core::time::{Duration, Instant};
+use slogate_core::time::Instant;
 use slogate_core::world::{ExecutionReport, World, WorldConfig, WorldEvent};
 use tokio::sync::oneshot;
+
+use crate::clock::VirtualClock;
 
 /// Requests a cluster; it is ready at once when `warm`, else after δ.
 #[derive(Message)]
@@ -101,8 +103,7 @@ pub struct WarehouseState {
 /// The actor. See the module docs.
 pub struct EmulatedWarehouse {
     world: World,
-    start: tokio::time::Instant,
-    compression: f64,
+    clock: VirtualClock,
     pending: HashMap<QueryId, oneshot::Sender<ExecutionReport>>,
     timer_generation: u64,
     finished: u64,
@@ -110,19 +111,11 @@ pub struct EmulatedWarehouse {
 }
 
 impl EmulatedWarehouse {
-    /// A warehouse with `config`, running `compression` virtual seconds per
-    /// real second.
-    ///
-    /// # Panics
-    ///
-    /// If `compression` is not a positive finite number (config validation
-    /// rules that out).
-    pub fn new(config: WorldConfig, compression: f64, mailbox_capacity: usize) -> Self {
-        assert!(compression.is_finite() && compression > 0.0, "compression must be positive");
+    /// A warehouse with `config` on `clock`.
+    pub fn new(config: WorldConfig, clock: VirtualClock, mailbox_capacity: usize) -> Self {
         EmulatedWarehouse {
             world: World::new(config),
-            start: tokio::time::Instant::now(),
-            compression,
+            clock,
             pending: HashMap::new(),
             timer_generation: 0,
             finished: 0,
@@ -132,7 +125,7 @@ impl EmulatedWarehouse {
 
     /// Virtual time now.
     fn now(&self) -> Instant {
-        Instant::from_secs_f64(self.start.elapsed().as_secs_f64() * self.compression)
+        self.clock.now()
     }
 
     /// Hands out finished executions and re-arms the timer.
@@ -150,7 +143,7 @@ impl EmulatedWarehouse {
         self.timer_generation += 1;
         let Some(at) = self.world.poll_timeout() else { return };
         let generation = self.timer_generation;
-        let real_delay = real_duration(at - self.now(), self.compression);
+        let real_delay = self.clock.real_duration(at - self.now());
         ctx.run_later(real_delay, move |actor, ctx| {
             if actor.timer_generation == generation {
                 let now = actor.now().max(at);
@@ -238,15 +231,10 @@ impl Handler<GetState> for EmulatedWarehouse {
             .collect();
         MessageResult(WarehouseState {
             virtual_now_s: now.as_secs_f64(),
-            compression: self.compression,
+            compression: self.clock.compression(),
             clusters,
             in_flight: self.pending.len(),
             finished: self.finished,
         })
     }
-}
-
-/// Real time a virtual span takes at `compression`.
-pub fn real_duration(virtual_span: Duration, compression: f64) -> std::time::Duration {
-    std::time::Duration::from_secs_f64(virtual_span.as_secs_f64() / compression)
 }

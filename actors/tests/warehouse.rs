@@ -2,6 +2,7 @@
 //! out exactly as the world model computes them, in no real time.
 
 use actix::Actor;
+use slogate_actors::clock::VirtualClock;
 use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse, Execute, ExecuteError, GetState, TearDown};
 use slogate_core::model::{ClusterState, PoolId, Query, QueryId, Rpu, Slo, TemplateId};
 use slogate_core::time::{Duration, Instant};
@@ -26,7 +27,7 @@ fn query(id: u64, template: u32) -> Query {
 async fn a_lone_query_reports_its_isolated_latency_in_virtual_time() {
     tokio::time::pause();
     let expected = quiet().isolated_latency(TemplateId(4), Rpu(16));
-    let warehouse = EmulatedWarehouse::new(quiet(), 1_000.0, 64).start();
+    let warehouse = EmulatedWarehouse::new(quiet(), VirtualClock::start(1_000.0), 64).start();
     let cluster = warehouse.send(AddCluster { size: Rpu(16), warm: true }).await.unwrap();
     let (reply, report) = oneshot::channel();
     warehouse.send(Execute { query: query(1, 4), cluster, reply }).await.unwrap().unwrap();
@@ -45,7 +46,7 @@ async fn a_lone_query_reports_its_isolated_latency_in_virtual_time() {
 async fn concurrent_queries_all_finish_and_share_the_cluster() {
     tokio::time::pause();
     let alone = quiet().isolated_latency(TemplateId(4), Rpu(16));
-    let warehouse = EmulatedWarehouse::new(quiet(), 100.0, 256).start();
+    let warehouse = EmulatedWarehouse::new(quiet(), VirtualClock::start(100.0), 256).start();
     let cluster = warehouse.send(AddCluster { size: Rpu(16), warm: true }).await.unwrap();
     let mut reports = Vec::new();
     for id in 0..20 {
@@ -64,7 +65,7 @@ async fn concurrent_queries_all_finish_and_share_the_cluster() {
 #[actix_rt::test]
 async fn bad_dispatches_are_refused_with_a_reason() {
     tokio::time::pause();
-    let warehouse = EmulatedWarehouse::new(quiet(), 1_000.0, 64).start();
+    let warehouse = EmulatedWarehouse::new(quiet(), VirtualClock::start(1_000.0), 64).start();
     let cluster = warehouse.send(AddCluster { size: Rpu(8), warm: true }).await.unwrap();
     let (reply, _report) = oneshot::channel();
     warehouse.send(Execute { query: query(1, 4), cluster, reply }).await.unwrap().unwrap();
@@ -84,7 +85,7 @@ async fn bad_dispatches_are_refused_with_a_reason() {
 async fn a_requested_cluster_becomes_ready_after_the_spinup_delay() {
     tokio::time::pause();
     let delay = quiet().spinup_delay;
-    let warehouse = EmulatedWarehouse::new(quiet(), 1_000.0, 64).start();
+    let warehouse = EmulatedWarehouse::new(quiet(), VirtualClock::start(1_000.0), 64).start();
     let cluster = warehouse.send(AddCluster { size: Rpu(32), warm: false }).await.unwrap();
     assert_eq!(warehouse.send(GetState).await.unwrap().clusters[0].state, ClusterState::Starting);
     let (reply, report) = oneshot::channel();

@@ -1,0 +1,537 @@
+//! The RouterShard actor: owns a set of pools and routes each submitted
+//! query with the pool's [`RoutingPolicy`] from `slogate-core`.
+//!
+//! For each submission it:
+//!
+//! 1. checks the pool exists, the node is not draining, and the pool's
+//!    in-flight count is under its admission limit;
+//! 2. answers a retried client query id from its idempotency table (the
+//!    same reply, and the query never runs twice);
+//! 3. asks the policy for a decision, records it (recent decisions are kept
+//!    for the admin API), and sends the query to the backend;
+//! 4. when the backend reports, updates the pool view, feeds the policy,
+//!    logs the execution to the Reservoir, and replies.
+//!
+//! Every accepted query gets exactly one outcome: completed, timed out, or
+//! failed with a reason (a refused dispatch or a lost backend reply).
+
+use std::collections::{HashMap, VecDeque};
+
+use actix::prelude::*;
+use serde::Serialize;
+use slogate_core::model::{ClusterId, ClusterState, ClusterView, Pool, PoolId, Query, QueryId, Rpu, RunningQuery, Slo, Target, TemplateId};
+use slogate_core::reservoir::ExecutionRecord;
+use slogate_core::route::{Routing, RoutingPolicy};
+use slogate_core::time::{Duration, Instant};
+use slogate_core::world::{ExecutionOutcome, ExecutionReport};
+use tokio::sync::oneshot;
+
+use crate::clock::VirtualClock;
+use crate::reservoir::{ArrivalUpdate, ExecutionUpdate, ReservoirActor};
+use crate::warehouse::{EmulatedWarehouse, Execute};
+use crate::{Error, Result};
+
+/// How a submitted query ended.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubmitStatus {
+    /// It ran to completion.
+    Completed,
+    /// The backend cancelled it at its timeout.
+    TimedOut,
+    /// It could not run; the explanation says why.
+    Failed,
+}
+
+/// The reply to a submission.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SubmitOutcome {
+    /// The client's query id (or the node's, if the client gave none).
+    pub client_query_id: String,
+    /// The node's id for the query.
+    pub query: QueryId,
+    /// How it ended.
+    pub status: SubmitStatus,
+    /// Where it ran, if anywhere.
+    pub target: Option<Target>,
+    /// Client-side latency in the backend's time.
+    pub latency: Duration,
+    /// Whether it met its SLO.
+    pub slo_met: bool,
+    /// The routing decision's explanation, or why it failed.
+    pub explanation: String,
+}
+
+/// A submission, already validated by the gRPC layer.
+#[derive(Message)]
+#[rtype(result = "Result<oneshot::Receiver<SubmitOutcome>>")]
+pub struct Submit {
+    /// The pool.
+    pub pool: PoolId,
+    /// The client's idempotency key; empty for none.
+    pub client_query_id: String,
+    /// Template or fingerprint.
+    pub template: TemplateId,
+    /// Its SLO.
+    pub slo: Slo,
+}
+
+/// Stop accepting submissions (graceful shutdown); in-flight queries
+/// finish.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Drain;
+
+/// Reads the recent routing decisions, newest first.
+#[derive(Message)]
+#[rtype(result = "Vec<DecisionRecord>")]
+pub struct GetDecisions {
+    /// At most this many.
+    pub limit: usize,
+}
+
+/// Reads the observable state.
+#[derive(Message)]
+#[rtype(result = "RouterState")]
+pub struct GetState;
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct CompletionUpdate {
+    pool: PoolId,
+    query: QueryId,
+    report: Option<ExecutionReport>,
+}
+
+/// One routing decision.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DecisionRecord {
+    /// The pool.
+    pub pool: PoolId,
+    /// The node's query id.
+    pub query: QueryId,
+    /// The client's query id.
+    pub client_query_id: String,
+    /// The template.
+    pub template: TemplateId,
+    /// When, in the node's virtual time (seconds since start).
+    pub at_s: f64,
+    /// Where the query went, if anywhere.
+    pub target: Option<Target>,
+    /// Why.
+    pub explanation: String,
+}
+
+/// A pool's static setup.
+pub struct PoolSetup {
+    /// Its name.
+    pub id: PoolId,
+    /// Its routing policy.
+    pub policy: Box<dyn RoutingPolicy>,
+    /// The backend that runs its queries.
+    pub warehouse: Addr<EmulatedWarehouse>,
+    /// Its clusters (already requested from the backend).
+    pub clusters: Vec<(ClusterId, Rpu, ClusterState)>,
+    /// The most queries in flight before submissions are refused.
+    pub in_flight_max: usize,
+}
+
+struct InFlight {
+    client_query_id: String,
+    template: TemplateId,
+    slo: Slo,
+    arrival: Instant,
+    target: Target,
+    neighbours_at_dispatch: u32,
+    explanation: String,
+    client_supplied: bool,
+    waiters: Vec<oneshot::Sender<SubmitOutcome>>,
+}
+
+struct PoolRuntime {
+    policy: Box<dyn RoutingPolicy>,
+    warehouse: Addr<EmulatedWarehouse>,
+    view: Pool,
+    in_flight: HashMap<QueryId, InFlight>,
+    in_flight_max: usize,
+    by_client_id: HashMap<String, QueryId>,
+    done: HashMap<String, SubmitOutcome>,
+    done_order: VecDeque<String>,
+    stats: PoolStats,
+}
+
+/// Counters of one pool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PoolStats {
+    /// Submissions accepted.
+    pub accepted: u64,
+    /// Retries answered from the idempotency table.
+    pub deduplicated: u64,
+    /// Refused at the admission limit.
+    pub refused: u64,
+    /// Completed.
+    pub completed: u64,
+    /// Timed out.
+    pub timed_out: u64,
+    /// Failed.
+    pub failed: u64,
+    /// SLO violations (timeouts and failures included).
+    pub violations: u64,
+}
+
+/// One pool's observable state.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PoolState {
+    /// Its name.
+    pub id: PoolId,
+    /// The routing policy.
+    pub policy: String,
+    /// Its clusters with their running queries.
+    pub clusters: Vec<ClusterView>,
+    /// Queries in flight.
+    pub in_flight: usize,
+    /// The admission limit.
+    pub in_flight_max: usize,
+    /// Counters.
+    pub stats: PoolStats,
+}
+
+/// The RouterShard's observable state.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RouterState {
+    /// Whether it refuses new submissions.
+    pub draining: bool,
+    /// Its pools.
+    pub pools: Vec<PoolState>,
+    /// Reservoir updates dropped because its mailbox was full.
+    pub reservoir_updates_dropped: u64,
+}
+
+/// The actor. See the module docs.
+pub struct RouterShard {
+    clock: VirtualClock,
+    pools: HashMap<PoolId, PoolRuntime>,
+    reservoir: Option<Addr<ReservoirActor>>,
+    decisions: VecDeque<DecisionRecord>,
+    decisions_max: usize,
+    idempotency_max: usize,
+    next_query: u64,
+    draining: bool,
+    reservoir_updates_dropped: u64,
+    mailbox_capacity: usize,
+}
+
+/// Sizes of the RouterShard's bounded tables.
+#[derive(Clone, Copy, Debug)]
+pub struct RouterLimits {
+    /// Recent decisions kept for the admin API.
+    pub decisions_max: usize,
+    /// Finished client query ids remembered per pool for retries.
+    pub idempotency_max: usize,
+    /// The actor's mailbox capacity.
+    pub mailbox_capacity: usize,
+}
+
+impl RouterShard {
+    /// A shard owning `pools`.
+    pub fn new(clock: VirtualClock, pools: Vec<PoolSetup>, reservoir: Option<Addr<ReservoirActor>>, limits: RouterLimits) -> Self {
+        let pools = pools
+            .into_iter()
+            .map(|setup| {
+                let now = clock.now();
+                let clusters = setup
+                    .clusters
+                    .iter()
+                    .map(|&(id, size, state)| ClusterView { id, size, state, requested_at: now, ready_at: now, running: Vec::new() })
+                    .collect();
+                let runtime = PoolRuntime {
+                    policy: setup.policy,
+                    warehouse: setup.warehouse,
+                    view: Pool { id: setup.id.clone(), clusters },
+                    in_flight: HashMap::new(),
+                    in_flight_max: setup.in_flight_max,
+                    by_client_id: HashMap::new(),
+                    done: HashMap::new(),
+                    done_order: VecDeque::new(),
+                    stats: PoolStats::default(),
+                };
+                (setup.id, runtime)
+            })
+            .collect();
+        RouterShard {
+            clock,
+            pools,
+            reservoir,
+            decisions: VecDeque::new(),
+            decisions_max: limits.decisions_max,
+            idempotency_max: limits.idempotency_max,
+            next_query: 0,
+            draining: false,
+            reservoir_updates_dropped: 0,
+            mailbox_capacity: limits.mailbox_capacity,
+        }
+    }
+
+    fn record_decision(&mut self, record: DecisionRecord) {
+        if self.decisions.len() == self.decisions_max {
+            self.decisions.pop_back();
+        }
+        self.decisions.push_front(record);
+    }
+}
+
+impl Actor for RouterShard {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(self.mailbox_capacity);
+    }
+}
+
+fn resolved(outcome: SubmitOutcome) -> oneshot::Receiver<SubmitOutcome> {
+    let (sender, receiver) = oneshot::channel();
+    let _ = sender.send(outcome);
+    receiver
+}
+
+impl Handler<Submit> for RouterShard {
+    type Result = Result<oneshot::Receiver<SubmitOutcome>>;
+
+    fn handle(&mut self, message: Submit, ctx: &mut Self::Context) -> Self::Result {
+        if self.draining {
+            return Err(Error::ShuttingDown);
+        }
+        let now = self.clock.now();
+        let pool = self.pools.get_mut(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.clone()))?;
+
+        // Retries of a known client id: the same reply, never a second run.
+        if !message.client_query_id.is_empty() {
+            if let Some(outcome) = pool.done.get(&message.client_query_id) {
+                pool.stats.deduplicated += 1;
+                return Ok(resolved(outcome.clone()));
+            }
+            if let Some(query) = pool.by_client_id.get(&message.client_query_id) {
+                let (sender, receiver) = oneshot::channel();
+                pool.in_flight.get_mut(query).expect("client ids map to in-flight queries").waiters.push(sender);
+                pool.stats.deduplicated += 1;
+                return Ok(receiver);
+            }
+        }
+        if pool.in_flight.len() >= pool.in_flight_max {
+            pool.stats.refused += 1;
+            return Err(Error::AdmissionLimit { in_flight: pool.in_flight.len(), limit: pool.in_flight_max });
+        }
+
+        let id = QueryId(self.next_query);
+        self.next_query += 1;
+        // Without a client id the node's id stands in; it cannot be retried,
+        // so it is not indexed for deduplication.
+        let client_supplied = !message.client_query_id.is_empty();
+        let client_query_id = if message.client_query_id.is_empty() { id.to_string() } else { message.client_query_id };
+        let query = Query { id, pool: message.pool.clone(), template: message.template, slo: message.slo, arrival: now };
+        pool.stats.accepted += 1;
+        if let Some(reservoir) = &self.reservoir {
+            let unix_secs = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            if reservoir.try_send(ArrivalUpdate { unix_secs, template: query.template }).is_err() {
+                self.reservoir_updates_dropped += 1;
+            }
+        }
+
+        let (sender, receiver) = oneshot::channel();
+        let routing = pool.policy.route(now, &query, &pool.view);
+        let (target, explanation) = match routing {
+            Routing::Dispatch(decision) => (Some(decision.target), decision.explanation),
+            Routing::Reject { reason } => (None, reason),
+        };
+        let decision = DecisionRecord {
+            pool: message.pool.clone(),
+            query: id,
+            client_query_id: client_query_id.clone(),
+            template: query.template,
+            at_s: now.as_secs_f64(),
+            target,
+            explanation: explanation.clone(),
+        };
+        let cluster = match target {
+            Some(Target::Cluster(cluster)) if pool.view.clusters.iter().any(|c| c.id == cluster) => cluster,
+            other => {
+                let reason = match other {
+                    Some(Target::Elastic) => "no elastic tier is configured for this pool".to_owned(),
+                    Some(Target::Cluster(c)) => format!("the policy chose unknown cluster {c}"),
+                    None => explanation,
+                };
+                pool.stats.failed += 1;
+                pool.stats.violations += 1;
+                let outcome = SubmitOutcome {
+                    client_query_id,
+                    query: id,
+                    status: SubmitStatus::Failed,
+                    target: None,
+                    latency: Duration::ZERO,
+                    slo_met: false,
+                    explanation: reason,
+                };
+                self.record_decision(decision);
+                return Ok(resolved(outcome));
+            }
+        };
+        let view = pool.view.clusters.iter_mut().find(|c| c.id == cluster).expect("checked above");
+        let neighbours_at_dispatch = view.running.len() as u32;
+        view.running.push(RunningQuery { id, template: query.template, slo: query.slo, arrival: now, dispatched: now });
+        if client_supplied {
+            pool.by_client_id.insert(client_query_id.clone(), id);
+        }
+        pool.in_flight.insert(
+            id,
+            InFlight {
+                client_query_id,
+                template: query.template,
+                slo: query.slo,
+                arrival: now,
+                target: Target::Cluster(cluster),
+                neighbours_at_dispatch,
+                explanation,
+                client_supplied,
+                waiters: vec![sender],
+            },
+        );
+        let (reply, report) = oneshot::channel();
+        let warehouse = pool.warehouse.clone();
+        let pool_id = message.pool;
+        self.record_decision(decision);
+        let me = ctx.address();
+        ctx.spawn(
+            async move {
+                let report = match warehouse.send(Execute { query, cluster, reply }).await {
+                    Ok(Ok(())) => report.await.ok(),
+                    _ => None,
+                };
+                me.do_send(CompletionUpdate { pool: pool_id, query: id, report });
+            }
+            .into_actor(self),
+        );
+        Ok(receiver)
+    }
+}
+
+impl Handler<CompletionUpdate> for RouterShard {
+    type Result = ();
+
+    fn handle(&mut self, message: CompletionUpdate, _ctx: &mut Self::Context) {
+        let now = self.clock.now();
+        let idempotency_max = self.idempotency_max;
+        let Some(pool) = self.pools.get_mut(&message.pool) else { return };
+        let Some(flight) = pool.in_flight.remove(&message.query) else { return };
+        if let Target::Cluster(cluster) = flight.target
+            && let Some(view) = pool.view.clusters.iter_mut().find(|c| c.id == cluster)
+        {
+            view.running.retain(|r| r.id != message.query);
+        }
+        let outcome = match &message.report {
+            Some(report) => {
+                pool.policy.handle_completion(now, report);
+                let latency = report.latency();
+                let completed = report.outcome == ExecutionOutcome::Completed;
+                let slo_met = completed && flight.slo.is_met_by(latency);
+                if completed {
+                    pool.stats.completed += 1;
+                } else {
+                    pool.stats.timed_out += 1;
+                }
+                if !slo_met {
+                    pool.stats.violations += 1;
+                }
+                if let Some(reservoir) = &self.reservoir {
+                    let size = pool.view.clusters.iter().find(|c| c.id == report.cluster).map_or(Rpu(0), |c| c.size);
+                    let record = ExecutionRecord {
+                        query: message.query,
+                        template: flight.template,
+                        cluster: report.cluster,
+                        size,
+                        neighbours_at_dispatch: flight.neighbours_at_dispatch,
+                        latency,
+                        censored: !completed,
+                    };
+                    if reservoir.try_send(ExecutionUpdate(record)).is_err() {
+                        self.reservoir_updates_dropped += 1;
+                    }
+                }
+                SubmitOutcome {
+                    client_query_id: flight.client_query_id.clone(),
+                    query: message.query,
+                    status: if completed { SubmitStatus::Completed } else { SubmitStatus::TimedOut },
+                    target: Some(flight.target),
+                    latency,
+                    slo_met,
+                    explanation: flight.explanation,
+                }
+            }
+            None => {
+                pool.stats.failed += 1;
+                pool.stats.violations += 1;
+                SubmitOutcome {
+                    client_query_id: flight.client_query_id.clone(),
+                    query: message.query,
+                    status: SubmitStatus::Failed,
+                    target: Some(flight.target),
+                    latency: now - flight.arrival,
+                    slo_met: false,
+                    explanation: "the backend refused or lost the query".to_owned(),
+                }
+            }
+        };
+        if flight.client_supplied {
+            pool.by_client_id.remove(&flight.client_query_id);
+            pool.done.insert(flight.client_query_id.clone(), outcome.clone());
+            pool.done_order.push_back(flight.client_query_id);
+            while pool.done_order.len() > idempotency_max {
+                if let Some(old) = pool.done_order.pop_front() {
+                    pool.done.remove(&old);
+                }
+            }
+        }
+        for waiter in flight.waiters {
+            // A caller that went away no longer needs the reply.
+            let _ = waiter.send(outcome.clone());
+        }
+    }
+}
+
+impl Handler<Drain> for RouterShard {
+    type Result = ();
+
+    fn handle(&mut self, _message: Drain, _ctx: &mut Self::Context) {
+        self.draining = true;
+    }
+}
+
+impl Handler<GetDecisions> for RouterShard {
+    type Result = MessageResult<GetDecisions>;
+
+    fn handle(&mut self, message: GetDecisions, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(self.decisions.iter().take(message.limit).cloned().collect())
+    }
+}
+
+impl Handler<GetState> for RouterShard {
+    type Result = MessageResult<GetState>;
+
+    fn handle(&mut self, _message: GetState, _ctx: &mut Self::Context) -> Self::Result {
+        let mut pools: Vec<PoolState> = self
+            .pools
+            .values()
+            .map(|p| PoolState {
+                id: p.view.id.clone(),
+                policy: p.policy.name().to_owned(),
+                clusters: p.view.clusters.clone(),
+                in_flight: p.in_flight.len(),
+                in_flight_max: p.in_flight_max,
+                stats: p.stats.clone(),
+            })
+            .collect();
+        pools.sort_by(|a, b| a.id.cmp(&b.id));
+        MessageResult(RouterState { draining: self.draining, pools, reservoir_updates_dropped: self.reservoir_updates_dropped })
+    }
+}

@@ -1,0 +1,86 @@
+//! The RouterShard with the emulated warehouse on paused tokio time.
+
+use actix::{Actor, Addr};
+use slogate_actors::Error;
+use slogate_actors::clock::VirtualClock;
+use slogate_actors::router::{Drain, GetDecisions, GetState, PoolSetup, RouterLimits, RouterShard, Submit, SubmitStatus};
+use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse};
+use slogate_core::model::{ClusterState, PoolId, Rpu, Slo, TemplateId};
+use slogate_core::route::BaselinePolicy;
+use slogate_core::time::Duration;
+use slogate_core::world::WorldConfig;
+
+async fn node(in_flight_max: usize) -> Addr<RouterShard> {
+    let clock = VirtualClock::start(1_000.0);
+    let warehouse = EmulatedWarehouse::new(WorldConfig::default(), clock, 4_096).start();
+    let mut clusters = Vec::new();
+    for _ in 0..2 {
+        let id = warehouse.send(AddCluster { size: Rpu(16), warm: true }).await.unwrap();
+        clusters.push((id, Rpu(16), ClusterState::Ready));
+    }
+    let pool = PoolSetup {
+        id: PoolId::default(),
+        policy: BaselinePolicy::LeastLoaded.build(),
+        warehouse,
+        clusters,
+        in_flight_max,
+    };
+    let limits = RouterLimits { decisions_max: 100, idempotency_max: 1_000, mailbox_capacity: 4_096 };
+    RouterShard::new(clock, vec![pool], None, limits).start()
+}
+
+fn submit(id: &str, template: u32) -> Submit {
+    Submit { pool: PoolId::default(), client_query_id: id.into(), template: TemplateId(template), slo: Slo { latency: Duration::from_secs(120) } }
+}
+
+#[actix_rt::test]
+async fn every_accepted_query_gets_exactly_one_outcome() {
+    tokio::time::pause();
+    let router = node(1_000).await;
+    let mut replies = Vec::new();
+    for i in 0..100u32 {
+        replies.push(router.send(submit(&format!("q{i}"), 1 + i % 99)).await.unwrap().unwrap());
+    }
+    let mut outcomes = Vec::new();
+    for reply in replies {
+        outcomes.push(reply.await.unwrap());
+    }
+    assert!(outcomes.iter().all(|o| matches!(o.status, SubmitStatus::Completed | SubmitStatus::TimedOut)));
+    assert!(outcomes.iter().all(|o| o.target.is_some() && o.latency > Duration::ZERO));
+    let state = router.send(GetState).await.unwrap();
+    let pool = &state.pools[0];
+    assert_eq!(pool.stats.accepted, 100);
+    assert_eq!(pool.stats.completed + pool.stats.timed_out, 100);
+    assert_eq!(pool.in_flight, 0);
+    assert!(pool.clusters.iter().all(|c| c.running.is_empty()));
+    assert_eq!(router.send(GetDecisions { limit: 10 }).await.unwrap().len(), 10);
+}
+
+#[actix_rt::test]
+async fn a_retried_query_id_runs_once_and_gets_the_same_reply() {
+    tokio::time::pause();
+    let router = node(1_000).await;
+    let first = router.send(submit("same", 4)).await.unwrap().unwrap();
+    let retry_in_flight = router.send(submit("same", 4)).await.unwrap().unwrap();
+    let (first, retry_in_flight) = (first.await.unwrap(), retry_in_flight.await.unwrap());
+    let retry_after = router.send(submit("same", 4)).await.unwrap().unwrap().await.unwrap();
+    assert_eq!(first, retry_in_flight);
+    assert_eq!(first, retry_after);
+    let stats = router.send(GetState).await.unwrap().pools[0].stats.clone();
+    assert_eq!((stats.accepted, stats.deduplicated), (1, 2));
+}
+
+#[actix_rt::test]
+async fn unknown_pool_admission_limit_and_draining_are_refused() {
+    tokio::time::pause();
+    let router = node(2).await;
+    let unknown = Submit { pool: PoolId("nope".into()), ..submit("a", 4) };
+    assert!(matches!(router.send(unknown).await.unwrap(), Err(Error::UnknownPool(p)) if p == "nope"));
+    let _a = router.send(submit("a", 4)).await.unwrap().unwrap();
+    let _b = router.send(submit("b", 4)).await.unwrap().unwrap();
+    assert!(matches!(router.send(submit("c", 4)).await.unwrap(), Err(Error::AdmissionLimit { in_flight: 2, limit: 2 })));
+    router.send(Drain).await.unwrap();
+    assert!(matches!(router.send(submit("d", 4)).await.unwrap(), Err(Error::ShuttingDown)));
+    // In-flight queries still finish after the drain starts.
+    assert_eq!(_a.await.unwrap().status, SubmitStatus::Completed);
+}
