@@ -13,6 +13,7 @@
 //!   its table/JSON reports.
 //! - [`eval::calibrate`]: the calibration report and the fit behind the
 //!   world model's defaults.
+//! - [`config`]: the node's configuration (file, environment, flags).
 //! - [`cli`]: the command line (argument parsing, exit codes).
 //!
 //! # Example
@@ -29,6 +30,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod cli;
+pub mod config;
 pub mod eval;
 
 /// Errors of the `slogate` binary. [`Error::exit_code`] maps each to the
@@ -57,6 +59,9 @@ pub enum Error {
     /// A workload could not be generated or read.
     #[error(transparent)]
     Workload(#[from] slogate_loadgen::Error),
+    /// The node configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
     /// Writing an output file failed.
     #[error("cannot write {path}: {source}")]
     Output {
@@ -72,7 +77,11 @@ impl Error {
     /// workload), 1 for failures while running.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::UnknownScenario { .. } | Error::Scenario(_) | Error::UnknownPolicy { .. } | Error::Workload(_) => 2,
+            Error::UnknownScenario { .. }
+            | Error::Scenario(_)
+            | Error::UnknownPolicy { .. }
+            | Error::Workload(_)
+            | Error::Config(_) => 2,
             Error::Output { .. } => 1,
         }
     }

@@ -1,0 +1,352 @@
+//! Node configuration: a TOML file, then environment overrides, then
+//! command-line flags, validated once into a typed [`NodeConfig`].
+//!
+//! The file is versioned (`version = 1`) and unknown keys are errors, so a
+//! typo never silently falls back to a default. Every error names the key.
+//! Environment overrides are read through [`Strings`], never by mutating
+//! the process environment, so tests stay isolated:
+//!
+//! | variable | key |
+//! | --- | --- |
+//! | `SLOGATE_GRPC_ADDR` | `node.grpc_addr` |
+//! | `SLOGATE_ADMIN_ADDR` | `node.admin_addr` |
+//! | `SLOGATE_DATA_DIR` | `node.data_dir` |
+//! | `SLOGATE_TIME_COMPRESSION` | `node.time_compression` |
+//! | `SLOGATE_ADMIN_TOKEN` | `node.admin_token` |
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use slogate_core::route::BaselinePolicy;
+
+use crate::{Error, Result};
+
+/// A source of string settings (the process environment, or a map in
+/// tests).
+pub trait Strings {
+    /// The value of `key`, if set.
+    fn get(&self, key: &str) -> Option<String>;
+}
+
+/// The process environment.
+pub struct Environment;
+
+impl Strings for Environment {
+    fn get(&self, key: &str) -> Option<String> {
+        std::env::var(key).ok()
+    }
+}
+
+impl Strings for std::collections::HashMap<String, String> {
+    fn get(&self, key: &str) -> Option<String> {
+        std::collections::HashMap::get(self, key).cloned()
+    }
+}
+
+/// The file format, by version.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "version", deny_unknown_fields)]
+pub enum ConfigFile {
+    /// Version 1.
+    #[serde(rename = "1")]
+    V1(ConfigV1),
+}
+
+/// Version 1 of the file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConfigV1 {
+    /// Listening addresses, data and time.
+    pub node: NodeSection,
+    /// Bounds on what the node accepts and keeps.
+    pub limits: LimitsSection,
+    /// The workload reservoir.
+    pub reservoir: ReservoirSection,
+    /// The pools this node serves.
+    pub pool: Vec<PoolSection>,
+}
+
+/// `[node]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeSection {
+    /// gRPC listen address (`127.0.0.1:0` picks a free port).
+    pub grpc_addr: String,
+    /// Admin HTTP listen address.
+    pub admin_addr: String,
+    /// Where sled keeps the reservoir.
+    pub data_dir: PathBuf,
+    /// Virtual seconds of the emulated warehouse per real second.
+    pub time_compression: f64,
+    /// Bearer token required by state-changing admin calls; empty refuses
+    /// them all.
+    pub admin_token: String,
+    /// Whether admin reads need the token too.
+    pub reads_require_token: bool,
+    /// Seed of the emulated warehouse's noise.
+    pub seed: u64,
+}
+
+/// `[limits]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSection {
+    /// Queries in flight per pool before submissions get RESOURCE_EXHAUSTED.
+    pub in_flight_per_pool_max: usize,
+    /// Largest accepted payload, bytes.
+    pub payload_bytes_max: usize,
+    /// Largest accepted SLO, milliseconds.
+    pub slo_ms_max: u64,
+    /// Actor mailbox capacity.
+    pub mailbox_capacity: usize,
+    /// Routing decisions kept for `GET /v1/decisions`.
+    pub decisions_kept: usize,
+    /// Finished client query ids remembered per pool for retries.
+    pub idempotency_kept: usize,
+    /// How long shutdown waits for in-flight queries, seconds.
+    pub shutdown_grace_s: u64,
+}
+
+/// `[reservoir]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReservoirSection {
+    /// Arrival offsets kept per hour (a uniform sample beyond it).
+    pub arrival_samples_per_hour_max: u32,
+    /// Updates between flushes to disk.
+    pub flush_every: u64,
+}
+
+/// `[[pool]]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSection {
+    /// The pool's name.
+    pub name: String,
+    /// Routing policy.
+    #[serde(default = "default_policy")]
+    pub policy: String,
+    /// Initial clusters on the emulated warehouse, sizes in RPU.
+    pub clusters: Vec<u32>,
+}
+
+fn default_policy() -> String {
+    BaselinePolicy::LeastLoaded.name().to_owned()
+}
+
+impl Default for NodeSection {
+    fn default() -> Self {
+        NodeSection {
+            grpc_addr: "127.0.0.1:50051".into(),
+            admin_addr: "127.0.0.1:8080".into(),
+            data_dir: PathBuf::from("./data"),
+            time_compression: 6.0,
+            admin_token: String::new(),
+            reads_require_token: false,
+            seed: 1,
+        }
+    }
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection {
+            in_flight_per_pool_max: 10_000,
+            payload_bytes_max: 1 << 20,
+            slo_ms_max: 24 * 3_600 * 1_000,
+            mailbox_capacity: 65_536,
+            decisions_kept: 1_000,
+            idempotency_kept: 100_000,
+            shutdown_grace_s: 30,
+        }
+    }
+}
+
+impl Default for ReservoirSection {
+    fn default() -> Self {
+        ReservoirSection { arrival_samples_per_hour_max: 4_096, flush_every: 256 }
+    }
+}
+
+impl Default for ConfigV1 {
+    fn default() -> Self {
+        ConfigV1 {
+            node: NodeSection::default(),
+            limits: LimitsSection::default(),
+            reservoir: ReservoirSection::default(),
+            pool: vec![PoolSection { name: "default".into(), policy: default_policy(), clusters: vec![16, 16] }],
+        }
+    }
+}
+
+/// Flags that override the file and environment.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    /// `--grpc-addr`.
+    pub grpc_addr: Option<String>,
+    /// `--admin-addr`.
+    pub admin_addr: Option<String>,
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+}
+
+/// The validated configuration a node runs with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeConfig {
+    /// gRPC listen address.
+    pub grpc_addr: SocketAddr,
+    /// Admin listen address.
+    pub admin_addr: SocketAddr,
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Everything else, as validated.
+    pub file: ConfigV1,
+}
+
+fn invalid(key: &str, reason: impl std::fmt::Display) -> Error {
+    Error::Config(format!("`{key}`: {reason}"))
+}
+
+impl NodeConfig {
+    /// Parses `toml_text` (empty for the embedded defaults), applies `env`
+    /// and `overrides`, and validates.
+    pub fn load(toml_text: &str, env: &dyn Strings, overrides: &Overrides) -> Result<NodeConfig> {
+        let mut file = if toml_text.trim().is_empty() {
+            ConfigV1::default()
+        } else {
+            let value: toml::Table = toml::from_str(toml_text).map_err(|e| Error::Config(e.message().to_owned()))?;
+            match value.get("version").and_then(|v| v.as_str()) {
+                Some("1") => {}
+                Some(other) => return Err(invalid("version", format!("unsupported version \"{other}\" (this build reads \"1\")"))),
+                None => return Err(invalid("version", "missing; write version = \"1\" at the top")),
+            }
+            match toml::from_str::<ConfigFile>(toml_text).map_err(|e| Error::Config(e.message().to_owned()))? {
+                ConfigFile::V1(v1) => v1,
+            }
+        };
+        let node = &mut file.node;
+        if let Some(v) = env.get("SLOGATE_GRPC_ADDR") {
+            node.grpc_addr = v;
+        }
+        if let Some(v) = env.get("SLOGATE_ADMIN_ADDR") {
+            node.admin_addr = v;
+        }
+        if let Some(v) = env.get("SLOGATE_DATA_DIR") {
+            node.data_dir = PathBuf::from(v);
+        }
+        if let Some(v) = env.get("SLOGATE_TIME_COMPRESSION") {
+            node.time_compression = v.parse().map_err(|_| invalid("SLOGATE_TIME_COMPRESSION", format!("`{v}` is not a number")))?;
+        }
+        if let Some(v) = env.get("SLOGATE_ADMIN_TOKEN") {
+            node.admin_token = v;
+        }
+        if let Some(v) = &overrides.grpc_addr {
+            node.grpc_addr = v.clone();
+        }
+        if let Some(v) = &overrides.admin_addr {
+            node.admin_addr = v.clone();
+        }
+        if let Some(v) = &overrides.data_dir {
+            node.data_dir = v.clone();
+        }
+        Self::validate(file)
+    }
+
+    fn validate(file: ConfigV1) -> Result<NodeConfig> {
+        let grpc_addr = file.node.grpc_addr.parse().map_err(|_| invalid("node.grpc_addr", format!("`{}` is not an ip:port", file.node.grpc_addr)))?;
+        let admin_addr =
+            file.node.admin_addr.parse().map_err(|_| invalid("node.admin_addr", format!("`{}` is not an ip:port", file.node.admin_addr)))?;
+        let compression = file.node.time_compression;
+        if !(compression.is_finite() && compression > 0.0 && compression <= 1e6) {
+            return Err(invalid("node.time_compression", format!("must be in (0, 1e6], got {compression}")));
+        }
+        let limits = &file.limits;
+        for (key, value) in [
+            ("limits.in_flight_per_pool_max", limits.in_flight_per_pool_max),
+            ("limits.mailbox_capacity", limits.mailbox_capacity),
+            ("limits.decisions_kept", limits.decisions_kept),
+            ("limits.idempotency_kept", limits.idempotency_kept),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
+        }
+        if limits.slo_ms_max == 0 {
+            return Err(invalid("limits.slo_ms_max", "must be at least 1"));
+        }
+        if file.reservoir.arrival_samples_per_hour_max == 0 || file.reservoir.flush_every == 0 {
+            return Err(invalid("reservoir", "arrival_samples_per_hour_max and flush_every must be at least 1"));
+        }
+        if file.pool.is_empty() {
+            return Err(invalid("pool", "at least one [[pool]] is required"));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, pool) in file.pool.iter().enumerate() {
+            if pool.name.is_empty() || !names.insert(pool.name.as_str()) {
+                return Err(invalid(&format!("pool[{i}].name"), format!("`{}` is empty or repeated", pool.name)));
+            }
+            if BaselinePolicy::from_name(&pool.policy).is_none() {
+                let known: Vec<&str> = BaselinePolicy::ALL.iter().map(|p| p.name()).collect();
+                return Err(invalid(&format!("pool[{i}].policy"), format!("unknown policy `{}` (known: {})", pool.policy, known.join(", "))));
+            }
+            if pool.clusters.is_empty() || pool.clusters.iter().any(|&s| s == 0 || s > 1_024) {
+                return Err(invalid(&format!("pool[{i}].clusters"), "needs one or more sizes in 1–1024 RPU"));
+            }
+        }
+        Ok(NodeConfig { grpc_addr, admin_addr, data_dir: file.node.data_dir.clone(), file })
+    }
+
+    /// The embedded defaults as a documented TOML file.
+    pub fn example_toml() -> String {
+        let body = toml::to_string_pretty(&ConfigFile::V1(ConfigV1::default())).expect("defaults serialise");
+        format!("# slogate node configuration; every key shown with its default.\n{body}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn empty_file_gives_the_embedded_default_node() {
+        let config = NodeConfig::load("", &env(&[]), &Overrides::default()).unwrap();
+        assert_eq!(config.file.pool[0].name, "default");
+        assert_eq!(config.file.pool[0].clusters, vec![16, 16]);
+        assert_eq!(config.data_dir, PathBuf::from("./data"));
+    }
+
+    #[test]
+    fn flags_override_environment_which_overrides_the_file() {
+        let file = "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:1\"\nadmin_addr = \"127.0.0.1:2\"\n";
+        let config = NodeConfig::load(file, &env(&[("SLOGATE_GRPC_ADDR", "127.0.0.1:3")]), &Overrides::default()).unwrap();
+        assert_eq!(config.grpc_addr.port(), 3);
+        assert_eq!(config.admin_addr.port(), 2);
+        let flags = Overrides { grpc_addr: Some("127.0.0.1:0".into()), ..Overrides::default() };
+        let config = NodeConfig::load(file, &env(&[("SLOGATE_GRPC_ADDR", "127.0.0.1:3")]), &flags).unwrap();
+        assert_eq!(config.grpc_addr.port(), 0);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let err = |text: &str, e: &[(&str, &str)]| NodeConfig::load(text, &env(e), &Overrides::default()).unwrap_err().to_string();
+        assert!(err("version = \"1\"\n[node]\ngrpc_adr = \"x\"\n", &[]).contains("grpc_adr"));
+        assert!(err("version = \"1\"\n[node]\ngrpc_addr = \"nowhere\"\n", &[]).contains("node.grpc_addr"));
+        assert!(err("version = \"1\"\n[[pool]]\nname = \"a\"\npolicy = \"magic\"\nclusters = [16]\n", &[]).contains("pool[0].policy"));
+        assert!(err("", &[("SLOGATE_TIME_COMPRESSION", "fast")]).contains("SLOGATE_TIME_COMPRESSION"));
+        assert!(err("version = \"2\"\n", &[]).contains("version"));
+    }
+
+    #[test]
+    fn example_file_round_trips_to_the_defaults() {
+        let example = NodeConfig::example_toml();
+        let config = NodeConfig::load(&example, &env(&[]), &Overrides::default()).unwrap();
+        assert_eq!(config.file, ConfigV1::default());
+    }
+}
