@@ -95,6 +95,16 @@ pub struct GetDecisions {
 #[rtype(result = "RouterState")]
 pub struct GetState;
 
+/// Reads a pool's most recent outcomes, newest first.
+#[derive(Message)]
+#[rtype(result = "Vec<SubmitOutcome>")]
+pub struct GetRecentOutcomes {
+    /// The pool.
+    pub pool: PoolId,
+    /// At most this many.
+    pub limit: usize,
+}
+
 #[derive(Message)]
 #[rtype(result = "()")]
 struct CompletionUpdate {
@@ -157,6 +167,7 @@ struct PoolRuntime {
     by_client_id: HashMap<String, QueryId>,
     done: HashMap<String, SubmitOutcome>,
     done_order: VecDeque<String>,
+    recent: VecDeque<SubmitOutcome>,
     stats: PoolStats,
 }
 
@@ -224,7 +235,8 @@ pub struct RouterShard {
 /// Sizes of the RouterShard's bounded tables.
 #[derive(Clone, Copy, Debug)]
 pub struct RouterLimits {
-    /// Recent decisions kept for the admin API.
+    /// Recent decisions (and recent outcomes per pool) kept for the admin
+    /// API.
     pub decisions_max: usize,
     /// Finished client query ids remembered per pool for retries.
     pub idempotency_max: usize,
@@ -253,6 +265,7 @@ impl RouterShard {
                     by_client_id: HashMap::new(),
                     done: HashMap::new(),
                     done_order: VecDeque::new(),
+                    recent: VecDeque::new(),
                     stats: PoolStats::default(),
                 };
                 (setup.id, runtime)
@@ -422,6 +435,7 @@ impl Handler<CompletionUpdate> for RouterShard {
     fn handle(&mut self, message: CompletionUpdate, _ctx: &mut Self::Context) {
         let now = self.clock.now();
         let idempotency_max = self.idempotency_max;
+        let recent_max = self.decisions_max;
         let Some(pool) = self.pools.get_mut(&message.pool) else { return };
         let Some(flight) = pool.in_flight.remove(&message.query) else { return };
         if let Target::Cluster(cluster) = flight.target
@@ -492,6 +506,10 @@ impl Handler<CompletionUpdate> for RouterShard {
                 }
             }
         }
+        if pool.recent.len() == recent_max {
+            pool.recent.pop_back();
+        }
+        pool.recent.push_front(outcome.clone());
         for waiter in flight.waiters {
             // A caller that went away no longer needs the reply.
             let _ = waiter.send(outcome.clone());
@@ -512,6 +530,15 @@ impl Handler<GetDecisions> for RouterShard {
 
     fn handle(&mut self, message: GetDecisions, _ctx: &mut Self::Context) -> Self::Result {
         MessageResult(self.decisions.iter().take(message.limit).cloned().collect())
+    }
+}
+
+impl Handler<GetRecentOutcomes> for RouterShard {
+    type Result = MessageResult<GetRecentOutcomes>;
+
+    fn handle(&mut self, message: GetRecentOutcomes, _ctx: &mut Self::Context) -> Self::Result {
+        let recent = self.pools.get(&message.pool).map(|p| p.recent.iter().take(message.limit).cloned().collect());
+        MessageResult(recent.unwrap_or_default())
     }
 }
 

@@ -86,6 +86,9 @@ pub enum GatewayError {
     /// The node is draining for shutdown.
     #[error("the node is shutting down")]
     ShuttingDown,
+    /// A component is not answering.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     /// Missing or wrong bearer token.
     #[error("a valid bearer token is required")]
     Unauthenticated,
@@ -104,7 +107,7 @@ impl GatewayError {
             }
             UnknownPool(_) | UnknownCluster(_) => ErrorKind::NotFound,
             AdmissionLimit { .. } => ErrorKind::ResourceExhausted,
-            ShuttingDown => ErrorKind::Unavailable,
+            ShuttingDown | Unavailable(_) => ErrorKind::Unavailable,
             Unauthenticated => ErrorKind::Unauthenticated,
             Internal(_) => ErrorKind::Internal,
         }

@@ -25,9 +25,32 @@ enum Command {
     /// Run routing policies side by side on the emulated warehouse, in
     /// virtual time.
     Eval(EvalArgs),
+    /// Run a gateway node: gRPC for clients, HTTP admin API for operators,
+    /// on the embedded emulated warehouse unless configured otherwise.
+    Serve(ServeArgs),
     /// Write a scenario's workload as a trace file (CSV:
     /// `arrival_s,template,slo_s,pool,query_id`), to edit or replay.
     Trace(TraceArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// A node configuration file (TOML, `version = "1"`); default: the
+    /// embedded one (pool `default`, two 16-RPU emulated clusters).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// gRPC listen address; `127.0.0.1:0` picks a free port.
+    #[arg(long)]
+    grpc_addr: Option<String>,
+    /// Admin HTTP listen address.
+    #[arg(long)]
+    admin_addr: Option<String>,
+    /// Data directory (the sled reservoir lives here).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Print the embedded default configuration and exit.
+    #[arg(long)]
+    print_default_config: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -82,6 +105,7 @@ pub fn main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> i32 
     let result = match cli.command {
         Command::Eval(args) => run_eval(&args),
         Command::Trace(args) => run_trace(&args),
+        Command::Serve(args) => run_serve(&args),
     };
     match result {
         Ok(()) => 0,
@@ -122,6 +146,43 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
         write_json(path, &report)?;
     }
     Ok(())
+}
+
+fn run_serve(args: &ServeArgs) -> Result<()> {
+    if args.print_default_config {
+        print(&crate::config::NodeConfig::example_toml());
+        return Ok(());
+    }
+    let text = match &args.config {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?,
+        None => String::new(),
+    };
+    let overrides = crate::config::Overrides {
+        grpc_addr: args.grpc_addr.clone(),
+        admin_addr: args.admin_addr.clone(),
+        data_dir: args.data_dir.clone(),
+    };
+    let config = crate::config::NodeConfig::load(&text, &crate::config::Environment, &overrides)?;
+    actix_rt::System::new().block_on(async move {
+        let node = crate::node::start(config).await?;
+        eprintln!("slogate serve: listening grpc_addr={} admin_addr={}", node.grpc_addr, node.admin_addr);
+        wait_for_signal().await;
+        eprintln!("slogate serve: shutting down; draining in-flight queries");
+        let left = node.shutdown().await;
+        eprintln!("slogate serve: stopped in_flight_left={left}");
+        Ok(())
+    })
+}
+
+/// Waits for SIGINT or SIGTERM.
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).expect("can listen for SIGTERM");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
 }
 
 fn load_scenario(name: &str) -> Result<Scenario> {

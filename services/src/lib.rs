@@ -14,6 +14,7 @@
 //! - [`eval::calibrate`]: the calibration report and the fit behind the
 //!   world model's defaults.
 //! - [`config`]: the node's configuration (file, environment, flags).
+//! - [`node`]: `slogate serve`, a gateway node: actors, gRPC, admin API.
 //! - [`cli`]: the command line (argument parsing, exit codes).
 //!
 //! # Example
@@ -32,6 +33,7 @@
 pub mod cli;
 pub mod config;
 pub mod eval;
+pub mod node;
 
 /// Errors of the `slogate` binary. [`Error::exit_code`] maps each to the
 /// process exit code in one place.
@@ -62,6 +64,9 @@ pub enum Error {
     /// The node configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The node could not start or run.
+    #[error("node: {0}")]
+    Node(String),
     /// Writing an output file failed.
     #[error("cannot write {path}: {source}")]
     Output {
@@ -82,7 +87,7 @@ impl Error {
             | Error::UnknownPolicy { .. }
             | Error::Workload(_)
             | Error::Config(_) => 2,
-            Error::Output { .. } => 1,
+            Error::Output { .. } | Error::Node(_) => 1,
         }
     }
 }

@@ -1,0 +1,270 @@
+//! The admin HTTP API (actix-web): every actor's observable state, recent
+//! decisions, health and Prometheus metrics. Errors are JSON bodies
+//! `{"error": "...", "code": "NOT_FOUND"}` with the HTTP status from
+//! `slogate_proto::error::status_codes`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use actix::Addr;
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::{Deserialize, Serialize};
+use slogate_actors::reservoir::{self, ReservoirActor};
+use slogate_actors::router::{self, RouterShard};
+use slogate_actors::warehouse::{self, EmulatedWarehouse};
+use slogate_core::model::{ClusterState, PoolId};
+use slogate_proto::GatewayError;
+
+/// What the admin handlers share.
+#[derive(Clone)]
+pub struct AdminState {
+    /// The RouterShard.
+    pub router: Addr<RouterShard>,
+    /// The Reservoir.
+    pub reservoir: Addr<ReservoirActor>,
+    /// Each pool's emulated warehouse.
+    pub warehouses: Vec<(PoolId, Addr<EmulatedWarehouse>)>,
+    /// Bearer token for protected calls; empty refuses them.
+    pub token: String,
+    /// Whether reads need the token.
+    pub reads_require_token: bool,
+    /// False once shutdown starts.
+    pub ready: Arc<AtomicBool>,
+}
+
+/// Routes of the admin API.
+pub fn routes(config: &mut web::ServiceConfig) {
+    config
+        .route("/healthz", web::get().to(healthz))
+        .route("/readyz", web::get().to(readyz))
+        .route("/metrics", web::get().to(metrics))
+        .route("/v1/pools", web::get().to(pools))
+        .route("/v1/pools/{pool}", web::get().to(pool))
+        .route("/v1/pools/{pool}/queries", web::get().to(queries))
+        .route("/v1/actors", web::get().to(actors))
+        .route("/v1/decisions", web::get().to(decisions));
+}
+
+/// A JSON error response for `error`.
+pub fn error_response(error: &GatewayError) -> HttpResponse {
+    #[derive(Serialize)]
+    struct Body {
+        error: String,
+        code: String,
+    }
+    let status = StatusCode::from_u16(error.http_status()).expect("mapped statuses are valid");
+    let code = format!("{:?}", error.to_status().code());
+    HttpResponse::build(status).json(Body { error: error.to_string(), code: upper_snake(&code) })
+}
+
+fn upper_snake(camel: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.extend(c.to_uppercase());
+    }
+    out
+}
+
+fn authorised(request: &HttpRequest, state: &AdminState, write: bool) -> Result<(), GatewayError> {
+    if !write && !state.reads_require_token {
+        return Ok(());
+    }
+    let presented = request
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match presented {
+        Some(token) if !state.token.is_empty() && token == state.token => Ok(()),
+        _ => Err(GatewayError::Unauthenticated),
+    }
+}
+
+fn mailbox(_: actix::MailboxError) -> GatewayError {
+    GatewayError::Unavailable("an actor is not answering".into())
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().body("ok\n")
+}
+
+async fn readyz(state: web::Data<AdminState>) -> HttpResponse {
+    if state.ready.load(Ordering::Relaxed) {
+        HttpResponse::Ok().body("ready\n")
+    } else {
+        error_response(&GatewayError::ShuttingDown)
+    }
+}
+
+/// A pool as the admin API shows it.
+#[derive(Serialize)]
+struct PoolView {
+    #[serde(flatten)]
+    router: router::PoolState,
+    /// What the warehouse has billed so far, per cluster and in total.
+    billed_usd: f64,
+    warehouse: Option<warehouse::WarehouseState>,
+}
+
+async fn pool_views(state: &AdminState) -> Result<Vec<PoolView>, GatewayError> {
+    let router = state.router.send(router::GetState).await.map_err(mailbox)?;
+    let mut views = Vec::new();
+    for pool in router.pools {
+        let warehouse = match state.warehouses.iter().find(|(id, _)| *id == pool.id) {
+            Some((_, addr)) => Some(addr.send(warehouse::GetState).await.map_err(mailbox)?),
+            None => None,
+        };
+        let billed_usd = warehouse.as_ref().map_or(0.0, |w| w.clusters.iter().map(|c| c.billed_usd).sum());
+        views.push(PoolView { router: pool, billed_usd, warehouse });
+    }
+    Ok(views)
+}
+
+async fn pools(request: HttpRequest, state: web::Data<AdminState>) -> HttpResponse {
+    let result = async {
+        authorised(&request, &state, false)?;
+        pool_views(&state).await
+    }
+    .await;
+    match result {
+        Ok(views) => HttpResponse::Ok().json(views),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn pool(request: HttpRequest, state: web::Data<AdminState>, path: web::Path<String>) -> HttpResponse {
+    let name = path.into_inner();
+    let result = async {
+        authorised(&request, &state, false)?;
+        let views = pool_views(&state).await?;
+        views.into_iter().find(|v| v.router.id.0 == name).ok_or_else(|| GatewayError::UnknownPool(name.clone()))
+    }
+    .await;
+    match result {
+        Ok(view) => HttpResponse::Ok().json(view),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// `?state=running|done&limit=N`.
+#[derive(Deserialize)]
+struct QueriesQuery {
+    state: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn queries(request: HttpRequest, state: web::Data<AdminState>, path: web::Path<String>) -> HttpResponse {
+    let name = path.into_inner();
+    let params = match web::Query::<QueriesQuery>::from_query(request.query_string()) {
+        Ok(q) => q.into_inner(),
+        Err(e) => return error_response(&GatewayError::InvalidArgument(format!("query string: {e}"))),
+    };
+    let result = async {
+        authorised(&request, &state, false)?;
+        let limit = params.limit.unwrap_or(100).min(10_000);
+        let which = params.state.as_deref().unwrap_or("running");
+        let router = state.router.send(router::GetState).await.map_err(mailbox)?;
+        let pool = router.pools.into_iter().find(|p| p.id.0 == name).ok_or_else(|| GatewayError::UnknownPool(name.clone()))?;
+        match which {
+            "running" => {
+                let running: Vec<serde_json::Value> = pool
+                    .clusters
+                    .iter()
+                    .filter(|c| c.state != ClusterState::Gone)
+                    .flat_map(|c| c.running.iter().map(move |q| serde_json::json!({"cluster": c.id, "query": q})))
+                    .take(limit)
+                    .collect();
+                Ok(serde_json::json!({"state": "running", "queries": running}))
+            }
+            "done" => {
+                let done = state.router.send(router::GetRecentOutcomes { pool: pool.id, limit }).await.map_err(mailbox)?;
+                Ok(serde_json::json!({"state": "done", "queries": done}))
+            }
+            other => Err(GatewayError::InvalidArgument(format!("state must be `running` or `done`, got `{other}`"))),
+        }
+    }
+    .await;
+    match result {
+        Ok(body) => HttpResponse::Ok().json(body),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn actors(request: HttpRequest, state: web::Data<AdminState>) -> HttpResponse {
+    let result = async {
+        authorised(&request, &state, false)?;
+        let router = state.router.send(router::GetState).await.map_err(mailbox)?;
+        let reservoir = state.reservoir.send(reservoir::GetState).await.map_err(mailbox)?;
+        let mut warehouses = serde_json::Map::new();
+        for (pool, addr) in &state.warehouses {
+            let warehouse = addr.send(warehouse::GetState).await.map_err(mailbox)?;
+            warehouses.insert(pool.0.clone(), serde_json::to_value(warehouse).expect("state serialises"));
+        }
+        Ok::<_, GatewayError>(serde_json::json!({
+            "router_shard": router,
+            "reservoir": reservoir,
+            "warehouses": warehouses,
+        }))
+    }
+    .await;
+    match result {
+        Ok(body) => HttpResponse::Ok().json(body),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// `?limit=N`.
+#[derive(Deserialize)]
+struct LimitQuery {
+    limit: Option<usize>,
+}
+
+async fn decisions(request: HttpRequest, state: web::Data<AdminState>) -> HttpResponse {
+    let params = match web::Query::<LimitQuery>::from_query(request.query_string()) {
+        Ok(q) => q.into_inner(),
+        Err(e) => return error_response(&GatewayError::InvalidArgument(format!("query string: {e}"))),
+    };
+    let result = async {
+        authorised(&request, &state, false)?;
+        state.router.send(router::GetDecisions { limit: params.limit.unwrap_or(100).min(10_000) }).await.map_err(mailbox)
+    }
+    .await;
+    match result {
+        Ok(decisions) => HttpResponse::Ok().json(decisions),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn metrics(request: HttpRequest, state: web::Data<AdminState>) -> HttpResponse {
+    use std::fmt::Write as _;
+    let result = async {
+        authorised(&request, &state, false)?;
+        pool_views(&state).await
+    }
+    .await;
+    let views = match result {
+        Ok(views) => views,
+        Err(e) => return error_response(&e),
+    };
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, value: &dyn Fn(&PoolView) -> f64| {
+        writeln!(out, "# HELP slogate_{name} {help}\n# TYPE slogate_{name} {kind}").expect("write to String");
+        for view in &views {
+            writeln!(out, "slogate_{name}{{pool=\"{}\"}} {}", view.router.id.0, value(view)).expect("write to String");
+        }
+    };
+    family("submissions_total", "counter", "Queries accepted.", &|v| v.router.stats.accepted as f64);
+    family("deduplicated_total", "counter", "Retries answered from the idempotency table.", &|v| v.router.stats.deduplicated as f64);
+    family("refused_total", "counter", "Submissions refused at the admission limit.", &|v| v.router.stats.refused as f64);
+    family("completed_total", "counter", "Queries completed.", &|v| v.router.stats.completed as f64);
+    family("timed_out_total", "counter", "Queries cancelled at the backend's timeout.", &|v| v.router.stats.timed_out as f64);
+    family("failed_total", "counter", "Queries that failed.", &|v| v.router.stats.failed as f64);
+    family("slo_violations_total", "counter", "Queries that missed their SLO.", &|v| v.router.stats.violations as f64);
+    family("in_flight", "gauge", "Queries in flight.", &|v| v.router.in_flight as f64);
+    family("billed_usd", "counter", "Dollars billed by the warehouse so far.", &|v| v.billed_usd);
+    HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(out)
+}

@@ -1,0 +1,178 @@
+//! `slogate serve`: a gateway node.
+//!
+//! One actix System runs everything on one thread: the actors, the
+//! actix-web admin API, and the tonic gRPC server (spawned on the same
+//! tokio runtime). [`start`] binds both listeners (port 0 picks a free
+//! one), starts the actors, and returns a [`Node`] with the bound
+//! addresses; [`Node::shutdown`] stops gracefully:
+//!
+//! 1. readiness and gRPC health turn to not-serving, and the RouterShard
+//!    refuses new submissions with UNAVAILABLE;
+//! 2. in-flight queries finish, up to the grace period;
+//! 3. both servers stop and the reservoir is flushed.
+
+pub mod admin;
+pub mod grpc;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use actix::{Actor, Addr};
+use slogate_actors::clock::VirtualClock;
+use slogate_actors::reservoir::{self, ReservoirActor, SledStore};
+use slogate_actors::router::{self, PoolSetup, RouterLimits, RouterShard};
+use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse};
+use slogate_core::model::{ClusterState, PoolId, Rpu};
+use slogate_core::reservoir::ReservoirConfig;
+use slogate_core::route::BaselinePolicy;
+use slogate_core::world::WorldConfig;
+use slogate_proto::v1::gateway_server::GatewayServer;
+use slogate_proto::validate::Limits;
+
+use crate::config::NodeConfig;
+use crate::{Error, Result};
+
+/// A running node.
+pub struct Node {
+    /// Where gRPC listens.
+    pub grpc_addr: SocketAddr,
+    /// Where the admin API listens.
+    pub admin_addr: SocketAddr,
+    router: Addr<RouterShard>,
+    reservoir: Addr<ReservoirActor>,
+    ready: Arc<AtomicBool>,
+    health: tonic_health::server::HealthReporter,
+    grpc_stop: tokio::sync::oneshot::Sender<()>,
+    grpc_task: tokio::task::JoinHandle<()>,
+    admin_handle: actix_web::dev::ServerHandle,
+    grace: std::time::Duration,
+}
+
+fn io(what: &str, error: std::io::Error) -> Error {
+    Error::Node(format!("{what}: {error}"))
+}
+
+/// Starts a node with `config`. Must run inside an actix System.
+pub async fn start(config: NodeConfig) -> Result<Node> {
+    let file = &config.file;
+    let clock = VirtualClock::start(file.node.time_compression);
+    let mailbox = file.limits.mailbox_capacity;
+
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| io(&format!("cannot create data dir {}", config.data_dir.display()), e))?;
+    let store = SledStore::open(&config.data_dir.join("reservoir"))
+        .map_err(|e| Error::Node(format!("cannot open the reservoir in {}: {e}", config.data_dir.display())))?;
+    let reservoir_config = ReservoirConfig { arrival_samples_per_hour_max: file.reservoir.arrival_samples_per_hour_max, seed: file.node.seed };
+    let reservoir = ReservoirActor::new(reservoir_config, Box::new(store), file.reservoir.flush_every, mailbox)
+        .map_err(|e| Error::Node(format!("cannot load the reservoir: {e}")))?
+        .start();
+
+    let mut pools = Vec::new();
+    let mut warehouses = Vec::new();
+    for pool in &file.pool {
+        let mut world = WorldConfig::default();
+        world.seed(file.node.seed);
+        let warehouse = EmulatedWarehouse::new(world, clock, mailbox).start();
+        let mut clusters = Vec::new();
+        for &size in &pool.clusters {
+            let id = warehouse.send(AddCluster { size: Rpu(size), warm: true }).await.map_err(|e| Error::Node(e.to_string()))?;
+            clusters.push((id, Rpu(size), ClusterState::Ready));
+        }
+        let policy = BaselinePolicy::from_name(&pool.policy).expect("validated policy").build();
+        let id = PoolId(pool.name.clone());
+        warehouses.push((id.clone(), warehouse.clone()));
+        pools.push(PoolSetup { id, policy, warehouse, clusters, in_flight_max: file.limits.in_flight_per_pool_max });
+    }
+    let limits = RouterLimits {
+        decisions_max: file.limits.decisions_kept,
+        idempotency_max: file.limits.idempotency_kept,
+        mailbox_capacity: mailbox,
+    };
+    let router = RouterShard::new(clock, pools, Some(reservoir.clone()), limits).start();
+
+    // gRPC.
+    let listener = tokio::net::TcpListener::bind(config.grpc_addr).await.map_err(|e| io(&format!("cannot bind gRPC on {}", config.grpc_addr), e))?;
+    let grpc_addr = listener.local_addr().map_err(|e| io("gRPC address", e))?;
+    let (health, health_service) = slogate_proto::health_service();
+    let gateway = GatewayServer::new(grpc::GatewayService::new(
+        router.clone(),
+        Limits { slo_ms_max: file.limits.slo_ms_max, payload_bytes_max: file.limits.payload_bytes_max, ..Limits::default() },
+    ));
+    health.set_serving::<GatewayServer<grpc::GatewayService>>().await;
+    let (grpc_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let grpc_task = tokio::spawn(async move {
+        let result = tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(slogate_proto::reflection_service())
+            .add_service(gateway)
+            .serve_with_incoming_shutdown(incoming, async {
+                let _ = stopped.await;
+            })
+            .await;
+        if let Err(error) = result {
+            eprintln!("gRPC server stopped with an error: {error}");
+        }
+    });
+
+    // Admin API.
+    let ready = Arc::new(AtomicBool::new(true));
+    let admin_state = admin::AdminState {
+        router: router.clone(),
+        reservoir: reservoir.clone(),
+        warehouses,
+        token: file.node.admin_token.clone(),
+        reads_require_token: file.node.reads_require_token,
+        ready: ready.clone(),
+    };
+    let server = actix_web::HttpServer::new(move || {
+        actix_web::App::new().app_data(actix_web::web::Data::new(admin_state.clone())).configure(admin::routes)
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(config.admin_addr)
+    .map_err(|e| io(&format!("cannot bind the admin API on {}", config.admin_addr), e))?;
+    let admin_addr = server.addrs()[0];
+    let server = server.run();
+    let admin_handle = server.handle();
+    actix_rt::spawn(server);
+
+    Ok(Node {
+        grpc_addr,
+        admin_addr,
+        router,
+        reservoir,
+        ready,
+        health,
+        grpc_stop,
+        grpc_task,
+        admin_handle,
+        grace: std::time::Duration::from_secs(file.limits.shutdown_grace_s),
+    })
+}
+
+impl Node {
+    /// Stops gracefully (see the module docs). Returns how many queries
+    /// were still in flight when the grace period ended.
+    pub async fn shutdown(self) -> usize {
+        self.ready.store(false, Ordering::Relaxed);
+        self.health.set_not_serving::<GatewayServer<grpc::GatewayService>>().await;
+        let _ = self.router.send(router::Drain).await;
+        let deadline = tokio::time::Instant::now() + self.grace;
+        let mut in_flight = 0;
+        loop {
+            if let Ok(state) = self.router.send(router::GetState).await {
+                in_flight = state.pools.iter().map(|p| p.in_flight).sum();
+            }
+            if in_flight == 0 || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let _ = self.grpc_stop.send(());
+        let _ = self.grpc_task.await;
+        self.admin_handle.stop(true).await;
+        let _ = self.reservoir.send(reservoir::Flush).await;
+        in_flight
+    }
+}

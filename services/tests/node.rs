@@ -1,0 +1,145 @@
+//! A node in-process on 127.0.0.1 ephemeral ports, driven through its gRPC
+//! and admin surfaces as clients and operators use them.
+
+use slogate::config::{NodeConfig, Overrides};
+use slogate::node;
+use slogate_proto::v1::gateway_client::GatewayClient;
+use slogate_proto::v1::submit_request::Query;
+use slogate_proto::v1::{QueryStatus, SubmitRequest};
+
+fn config(dir: &std::path::Path) -> NodeConfig {
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\n[limits]\npayload_bytes_max = 1024\nshutdown_grace_s = 10\n[[pool]]\nname = \"default\"\nclusters = [16, 16]\n",
+        dir.display()
+    );
+    NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap()
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("slogate-node-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn request(id: &str, template: u32, slo_ms: u64) -> SubmitRequest {
+    SubmitRequest { query_id: id.into(), query: Some(Query::Template(template)), slo_ms, ..Default::default() }
+}
+
+async fn admin_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+#[actix_rt::test]
+async fn three_hundred_concurrent_submissions_all_complete_and_show_in_the_admin_api() {
+    let dir = scratch("300");
+    let node = node::start(config(&dir)).await.unwrap();
+    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..300u32 {
+        let mut client = client.clone();
+        tasks.push(tokio::spawn(async move { client.submit(request(&format!("q{i}"), 1 + i % 99, 600_000)).await }));
+    }
+    for task in tasks {
+        let reply = task.await.unwrap().unwrap().into_inner();
+        assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
+        assert!(reply.latency_ms > 0.0 && !reply.target.is_empty());
+    }
+    let (status, body) = admin_get(node.admin_addr, "/v1/pools/default").await;
+    assert_eq!(status, 200);
+    let pool: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(pool["stats"]["accepted"], 300);
+    assert_eq!(pool["in_flight"], 0);
+    assert!(pool["billed_usd"].as_f64().unwrap() > 0.0);
+    let (status, body) = admin_get(node.admin_addr, "/v1/decisions?limit=5").await;
+    assert_eq!(status, 200);
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap().as_array().unwrap().len(), 5);
+    let (status, body) = admin_get(node.admin_addr, "/v1/actors").await;
+    assert_eq!(status, 200);
+    assert!(body.contains("router_shard") && body.contains("reservoir"));
+    let (status, body) = admin_get(node.admin_addr, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(body.contains("slogate_submissions_total{pool=\"default\"} 300"));
+    assert_eq!(node.shutdown().await, 0);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[actix_rt::test]
+async fn bad_requests_get_the_documented_statuses_and_retries_run_once() {
+    let dir = scratch("bad");
+    let node = node::start(config(&dir)).await.unwrap();
+    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+
+    let zero_slo = client.submit(request("a", 4, 0)).await.unwrap_err();
+    assert_eq!(zero_slo.code(), tonic::Code::InvalidArgument);
+    assert!(zero_slo.message().contains("slo_ms"));
+    let unknown_pool = client.submit(SubmitRequest { pool: "nope".into(), ..request("b", 4, 1_000) }).await.unwrap_err();
+    assert_eq!(unknown_pool.code(), tonic::Code::NotFound);
+    let oversize = client.submit(SubmitRequest { payload: vec![0; 2_048], ..request("c", 4, 1_000) }).await.unwrap_err();
+    assert_eq!(oversize.code(), tonic::Code::InvalidArgument);
+    assert!(oversize.message().contains("payload"));
+    let empty = client.submit(SubmitRequest { query: Some(Query::Sql(" ".into())), ..request("d", 4, 1_000) }).await.unwrap_err();
+    assert_eq!(empty.code(), tonic::Code::InvalidArgument);
+
+    let first = client.submit(request("retry-me", 4, 600_000)).await.unwrap().into_inner();
+    let again = client.submit(request("retry-me", 4, 600_000)).await.unwrap().into_inner();
+    assert_eq!(first, again);
+    let (_, body) = admin_get(node.admin_addr, "/v1/pools/default").await;
+    let pool: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((pool["stats"]["accepted"].as_u64(), pool["stats"]["deduplicated"].as_u64()), (Some(1), Some(1)));
+
+    let (status, body) = admin_get(node.admin_addr, "/v1/pools/nope").await;
+    assert_eq!(status, 404);
+    assert!(body.contains("\"code\":\"NOT_FOUND\""));
+    node.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[actix_rt::test]
+async fn a_stream_answers_each_request_by_id_and_rejects_bad_ones_without_ending() {
+    let dir = scratch("stream");
+    let node = node::start(config(&dir)).await.unwrap();
+    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let mut requests: Vec<SubmitRequest> = (0..50u32).map(|i| request(&format!("s{i}"), 1 + i, 600_000)).collect();
+    requests.push(request("bad", 4, 0));
+    let mut replies = client.submit_stream(tokio_stream::iter(requests)).await.unwrap().into_inner();
+    let mut seen = Vec::new();
+    while let Some(reply) = replies.message().await.unwrap() {
+        if reply.query_id == "bad" {
+            assert_eq!(reply.status(), QueryStatus::Rejected);
+            assert_eq!(reply.error_code, tonic::Code::InvalidArgument as i32);
+        } else {
+            assert_eq!(reply.status(), QueryStatus::Completed);
+        }
+        seen.push(reply.query_id);
+    }
+    assert_eq!(seen.len(), 51);
+    node.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[actix_rt::test]
+async fn after_shutdown_starts_new_submissions_are_unavailable() {
+    let dir = scratch("drain");
+    let config = config(&dir);
+    let node = node::start(config).await.unwrap();
+    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let in_flight = {
+        let mut client = client.clone();
+        tokio::spawn(async move { client.submit(request("long", 4, 600_000)).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    let left = node.shutdown().await;
+    assert_eq!(left, 0);
+    let reply = in_flight.await.unwrap().unwrap().into_inner();
+    assert_eq!(reply.status(), QueryStatus::Completed);
+    assert!(client.submit(request("late", 4, 1_000)).await.is_err());
+    std::fs::remove_dir_all(&dir).ok();
+}
