@@ -24,7 +24,7 @@
 //!
 //! ```
 //! use actix::Actor;
-//! use slogate_actors::reservoir::{ArrivalUpdate, GetState, ReservoirActor, SledStore};
+//! use slogate_actors::reservoir::{ArrivalUpdate, GetState, ReservoirActor, Shutdown, SledStore};
 //! use slogate_core::model::TemplateId;
 //! use slogate_core::reservoir::ReservoirConfig;
 //!
@@ -34,6 +34,7 @@
 //!     let reservoir = ReservoirActor::new(ReservoirConfig::default(), Box::new(store), 64, 1_024).unwrap().start();
 //!     reservoir.send(ArrivalUpdate { unix_secs: 1_716_817_510, template: TemplateId(7) }).await.unwrap().unwrap();
 //!     assert_eq!(reservoir.send(GetState).await.unwrap().arrivals, 1);
+//!     reservoir.send(Shutdown).await.unwrap().unwrap();
 //! });
 //! # std::fs::remove_dir_all(&dir).ok();
 //! ```

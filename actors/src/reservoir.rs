@@ -12,7 +12,9 @@
 //! | `executions` | sequence number (u64 BE) | JSON [`ExecutionRecord`] |
 //!
 //! Writes are applied as they come and flushed to disk every
-//! `flush_every` updates and on [`Flush`]; what was flushed survives a crash.
+//! `flush_every` updates, at least once a second while anything is
+//! unflushed, and on [`Flush`]; what was flushed survives a crash, so a
+//! `kill -9` loses at most the last second.
 
 use std::path::Path;
 
@@ -170,6 +172,12 @@ pub struct ExecutionUpdate(pub ExecutionRecord);
 #[rtype(result = "Result<()>")]
 pub struct Flush;
 
+/// Flushes and stops the actor, releasing the store. (Its flush timer
+/// would otherwise keep it alive after the last address is dropped.)
+#[derive(Message)]
+#[rtype(result = "Result<()>")]
+pub struct Shutdown;
+
 /// Reads the count table of one hour.
 #[derive(Message)]
 #[rtype(result = "Vec<(TemplateId, u64)>")]
@@ -194,6 +202,9 @@ pub struct ReservoirState {
     /// Storage errors since start.
     pub storage_errors: u64,
 }
+
+/// The longest unflushed writes wait.
+const FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The actor. See the module docs.
 pub struct ReservoirActor {
@@ -242,6 +253,14 @@ impl Actor for ReservoirActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(self.mailbox_capacity);
+        ctx.run_interval(FLUSH_INTERVAL, |actor, _ctx| {
+            if actor.unflushed > 0 {
+                match actor.store.flush() {
+                    Ok(()) => actor.unflushed = 0,
+                    Err(_) => actor.storage_errors += 1,
+                }
+            }
+        });
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
@@ -282,6 +301,17 @@ impl Handler<Flush> for ReservoirActor {
     type Result = Result<()>;
 
     fn handle(&mut self, _message: Flush, _ctx: &mut Self::Context) -> Result<()> {
+        self.store.flush()?;
+        self.unflushed = 0;
+        Ok(())
+    }
+}
+
+impl Handler<Shutdown> for ReservoirActor {
+    type Result = Result<()>;
+
+    fn handle(&mut self, _message: Shutdown, ctx: &mut Self::Context) -> Result<()> {
+        ctx.stop();
         self.store.flush()?;
         self.unflushed = 0;
         Ok(())

@@ -1,7 +1,7 @@
 //! The Reservoir actor against a real sled store in a scratch directory.
 
 use actix::Actor;
-use slogate_actors::reservoir::{ArrivalUpdate, ExecutionUpdate, Flush, GetCounts, GetState, ReservoirActor, ReservoirStore, SledStore};
+use slogate_actors::reservoir::{ArrivalUpdate, ExecutionUpdate, Flush, GetCounts, GetState, ReservoirActor, ReservoirStore, Shutdown, SledStore};
 use slogate_core::model::{ClusterId, QueryId, Rpu, TemplateId};
 use slogate_core::reservoir::{CalendarHour, ExecutionRecord, ReservoirConfig};
 use slogate_core::time::Duration;
@@ -42,7 +42,7 @@ async fn counts_and_executions_survive_a_restart() {
         actor.send(Flush).await.unwrap().unwrap();
         let state = actor.send(GetState).await.unwrap();
         assert_eq!((state.arrivals, state.executions, state.unflushed), (30, 5, 0));
-        // Dropping the last address stops the actor and releases sled.
+        actor.send(Shutdown).await.unwrap().unwrap();
     }
     actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
     let store = SledStore::open(&dir).unwrap();
@@ -54,7 +54,7 @@ async fn counts_and_executions_survive_a_restart() {
     assert_eq!(counts, vec![(TemplateId(1), 10), (TemplateId(2), 10), (TemplateId(3), 10)]);
     let state = actor.send(GetState).await.unwrap();
     assert_eq!((state.arrivals, state.executions), (30, 5));
-    drop(actor);
+    actor.send(Shutdown).await.unwrap().unwrap();
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -66,11 +66,23 @@ async fn arrival_samples_stay_within_the_bound() {
     for i in 0..500 {
         actor.send(ArrivalUpdate { unix_secs: MONDAY_1PM + i * 7, template: TemplateId(1) }).await.unwrap().unwrap();
     }
-    actor.send(Flush).await.unwrap().unwrap();
-    drop(actor);
+    actor.send(Shutdown).await.unwrap().unwrap();
     actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
     let stored = SledStore::open(&dir).unwrap().load().unwrap();
     assert_eq!(stored.totals.iter().map(|(_, t)| t).sum::<u64>(), 500);
     assert!(stored.samples.len() <= 16, "{} samples kept", stored.samples.len());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[actix_rt::test]
+async fn unflushed_updates_are_flushed_within_a_second() {
+    tokio::time::pause();
+    let dir = scratch("interval");
+    let actor = ReservoirActor::new(ReservoirConfig::default(), Box::new(SledStore::open(&dir).unwrap()), 1_000_000, 64).unwrap().start();
+    actor.send(ArrivalUpdate { unix_secs: MONDAY_1PM, template: TemplateId(1) }).await.unwrap().unwrap();
+    assert_eq!(actor.send(GetState).await.unwrap().unflushed, 1);
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    assert_eq!(actor.send(GetState).await.unwrap().unflushed, 0);
+    actor.send(Shutdown).await.unwrap().unwrap();
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -9,7 +9,7 @@
 //! 1. readiness and gRPC health turn to not-serving, and the RouterShard
 //!    refuses new submissions with UNAVAILABLE;
 //! 2. in-flight queries finish, up to the grace period;
-//! 3. both servers stop and the reservoir is flushed.
+//! 3. both servers stop and the reservoir is flushed and closed.
 
 pub mod admin;
 pub mod grpc;
@@ -172,7 +172,7 @@ impl Node {
         let _ = self.grpc_stop.send(());
         let _ = self.grpc_task.await;
         self.admin_handle.stop(true).await;
-        let _ = self.reservoir.send(reservoir::Flush).await;
+        let _ = self.reservoir.send(reservoir::Shutdown).await;
         in_flight
     }
 }

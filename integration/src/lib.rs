@@ -1,0 +1,157 @@
+//! # slogate-integration
+//!
+//! Helpers for end-to-end tests that run `slogate serve` as a separate
+//! process on 127.0.0.1 ephemeral ports and talk to it only through its
+//! public surfaces (gRPC and the admin API). Every wait is bounded.
+//!
+//! # Layout
+//!
+//! - [`NodeProcess`]: start, find the bound addresses, signal, restart.
+//! - [`http_get`]: a minimal blocking HTTP/1.1 GET for the admin API.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The `slogate` binary next to this test executable, built on demand.
+///
+/// # Panics
+///
+/// If it cannot be found or built.
+pub fn slogate_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> → target/<profile>/slogate
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    let binary = profile_dir.join("slogate");
+    if !binary.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo).args(["build", "-p", "slogate", "--bin", "slogate"]).status().expect("cargo runs");
+        assert!(status.success(), "building the slogate binary failed");
+    }
+    binary
+}
+
+/// A `slogate serve` process.
+pub struct NodeProcess {
+    child: Child,
+    /// Its gRPC address.
+    pub grpc_addr: SocketAddr,
+    /// Its admin API address.
+    pub admin_addr: SocketAddr,
+    log: mpsc::Receiver<String>,
+}
+
+impl NodeProcess {
+    /// Starts `slogate serve --config <config>` and waits (at most 60 s)
+    /// for it to log its bound addresses.
+    ///
+    /// # Panics
+    ///
+    /// If it does not start in time.
+    pub fn start(config: &Path) -> NodeProcess {
+        let mut child = Command::new(slogate_binary())
+            .args(["serve", "--config"])
+            .arg(config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("slogate serve starts");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (sender, log) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let line = loop {
+            let line = log.recv_timeout(Duration::from_secs(60)).expect("the node logs its addresses within 60 s");
+            if line.contains("listening") {
+                break line;
+            }
+        };
+        let field = |name: &str| -> SocketAddr {
+            let start = line.find(name).expect("address field") + name.len();
+            line[start..].split_whitespace().next().expect("address").parse().expect("socket address")
+        };
+        let (grpc_addr, admin_addr) = (field("grpc_addr="), field("admin_addr="));
+        NodeProcess { child, grpc_addr, admin_addr, log }
+    }
+
+    /// Kills the process with SIGKILL (no chance to clean up).
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL delivered");
+        self.child.wait().expect("reaped");
+    }
+
+    /// Sends SIGTERM and waits (at most 60 s) for a clean exit; returns the
+    /// lines it logged meanwhile.
+    ///
+    /// # Panics
+    ///
+    /// If it does not exit cleanly in time.
+    pub fn terminate(mut self) -> Vec<String> {
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().expect("kill runs");
+        assert!(status.success());
+        let mut lines = Vec::new();
+        while let Ok(line) = self.log.recv_timeout(Duration::from_secs(60)) {
+            lines.push(line);
+        }
+        let exit = self.child.wait().expect("reaped");
+        assert!(exit.success(), "slogate serve exited with {exit}: {lines:?}");
+        lines
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `GET path` on `addr`, with an optional bearer token; returns the status
+/// and the body. Times out after 10 s.
+///
+/// # Panics
+///
+/// On connection errors or a malformed response.
+pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    http(addr, "GET", path, None, "")
+}
+
+/// Any method with an optional bearer token and a body.
+///
+/// # Panics
+///
+/// On connection errors or a malformed response.
+pub fn http(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("admin API reachable");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout set");
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).expect("request sent");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response read");
+    let status = response.get(9..12).and_then(|s| s.parse().ok()).expect("HTTP status line");
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+/// Parses a JSON body.
+///
+/// # Panics
+///
+/// If it is not JSON.
+pub fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
