@@ -150,7 +150,7 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
 
 fn run_serve(args: &ServeArgs) -> Result<()> {
     if args.print_default_config {
-        print(&crate::config::NodeConfig::example_toml());
+        print(crate::config::NodeConfig::EXAMPLE_TOML);
         return Ok(());
     }
     let text = match &args.config {
