@@ -69,6 +69,12 @@ pub enum Error {
     /// The node is draining for shutdown.
     #[error("the node is shutting down")]
     ShuttingDown,
+    /// No live cluster of that id in the pool.
+    #[error("unknown cluster `{0}`")]
+    UnknownCluster(String),
+    /// The backend refused or did not answer.
+    #[error("backend: {0}")]
+    Backend(String),
 }
 
 /// `Result` with this crate's [`Error`].

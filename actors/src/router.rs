@@ -28,7 +28,7 @@ use tokio::sync::oneshot;
 
 use crate::clock::VirtualClock;
 use crate::reservoir::{ArrivalUpdate, ExecutionUpdate, ReservoirActor};
-use crate::warehouse::{EmulatedWarehouse, Execute};
+use crate::warehouse::{AddCluster, ClusterUpdate, EmulatedWarehouse, Execute, TearDown, WatchClusters};
 use crate::{Error, Result};
 
 /// How a submitted query ended.
@@ -74,6 +74,26 @@ pub struct Submit {
     pub template: TemplateId,
     /// Its SLO.
     pub slo: Slo,
+}
+
+/// Requests a new cluster for a pool (ready after the spinup delay).
+#[derive(Message)]
+#[rtype(result = "Result<ClusterId>")]
+pub struct RequestCluster {
+    /// The pool.
+    pub pool: PoolId,
+    /// Its size.
+    pub size: Rpu,
+}
+
+/// Drains and releases one of a pool's clusters.
+#[derive(Message)]
+#[rtype(result = "Result<()>")]
+pub struct ReleaseCluster {
+    /// The pool.
+    pub pool: PoolId,
+    /// The cluster.
+    pub cluster: ClusterId,
 }
 
 /// Stop accepting submissions (graceful shutdown); in-flight queries
@@ -298,6 +318,89 @@ impl Actor for RouterShard {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(self.mailbox_capacity);
+        for (id, pool) in &self.pools {
+            pool.warehouse.do_send(WatchClusters { pool: id.clone(), recipient: ctx.address().recipient() });
+        }
+    }
+}
+
+impl Handler<ClusterUpdate> for RouterShard {
+    type Result = ();
+
+    fn handle(&mut self, message: ClusterUpdate, _ctx: &mut Self::Context) {
+        let now = self.clock.now();
+        if let Some(view) = self
+            .pools
+            .get_mut(&message.pool)
+            .and_then(|p| p.view.clusters.iter_mut().find(|c| c.id == message.cluster))
+        {
+            // A cluster released while starting stays draining when it
+            // becomes ready: it must not take new queries.
+            if message.state == ClusterState::Ready && view.state == ClusterState::Draining {
+                return;
+            }
+            if message.state == ClusterState::Ready {
+                view.ready_at = now;
+            }
+            view.state = message.state;
+        }
+    }
+}
+
+impl Handler<RequestCluster> for RouterShard {
+    type Result = ResponseActFuture<Self, Result<ClusterId>>;
+
+    fn handle(&mut self, message: RequestCluster, _ctx: &mut Self::Context) -> Self::Result {
+        let warehouse = match self.pools.get(&message.pool) {
+            Some(pool) if !self.draining => pool.warehouse.clone(),
+            Some(_) => return Box::pin(fut::ready(Err(Error::ShuttingDown))),
+            None => return Box::pin(fut::ready(Err(Error::UnknownPool(message.pool.0)))),
+        };
+        let size = message.size;
+        let pool_id = message.pool;
+        Box::pin(
+            async move { warehouse.send(AddCluster { size, warm: false }).await }.into_actor(self).map(move |reply, actor, _ctx| {
+                let cluster = reply.map_err(|_| Error::Backend("the warehouse is not answering".into()))?;
+                let now = actor.clock.now();
+                if let Some(pool) = actor.pools.get_mut(&pool_id) {
+                    pool.view.clusters.push(ClusterView {
+                        id: cluster,
+                        size,
+                        state: ClusterState::Starting,
+                        requested_at: now,
+                        ready_at: now,
+                        running: Vec::new(),
+                    });
+                }
+                Ok(cluster)
+            }),
+        )
+    }
+}
+
+impl Handler<ReleaseCluster> for RouterShard {
+    type Result = ResponseActFuture<Self, Result<()>>;
+
+    fn handle(&mut self, message: ReleaseCluster, _ctx: &mut Self::Context) -> Self::Result {
+        let Some(pool) = self.pools.get_mut(&message.pool) else {
+            return Box::pin(fut::ready(Err(Error::UnknownPool(message.pool.0))));
+        };
+        let Some(view) = pool.view.clusters.iter_mut().find(|c| c.id == message.cluster && c.state != ClusterState::Gone) else {
+            return Box::pin(fut::ready(Err(Error::UnknownCluster(message.cluster.to_string()))));
+        };
+        // Stop routing to it at once; the backend drains it.
+        if matches!(view.state, ClusterState::Ready | ClusterState::Starting) {
+            view.state = ClusterState::Draining;
+        }
+        let warehouse = pool.warehouse.clone();
+        let cluster = message.cluster;
+        Box::pin(
+            async move { warehouse.send(TearDown(cluster)).await }.into_actor(self).map(|reply, _actor, _ctx| match reply {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(Error::Backend(e.to_string())),
+                Err(_) => Err(Error::Backend("the warehouse is not answering".into())),
+            }),
+        )
     }
 }
 

@@ -70,6 +70,28 @@ pub struct TearDown(pub ClusterId);
 #[rtype(result = "WarehouseState")]
 pub struct GetState;
 
+/// A cluster changed state (ready or gone), as reported to watchers.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "()")]
+pub struct ClusterUpdate {
+    /// The pool the watcher registered under.
+    pub pool: slogate_core::model::PoolId,
+    /// Which cluster.
+    pub cluster: ClusterId,
+    /// Its new state.
+    pub state: ClusterState,
+}
+
+/// Registers a watcher of cluster state changes.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WatchClusters {
+    /// Echoed in every update.
+    pub pool: slogate_core::model::PoolId,
+    /// Receives the updates.
+    pub recipient: Recipient<ClusterUpdate>,
+}
+
 /// One cluster as the warehouse reports it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct WarehouseCluster {
@@ -105,6 +127,7 @@ pub struct EmulatedWarehouse {
     world: World,
     clock: VirtualClock,
     pending: HashMap<QueryId, oneshot::Sender<ExecutionReport>>,
+    watchers: Vec<(slogate_core::model::PoolId, Recipient<ClusterUpdate>)>,
     timer_generation: u64,
     finished: u64,
     mailbox_capacity: usize,
@@ -117,6 +140,7 @@ impl EmulatedWarehouse {
             world: World::new(config),
             clock,
             pending: HashMap::new(),
+            watchers: Vec::new(),
             timer_generation: 0,
             finished: 0,
             mailbox_capacity,
@@ -131,13 +155,21 @@ impl EmulatedWarehouse {
     /// Hands out finished executions and re-arms the timer.
     fn pump(&mut self, ctx: &mut Context<Self>) {
         while let Some(event) = self.world.poll_event() {
-            if let WorldEvent::QueryFinished(report) = event {
-                self.finished += 1;
-                if let Some(reply) = self.pending.remove(&report.query) {
-                    // The dispatcher may have gone away; the report is then
-                    // nobody's to read.
-                    let _ = reply.send(report);
+            let (cluster, state) = match event {
+                WorldEvent::QueryFinished(report) => {
+                    self.finished += 1;
+                    if let Some(reply) = self.pending.remove(&report.query) {
+                        // The dispatcher may have gone away; the report is
+                        // then nobody's to read.
+                        let _ = reply.send(report);
+                    }
+                    continue;
                 }
+                WorldEvent::ClusterReady { cluster, .. } => (cluster, ClusterState::Ready),
+                WorldEvent::ClusterGone { cluster, .. } => (cluster, ClusterState::Gone),
+            };
+            for (pool, watcher) in &self.watchers {
+                watcher.do_send(ClusterUpdate { pool: pool.clone(), cluster, state });
             }
         }
         self.timer_generation += 1;
@@ -210,6 +242,14 @@ impl Handler<TearDown> for EmulatedWarehouse {
         self.world.tear_down(now, message.0);
         self.pump(ctx);
         Ok(())
+    }
+}
+
+impl Handler<WatchClusters> for EmulatedWarehouse {
+    type Result = ();
+
+    fn handle(&mut self, message: WatchClusters, _ctx: &mut Self::Context) {
+        self.watchers.push((message.pool, message.recipient));
     }
 }
 

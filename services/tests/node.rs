@@ -9,7 +9,7 @@ use slogate_proto::v1::{QueryStatus, SubmitRequest};
 
 fn config(dir: &std::path::Path) -> NodeConfig {
     let text = format!(
-        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\n[limits]\npayload_bytes_max = 1024\nshutdown_grace_s = 10\n[[pool]]\nname = \"default\"\nclusters = [16, 16]\n",
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\nadmin_token = \"s3cret\"\n[limits]\npayload_bytes_max = 1024\nshutdown_grace_s = 10\n[[pool]]\nname = \"default\"\nclusters = [16, 16]\n",
         dir.display()
     );
     NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap()
@@ -26,9 +26,17 @@ fn request(id: &str, template: u32, slo_ms: u64) -> SubmitRequest {
 }
 
 async fn admin_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    admin(addr, "GET", path, None, "").await
+}
+
+async fn admin(addr: std::net::SocketAddr, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
     stream.write_all(head.as_bytes()).await.unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();
@@ -141,5 +149,57 @@ async fn after_shutdown_starts_new_submissions_are_unavailable() {
     let reply = in_flight.await.unwrap().unwrap().into_inner();
     assert_eq!(reply.status(), QueryStatus::Completed);
     assert!(client.submit(request("late", 4, 1_000)).await.is_err());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[actix_rt::test]
+async fn operators_add_and_remove_clusters_with_the_token_only() {
+    let dir = scratch("clusters");
+    let node = node::start(config(&dir)).await.unwrap();
+    let addr = node.admin_addr;
+
+    let (status, body) = admin(addr, "POST", "/v1/pools/default/clusters", None, r#"{"size": 32}"#).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("UNAUTHENTICATED"));
+    let (status, _) = admin(addr, "POST", "/v1/pools/default/clusters", Some("wrong"), r#"{"size": 32}"#).await;
+    assert_eq!(status, 401);
+    let (status, body) = admin(addr, "POST", "/v1/pools/default/clusters", Some("s3cret"), "{size: 32").await;
+    assert_eq!(status, 400);
+    assert!(body.contains("INVALID_ARGUMENT") && body.contains("JSON"), "{body}");
+    let (status, _) = admin(addr, "POST", "/v1/pools/nope/clusters", Some("s3cret"), r#"{"size": 32}"#).await;
+    assert_eq!(status, 404);
+
+    let (status, body) = admin(addr, "POST", "/v1/pools/default/clusters", Some("s3cret"), r#"{"size": 32}"#).await;
+    assert_eq!(status, 202, "{body}");
+    let cluster = serde_json::from_str::<serde_json::Value>(&body).unwrap()["cluster"].as_u64().unwrap();
+    assert_eq!(cluster, 2);
+    // δ = 300 virtual seconds is 15 ms at this compression.
+    let mut state = String::new();
+    for _ in 0..200 {
+        let (_, body) = admin_get(addr, "/v1/pools/default").await;
+        state = serde_json::from_str::<serde_json::Value>(&body).unwrap()["clusters"][2]["state"].as_str().unwrap().to_owned();
+        if state == "ready" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(state, "ready");
+
+    let (status, _) = admin(addr, "DELETE", "/v1/pools/default/clusters/c2", None, "").await;
+    assert_eq!(status, 401);
+    let (status, _) = admin(addr, "DELETE", "/v1/pools/default/clusters/c9", Some("s3cret"), "").await;
+    assert_eq!(status, 404);
+    let (status, body) = admin(addr, "DELETE", "/v1/pools/default/clusters/c2", Some("s3cret"), "").await;
+    assert_eq!(status, 202, "{body}");
+    for _ in 0..200 {
+        let (_, body) = admin_get(addr, "/v1/pools/default").await;
+        state = serde_json::from_str::<serde_json::Value>(&body).unwrap()["clusters"][2]["state"].as_str().unwrap().to_owned();
+        if state == "gone" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(state, "gone");
+    node.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }

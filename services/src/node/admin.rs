@@ -42,6 +42,8 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .route("/v1/pools", web::get().to(pools))
         .route("/v1/pools/{pool}", web::get().to(pool))
         .route("/v1/pools/{pool}/queries", web::get().to(queries))
+        .route("/v1/pools/{pool}/clusters", web::post().to(add_cluster))
+        .route("/v1/pools/{pool}/clusters/{cluster}", web::delete().to(remove_cluster))
         .route("/v1/actors", web::get().to(actors))
         .route("/v1/decisions", web::get().to(decisions));
 }
@@ -213,6 +215,61 @@ async fn actors(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespo
     .await;
     match result {
         Ok(body) => HttpResponse::Ok().json(body),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// `POST /v1/pools/{pool}/clusters` body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewCluster {
+    /// Size in RPU.
+    size: u32,
+}
+
+fn router_error(error: slogate_actors::Error) -> GatewayError {
+    super::grpc::gateway_error(error)
+}
+
+async fn add_cluster(request: HttpRequest, state: web::Data<AdminState>, path: web::Path<String>, body: web::Bytes) -> HttpResponse {
+    let pool = PoolId(path.into_inner());
+    let result = async {
+        authorised(&request, &state, true)?;
+        let new: NewCluster = serde_json::from_slice(&body)
+            .map_err(|e| GatewayError::InvalidArgument(format!("body must be JSON like {{\"size\": 16}}: {e}")))?;
+        if new.size == 0 || new.size > 1_024 {
+            return Err(GatewayError::InvalidArgument(format!("size must be 1–1024 RPU, got {}", new.size)));
+        }
+        let cluster = state
+            .router
+            .send(router::RequestCluster { pool, size: slogate_core::model::Rpu(new.size) })
+            .await
+            .map_err(mailbox)?
+            .map_err(router_error)?;
+        Ok(cluster)
+    }
+    .await;
+    match result {
+        Ok(cluster) => HttpResponse::Accepted().json(serde_json::json!({"cluster": cluster, "state": "starting"})),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn remove_cluster(request: HttpRequest, state: web::Data<AdminState>, path: web::Path<(String, String)>) -> HttpResponse {
+    let (pool, cluster) = path.into_inner();
+    let result = async {
+        authorised(&request, &state, true)?;
+        let id = cluster
+            .trim_start_matches('c')
+            .parse::<u32>()
+            .map_err(|_| GatewayError::InvalidArgument(format!("cluster id must look like `c3` or `3`, got `{cluster}`")))?;
+        let cluster = slogate_core::model::ClusterId(id);
+        state.router.send(router::ReleaseCluster { pool: PoolId(pool), cluster }).await.map_err(mailbox)?.map_err(router_error)?;
+        Ok(cluster)
+    }
+    .await;
+    match result {
+        Ok(cluster) => HttpResponse::Accepted().json(serde_json::json!({"cluster": cluster, "state": "draining"})),
         Err(e) => error_response(&e),
     }
 }

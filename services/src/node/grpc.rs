@@ -15,12 +15,14 @@ use tonic::{Request, Response, Status, Streaming};
 
 /// Translates the actors' errors into gateway errors (whose codes are
 /// mapped in `slogate_proto::error::status_codes`).
-pub(crate) fn gateway_error(error: slogate_actors::Error) -> GatewayError {
+pub fn gateway_error(error: slogate_actors::Error) -> GatewayError {
     use slogate_actors::Error as A;
     match error {
         A::UnknownPool(pool) => GatewayError::UnknownPool(pool),
         A::AdmissionLimit { in_flight, limit } => GatewayError::AdmissionLimit { in_flight, limit },
         A::ShuttingDown => GatewayError::ShuttingDown,
+        A::UnknownCluster(cluster) => GatewayError::UnknownCluster(cluster),
+        A::Backend(reason) => GatewayError::Unavailable(reason),
         other @ (A::Storage(_) | A::CorruptStore(_)) => GatewayError::Internal(other.to_string()),
     }
 }
