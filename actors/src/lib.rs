@@ -9,6 +9,7 @@
 //! # Layout
 //!
 //! - [`clock`]: the node's virtual clock (tokio time, compressible).
+//! - [`metrics`]: latency histograms the shells publish.
 //! - [`reservoir`]: the workload reservoir (count and arrivals tables of
 //!   AutoSLO §7.1) and the execution log, persisted in sled behind
 //!   [`reservoir::ReservoirStore`].
@@ -42,6 +43,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod clock;
+pub mod metrics;
 pub mod reservoir;
 pub mod router;
 pub mod warehouse;

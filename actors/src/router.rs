@@ -60,6 +60,9 @@ pub struct SubmitOutcome {
     pub slo_met: bool,
     /// The routing decision's explanation, or why it failed.
     pub explanation: String,
+    /// Wall-clock time the backend held the query (zero if it never ran):
+    /// the gateway's own overhead is the rest of the client's wait.
+    pub backend_wall: std::time::Duration,
 }
 
 /// A submission, already validated by the gRPC layer.
@@ -131,6 +134,7 @@ struct CompletionUpdate {
     pool: PoolId,
     query: QueryId,
     report: Option<ExecutionReport>,
+    backend_wall: std::time::Duration,
 }
 
 /// One routing decision.
@@ -241,6 +245,7 @@ pub struct RouterState {
 /// The actor. See the module docs.
 pub struct RouterShard {
     clock: VirtualClock,
+    decision_time: std::sync::Arc<crate::metrics::Histogram>,
     pools: HashMap<PoolId, PoolRuntime>,
     reservoir: Option<Addr<ReservoirActor>>,
     decisions: VecDeque<DecisionRecord>,
@@ -293,6 +298,7 @@ impl RouterShard {
             .collect();
         RouterShard {
             clock,
+            decision_time: std::sync::Arc::default(),
             pools,
             reservoir,
             decisions: VecDeque::new(),
@@ -303,6 +309,11 @@ impl RouterShard {
             reservoir_updates_dropped: 0,
             mailbox_capacity: limits.mailbox_capacity,
         }
+    }
+
+    /// Wall-clock time of each `route()` call, for the metrics endpoint.
+    pub fn decision_time(&self) -> std::sync::Arc<crate::metrics::Histogram> {
+        self.decision_time.clone()
     }
 
     fn record_decision(&mut self, record: DecisionRecord) {
@@ -456,7 +467,9 @@ impl Handler<Submit> for RouterShard {
         }
 
         let (sender, receiver) = oneshot::channel();
+        let started = std::time::Instant::now();
         let routing = pool.policy.route(now, &query, &pool.view);
+        self.decision_time.observe(started.elapsed());
         let (target, explanation) = match routing {
             Routing::Dispatch(decision) => (Some(decision.target), decision.explanation),
             Routing::Reject { reason } => (None, reason),
@@ -488,6 +501,7 @@ impl Handler<Submit> for RouterShard {
                     latency: Duration::ZERO,
                     slo_met: false,
                     explanation: reason,
+                    backend_wall: std::time::Duration::ZERO,
                 };
                 self.record_decision(decision);
                 return Ok(resolved(outcome));
@@ -520,11 +534,12 @@ impl Handler<Submit> for RouterShard {
         let me = ctx.address();
         ctx.spawn(
             async move {
+                let sent = std::time::Instant::now();
                 let report = match warehouse.send(Execute { query, cluster, reply }).await {
                     Ok(Ok(())) => report.await.ok(),
                     _ => None,
                 };
-                me.do_send(CompletionUpdate { pool: pool_id, query: id, report });
+                me.do_send(CompletionUpdate { pool: pool_id, query: id, report, backend_wall: sent.elapsed() });
             }
             .into_actor(self),
         );
@@ -583,6 +598,7 @@ impl Handler<CompletionUpdate> for RouterShard {
                     latency,
                     slo_met,
                     explanation: flight.explanation,
+                    backend_wall: message.backend_wall,
                 }
             }
             None => {
@@ -596,6 +612,7 @@ impl Handler<CompletionUpdate> for RouterShard {
                     latency: now - flight.arrival,
                     slo_met: false,
                     explanation: "the backend refused or lost the query".to_owned(),
+                    backend_wall: message.backend_wall,
                 }
             }
         };

@@ -10,6 +10,7 @@ use actix::Addr;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
+use slogate_actors::metrics::Histogram;
 use slogate_actors::reservoir::{self, ReservoirActor};
 use slogate_actors::router::{self, RouterShard};
 use slogate_actors::warehouse::{self, EmulatedWarehouse};
@@ -31,6 +32,17 @@ pub struct AdminState {
     pub reads_require_token: bool,
     /// False once shutdown starts.
     pub ready: Arc<AtomicBool>,
+    /// Latency histograms.
+    pub histograms: Histograms,
+}
+
+/// The node's latency histograms.
+#[derive(Clone)]
+pub struct Histograms {
+    /// Wall time of each routing decision.
+    pub decision_time: Arc<Histogram>,
+    /// Each query's time in slogate outside the backend.
+    pub added_latency: Arc<Histogram>,
 }
 
 /// Routes of the admin API.
@@ -323,5 +335,12 @@ async fn metrics(request: HttpRequest, state: web::Data<AdminState>) -> HttpResp
     family("slo_violations_total", "counter", "Queries that missed their SLO.", &|v| v.router.stats.violations as f64);
     family("in_flight", "gauge", "Queries in flight.", &|v| v.router.in_flight as f64);
     family("billed_usd", "counter", "Dollars billed by the warehouse so far.", &|v| v.billed_usd);
+    state.histograms.decision_time.render(&mut out, "slogate_decision_time_seconds", "Wall time of each routing decision.", "");
+    state.histograms.added_latency.render(
+        &mut out,
+        "slogate_gateway_added_latency_seconds",
+        "Each query's time in slogate outside the backend.",
+        "",
+    );
     HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(out)
 }

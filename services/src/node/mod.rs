@@ -88,7 +88,9 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         idempotency_max: file.limits.idempotency_kept,
         mailbox_capacity: mailbox,
     };
-    let router = RouterShard::new(clock, pools, Some(reservoir.clone()), limits).start();
+    let router = RouterShard::new(clock, pools, Some(reservoir.clone()), limits);
+    let histograms = admin::Histograms { decision_time: router.decision_time(), added_latency: Arc::default() };
+    let router = router.start();
 
     // gRPC.
     let listener = tokio::net::TcpListener::bind(config.grpc_addr).await.map_err(|e| io(&format!("cannot bind gRPC on {}", config.grpc_addr), e))?;
@@ -97,6 +99,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     let gateway = GatewayServer::new(grpc::GatewayService::new(
         router.clone(),
         Limits { slo_ms_max: file.limits.slo_ms_max, payload_bytes_max: file.limits.payload_bytes_max, ..Limits::default() },
+        histograms.added_latency.clone(),
     ));
     health.set_serving::<GatewayServer<grpc::GatewayService>>().await;
     let (grpc_stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -124,6 +127,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         token: file.node.admin_token.clone(),
         reads_require_token: file.node.reads_require_token,
         ready: ready.clone(),
+        histograms,
     };
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new().app_data(actix_web::web::Data::new(admin_state.clone())).configure(admin::routes)
