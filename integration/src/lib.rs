@@ -24,14 +24,25 @@ use std::time::Duration;
 ///
 /// If it cannot be found or built.
 pub fn slogate_binary() -> PathBuf {
+    workspace_binary("slogate", "slogate")
+}
+
+/// A workspace binary next to this test executable (`cargo test
+/// --workspace` builds them for their packages' own tests), built on demand
+/// otherwise.
+///
+/// # Panics
+///
+/// If it cannot be found or built.
+pub fn workspace_binary(package: &str, name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/<test> → target/<profile>/slogate
+    // target/<profile>/deps/<test> → target/<profile>/<name>
     let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
-    let binary = profile_dir.join("slogate");
+    let binary = profile_dir.join(name);
     if !binary.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo).args(["build", "-p", "slogate", "--bin", "slogate"]).status().expect("cargo runs");
-        assert!(status.success(), "building the slogate binary failed");
+        let status = Command::new(cargo).args(["build", "-p", package, "--bin", name]).status().expect("cargo runs");
+        assert!(status.success(), "building {name} failed");
     }
     binary
 }

@@ -9,6 +9,7 @@
 //!
 //! - [`workload`]: BaseWorkload(λ), the phased mixes, the multi-day diurnal
 //!   workload, `SLO = κ × ℓ_baseline`, and conversion to queries.
+//! - [`replay`]: the gRPC replayer behind the `slogate-loadgen` binary.
 //! - [`trace`]: CSV import and export (`arrival_s,template,slo_s`, optional
 //!   `pool,query_id`) with line-numbered errors.
 //!
@@ -28,6 +29,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod replay;
 pub mod trace;
 pub mod workload;
 
@@ -45,6 +47,9 @@ pub enum Error {
     /// A generator parameter is out of range.
     #[error("invalid workload parameter: {0}")]
     InvalidParameter(String),
+    /// Replaying against a node failed.
+    #[error("replay: {0}")]
+    Replay(String),
     /// A file could not be read.
     #[error("cannot read {path}: {source}")]
     Io {

@@ -1,0 +1,173 @@
+//! `slogate-loadgen run`: replay a workload against a node over gRPC in
+//! real (scaled) time and report violation rate, latency percentiles,
+//! errors by status, throughput and cost.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use slogate_core::catalog::tpcds_template_set;
+use slogate_loadgen::replay::{ReplayConfig, billed_usd, replay};
+use slogate_loadgen::trace::read_trace;
+use slogate_loadgen::workload::{assign_slos, base_workload, phased_workload};
+
+/// Load generator for slogate nodes.
+#[derive(Debug, Parser)]
+#[command(name = "slogate-loadgen", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Replay a workload against a node.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum WorkloadKind {
+    /// BaseWorkload(λ): 99 TPC-DS templates × 3, Poisson arrivals.
+    Base,
+    /// A phased mix: 15 queries at λ = 0.05, then 10 at --rate.
+    Phased,
+    /// A trace file (--file).
+    Trace,
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// The node's gRPC endpoint.
+    #[arg(long)]
+    target: String,
+    /// The workload.
+    #[arg(long, value_enum, default_value = "base")]
+    workload: WorkloadKind,
+    /// Trace file for `--workload trace`.
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// λ for generated workloads, queries per workload second.
+    #[arg(long, default_value_t = 0.1)]
+    rate: f64,
+    /// SLO tightness for generated workloads.
+    #[arg(long, default_value_t = 4.0)]
+    kappa: f64,
+    /// Seed for generated workloads.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Workload seconds per real second; 0 sends as fast as possible.
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
+    /// The most submissions in flight.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Send the workload this many times.
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
+    /// The pool to submit to.
+    #[arg(long, default_value = "default")]
+    pool: String,
+    /// The node's admin address (host:port), to read the cost.
+    #[arg(long)]
+    admin: Option<std::net::SocketAddr>,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 3_600)]
+    deadline_s: u64,
+    /// Also write the report as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            std::process::exit(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    let Command::Run(args) = cli.command;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let code = runtime.block_on(run(args));
+    std::process::exit(code);
+}
+
+async fn run(args: RunArgs) -> i32 {
+    let templates = tpcds_template_set();
+    let entries = match args.workload {
+        WorkloadKind::Base => base_workload(&templates, args.rate, args.seed),
+        WorkloadKind::Phased => phased_workload(&templates, 15, args.rate, args.seed),
+        WorkloadKind::Trace => match &args.file {
+            Some(path) => read_trace(path),
+            None => {
+                eprintln!("error: --workload trace needs --file PATH");
+                return 2;
+            }
+        },
+    };
+    let mut entries = match entries {
+        Ok(entries) => entries,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    if !matches!(args.workload, WorkloadKind::Trace)
+        && let Err(e) = assign_slos(&mut entries, &templates, args.kappa)
+    {
+        eprintln!("error: {e}");
+        return 2;
+    }
+    let config = ReplayConfig {
+        target: args.target.clone(),
+        pool: args.pool.clone(),
+        time_scale: args.time_scale,
+        concurrency: args.concurrency,
+        repeat: args.repeat,
+        deadline: std::time::Duration::from_secs(args.deadline_s),
+        progress: true,
+    };
+    let report = match replay(&entries, &config).await {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return if matches!(e, slogate_loadgen::Error::InvalidParameter(_)) { 2 } else { 1 };
+        }
+    };
+    let cost_usd = match args.admin {
+        Some(admin) => match billed_usd(admin, &args.pool).await {
+            Ok(cost) => Some(cost),
+            Err(e) => {
+                eprintln!("warning: {e}");
+                None
+            }
+        },
+        None => None,
+    };
+    println!("submitted {}  completed {}  timed out {}  failed {}", report.submitted, report.completed, report.timed_out, report.failed);
+    println!("violation rate {:.1}%", report.violation_rate * 100.0);
+    println!(
+        "latency (node-reported) ms p50 {:.1} p95 {:.1} p99 {:.1}",
+        report.latency_ms.p50, report.latency_ms.p95, report.latency_ms.p99
+    );
+    println!(
+        "round trip (wall) ms p50 {:.3} p95 {:.3} p99 {:.3}",
+        report.round_trip_ms.p50, report.round_trip_ms.p95, report.round_trip_ms.p99
+    );
+    println!("throughput {:.0} submissions/s over {:.2} s", report.submissions_per_s, report.elapsed_s);
+    for (status, count) in &report.errors_by_status {
+        println!("errors {status}: {count}");
+    }
+    if let Some(cost) = cost_usd {
+        println!("cost ${cost:.3}");
+    }
+    if let Some(path) = &args.json {
+        let mut value = serde_json::to_value(&report).expect("report serialises");
+        value["cost_usd"] = serde_json::json!(cost_usd);
+        if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&value).expect("json") + "\n") {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return 1;
+        }
+    }
+    0
+}

@@ -1,0 +1,241 @@
+//! The gRPC replayer: sends a workload to a node in real (scaled) time and
+//! reports what came back.
+//!
+//! Each entry is submitted at `arrival / time_scale` after the start (or
+//! as fast as possible with `time_scale = 0`), with at most `concurrency`
+//! submissions in flight. Every request loop is bounded by the workload's
+//! size and by `deadline`.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration as WallDuration;
+
+use serde::Serialize;
+use slogate_proto::v1::gateway_client::GatewayClient;
+use slogate_proto::v1::submit_request::Query;
+use slogate_proto::v1::{QueryStatus, SubmitRequest};
+
+use crate::workload::TraceEntry;
+use crate::{Error, Result};
+
+/// How to replay.
+#[derive(Clone, Debug)]
+pub struct ReplayConfig {
+    /// The node's gRPC endpoint, e.g. `http://127.0.0.1:50051`.
+    pub target: String,
+    /// The pool, unless entries name their own.
+    pub pool: String,
+    /// Workload seconds per real second; 0 sends as fast as possible.
+    pub time_scale: f64,
+    /// The most submissions in flight.
+    pub concurrency: usize,
+    /// How many times to send the workload (ids stay unique).
+    pub repeat: u32,
+    /// Give up waiting after this long.
+    pub deadline: WallDuration,
+    /// Show progress on standard error.
+    pub progress: bool,
+}
+
+/// Latency percentiles, milliseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+/// What a replay measured.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ReplayReport {
+    /// Requests sent.
+    pub submitted: u64,
+    /// Replies with QUERY_STATUS_COMPLETED.
+    pub completed: u64,
+    /// Replies with QUERY_STATUS_TIMED_OUT.
+    pub timed_out: u64,
+    /// Replies with QUERY_STATUS_FAILED.
+    pub failed: u64,
+    /// gRPC errors by status code name.
+    pub errors_by_status: BTreeMap<String, u64>,
+    /// Replies that missed their SLO, over requests sent.
+    pub violation_rate: f64,
+    /// Latency the node reported (the backend's time), ms.
+    pub latency_ms: Percentiles,
+    /// Wall-clock round trip seen by this client, ms.
+    pub round_trip_ms: Percentiles,
+    /// Wall time of the whole replay, seconds. (The gateway's own added
+    /// latency is in the node's `/metrics`.)
+    pub elapsed_s: f64,
+    /// `submitted / elapsed_s`.
+    pub submissions_per_s: f64,
+}
+
+fn percentiles(mut values: Vec<f64>) -> Percentiles {
+    if values.is_empty() {
+        return Percentiles::default();
+    }
+    values.sort_by(f64::total_cmp);
+    let at = |q: f64| values[((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1];
+    Percentiles { p50: at(0.5), p95: at(0.95), p99: at(0.99) }
+}
+
+struct Sample {
+    status: std::result::Result<(QueryStatus, bool, f64), tonic::Code>,
+    round_trip_ms: f64,
+}
+
+/// Replays `entries` against the node. SLOs must be set.
+pub async fn replay(entries: &[TraceEntry], config: &ReplayConfig) -> Result<ReplayReport> {
+    if config.concurrency == 0 {
+        return Err(Error::InvalidParameter("concurrency must be at least 1".into()));
+    }
+    if !(config.time_scale.is_finite() && config.time_scale >= 0.0) {
+        return Err(Error::InvalidParameter(format!("time scale must be ≥ 0, got {}", config.time_scale)));
+    }
+    let client = GatewayClient::connect(config.target.clone())
+        .await
+        .map_err(|e| Error::Replay(format!("cannot connect to {}: {e}", config.target)))?;
+    let total = entries.len() as u64 * u64::from(config.repeat);
+    let permits = Arc::new(tokio::sync::Semaphore::new(config.concurrency));
+    let done = Arc::new(AtomicU64::new(0));
+    let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<Sample>();
+    let started = tokio::time::Instant::now();
+    let deadline = started + config.deadline;
+
+    let progress = config.progress.then(|| {
+        let done = done.clone();
+        tokio::spawn(async move {
+            let terminal = std::io::stderr().is_terminal();
+            let mut last_decile = 0;
+            loop {
+                tokio::time::sleep(WallDuration::from_millis(200)).await;
+                let finished = done.load(Ordering::Relaxed);
+                if terminal {
+                    let width = 30;
+                    let filled = (finished * width / total.max(1)) as usize;
+                    eprint!("\r[{}{}] {finished}/{total}", "=".repeat(filled), " ".repeat(width as usize - filled));
+                } else if finished * 10 / total.max(1) > last_decile {
+                    last_decile = finished * 10 / total.max(1);
+                    eprintln!("replayed {finished}/{total}");
+                }
+                if finished >= total {
+                    if terminal {
+                        eprintln!();
+                    }
+                    break;
+                }
+            }
+        })
+    });
+
+    for round in 0..config.repeat {
+        for (index, entry) in entries.iter().enumerate() {
+            if config.time_scale > 0.0 {
+                let offset = entry.arrival.as_secs_f64() / config.time_scale;
+                tokio::time::sleep_until(started + WallDuration::from_secs_f64(offset)).await;
+            }
+            let permit = tokio::select! {
+                permit = permits.clone().acquire_owned() => permit.expect("semaphore open"),
+                _ = tokio::time::sleep_until(deadline) => return Err(Error::Replay("deadline passed while sending".into())),
+            };
+            let slo = entry.slo.ok_or_else(|| Error::InvalidParameter(format!("entry {index} has no SLO")))?;
+            let request = SubmitRequest {
+                pool: entry.pool.as_ref().map_or_else(|| config.pool.clone(), |p| p.0.clone()),
+                query_id: format!("r{round}-{}", entry.query_id.map_or(index as u64, |q| q.0)),
+                query: Some(Query::Template(entry.template.0)),
+                slo_ms: (slo.as_millis_f64().ceil() as u64).max(1),
+                ..SubmitRequest::default()
+            };
+            let mut client = client.clone();
+            let sender = sender.clone();
+            let done = done.clone();
+            tokio::spawn(async move {
+                let sent = std::time::Instant::now();
+                let status = match client.submit(request).await {
+                    Ok(reply) => {
+                        let reply = reply.into_inner();
+                        Ok((reply.status(), reply.slo_met, reply.latency_ms))
+                    }
+                    Err(status) => Err(status.code()),
+                };
+                let _ = sender.send(Sample { status, round_trip_ms: sent.elapsed().as_secs_f64() * 1e3 });
+                done.fetch_add(1, Ordering::Relaxed);
+                drop(permit);
+            });
+        }
+    }
+    drop(sender);
+
+    let mut report = ReplayReport { submitted: total, ..ReplayReport::default() };
+    let mut latencies = Vec::new();
+    let mut round_trips = Vec::new();
+    let mut violations = 0;
+    loop {
+        let sample = tokio::select! {
+            sample = receiver.recv() => sample,
+            _ = tokio::time::sleep_until(deadline) => return Err(Error::Replay("deadline passed waiting for replies".into())),
+        };
+        let Some(sample) = sample else { break };
+        round_trips.push(sample.round_trip_ms);
+        match sample.status {
+            Ok((status, slo_met, latency_ms)) => {
+                match status {
+                    QueryStatus::Completed => report.completed += 1,
+                    QueryStatus::TimedOut => report.timed_out += 1,
+                    _ => report.failed += 1,
+                }
+                if !slo_met {
+                    violations += 1;
+                }
+                latencies.push(latency_ms);
+            }
+            Err(code) => {
+                violations += 1;
+                *report.errors_by_status.entry(format!("{code:?}")).or_default() += 1;
+            }
+        }
+    }
+    if let Some(progress) = progress {
+        let _ = progress.await;
+    }
+    report.elapsed_s = started.elapsed().as_secs_f64();
+    report.submissions_per_s = if report.elapsed_s > 0.0 { total as f64 / report.elapsed_s } else { 0.0 };
+    report.violation_rate = if total == 0 { 0.0 } else { violations as f64 / total as f64 };
+    report.latency_ms = percentiles(latencies);
+    report.round_trip_ms = percentiles(round_trips);
+    Ok(report)
+}
+
+/// Reads `GET /v1/pools/{pool}` from the node's admin API and returns its
+/// `billed_usd`.
+pub async fn billed_usd(admin_addr: std::net::SocketAddr, pool: &str) -> Result<f64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(admin_addr)
+        .await
+        .map_err(|e| Error::Replay(format!("cannot reach the admin API at {admin_addr}: {e}")))?;
+    let request = format!("GET /v1/pools/{pool} HTTP/1.1\r\nHost: {admin_addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.map_err(|e| Error::Replay(e.to_string()))?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.map_err(|e| Error::Replay(e.to_string()))?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
+    let json: serde_json::Value = serde_json::from_str(body).map_err(|e| Error::Replay(format!("admin API reply: {e}")))?;
+    json["billed_usd"].as_f64().ok_or_else(|| Error::Replay(format!("no billed_usd in {body}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let p = percentiles((1..=100).map(f64::from).collect());
+        assert_eq!((p.p50, p.p95, p.p99), (50.0, 95.0, 99.0));
+        assert_eq!(percentiles(Vec::new()), Percentiles::default());
+    }
+}
