@@ -28,6 +28,9 @@ enum Command {
     /// Run a gateway node: gRPC for clients, HTTP admin API for operators,
     /// on the embedded emulated warehouse unless configured otherwise.
     Serve(ServeArgs),
+    /// One-command demo: start a node on the embedded emulated warehouse,
+    /// replay BaseWorkload against it over gRPC, print the report, stop.
+    Demo(DemoArgs),
     /// Write a scenario's workload as a trace file (CSV:
     /// `arrival_s,template,slo_s,pool,query_id`), to edit or replay.
     Trace(TraceArgs),
@@ -51,6 +54,23 @@ struct ServeArgs {
     /// Print the embedded default configuration and exit.
     #[arg(long)]
     print_default_config: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct DemoArgs {
+    /// Virtual (workload) seconds per real second, for the node and the
+    /// replay alike.
+    #[arg(long, default_value_t = 600.0)]
+    time_compression: f64,
+    /// λ of BaseWorkload, queries per workload second.
+    #[arg(long, default_value_t = 0.1)]
+    rate: f64,
+    /// SLO tightness κ.
+    #[arg(long, default_value_t = 4.0)]
+    kappa: f64,
+    /// Seed of the workload and the warehouse.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -106,6 +126,7 @@ pub fn main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> i32 
         Command::Eval(args) => run_eval(&args),
         Command::Trace(args) => run_trace(&args),
         Command::Serve(args) => run_serve(&args),
+        Command::Demo(args) => run_demo(&args),
     };
     match result {
         Ok(()) => 0,
@@ -173,6 +194,58 @@ fn run_serve(args: &ServeArgs) -> Result<()> {
         eprintln!("slogate serve: stopped in_flight_left={left}");
         Ok(())
     })
+}
+
+fn run_demo(args: &DemoArgs) -> Result<()> {
+    use slogate_loadgen::replay::{ReplayConfig, replay};
+    let data_dir = std::env::temp_dir().join(format!("slogate-demo-{}", std::process::id()));
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ntime_compression = {}\nseed = {}\n",
+        args.time_compression, args.seed
+    );
+    let overrides = crate::config::Overrides { data_dir: Some(data_dir.clone()), ..Default::default() };
+    let config = crate::config::NodeConfig::load(&text, &crate::config::Environment, &overrides)?;
+    let templates = Scenario::templates();
+    let mut entries = slogate_loadgen::workload::base_workload(&templates, args.rate, args.seed)?;
+    slogate_loadgen::workload::assign_slos(&mut entries, &templates, args.kappa)?;
+    let result = actix_rt::System::new().block_on(async move {
+        let node = crate::node::start(config).await?;
+        eprintln!("slogate demo: node up, grpc_addr={} admin_addr={}", node.grpc_addr, node.admin_addr);
+        eprintln!(
+            "slogate demo: replaying BaseWorkload λ={} κ={} ({} queries) at {}× over gRPC",
+            args.rate,
+            args.kappa,
+            entries.len(),
+            args.time_compression
+        );
+        let replay_config = ReplayConfig {
+            target: format!("http://{}", node.grpc_addr),
+            pool: "default".into(),
+            time_scale: args.time_compression,
+            concurrency: 1_024,
+            repeat: 1,
+            deadline: std::time::Duration::from_secs(3_600),
+            progress: true,
+        };
+        let report = replay(&entries, &replay_config).await;
+        let billed = slogate_loadgen::replay::billed_usd(node.admin_addr, "default").await;
+        node.shutdown().await;
+        let report = report?;
+        print(&format!(
+            "queries {}  completed {}  timed out {}\nviolation rate {:.1}%\nlatency s p50 {:.2} p95 {:.2} p99 {:.2}\ncost ${:.3}\n",
+            report.submitted,
+            report.completed,
+            report.timed_out,
+            report.violation_rate * 100.0,
+            report.latency_ms.p50 / 1e3,
+            report.latency_ms.p95 / 1e3,
+            report.latency_ms.p99 / 1e3,
+            billed.unwrap_or(f64::NAN)
+        ));
+        Ok::<(), Error>(())
+    });
+    std::fs::remove_dir_all(&data_dir).ok();
+    result
 }
 
 /// Waits for SIGINT or SIGTERM.
