@@ -83,7 +83,7 @@ impl NodeProcess {
         });
         let line = loop {
             let line = log.recv_timeout(Duration::from_secs(60)).expect("the node logs its addresses within 60 s");
-            if line.contains("listening") {
+            if line.contains("grpc_addr=") && line.contains("admin_addr=") {
                 break line;
             }
         };

@@ -66,6 +66,6 @@ async fn node_survives_sigkill_with_its_reservoir_and_stops_cleanly_on_sigterm()
 
     // 5. SIGTERM drains and exits cleanly.
     let lines = tokio::task::spawn_blocking(move || node.terminate()).await.unwrap();
-    assert!(lines.iter().any(|l| l.contains("stopped in_flight_left=0")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("Stopped.") && l.contains("in_flight_left=0")), "{lines:?}");
     std::fs::remove_dir_all(&dir).ok();
 }

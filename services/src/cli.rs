@@ -185,15 +185,27 @@ fn run_serve(args: &ServeArgs) -> Result<()> {
         data_dir: args.data_dir.clone(),
     };
     let config = crate::config::NodeConfig::load(&text, &crate::config::Environment, &overrides)?;
+    init_logging();
     actix_rt::System::new().block_on(async move {
         let node = crate::node::start(config).await?;
-        eprintln!("slogate serve: listening grpc_addr={} admin_addr={}", node.grpc_addr, node.admin_addr);
+        tracing::info!(message = "Listening.", grpc_addr = %node.grpc_addr, admin_addr = %node.admin_addr);
         wait_for_signal().await;
-        eprintln!("slogate serve: shutting down; draining in-flight queries");
-        let left = node.shutdown().await;
-        eprintln!("slogate serve: stopped in_flight_left={left}");
+        tracing::info!(message = "Shutting down; draining in-flight queries.");
+        let in_flight_left = node.shutdown().await;
+        tracing::info!(message = "Stopped.", in_flight_left);
         Ok(())
     })
+}
+
+/// Key/value logs on standard error; `RUST_LOG` sets the filter (default
+/// `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
 }
 
 fn run_demo(args: &DemoArgs) -> Result<()> {

@@ -114,7 +114,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             })
             .await;
         if let Err(error) = result {
-            eprintln!("gRPC server stopped with an error: {error}");
+            tracing::error!(message = "gRPC server stopped with an error.", %error);
         }
     });
 
