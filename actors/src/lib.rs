@@ -15,11 +15,12 @@
 //!   [`reservoir::ReservoirStore`].
 //! - [`router`]: the RouterShard: admission, idempotency, routing with
 //!   core's policies, dispatch, and replies.
+//! - [`tracker`]: one ClusterTracker per cluster: running queries,
+//!   slogate's own billing timer, lifecycle, backend calls.
 //! - [`warehouse`]: the emulated warehouse as a live backend, in real
 //!   (optionally compressed) time.
 //!
-//! The ClusterTracker, Provider and Autoscaler actors join as the gateway
-//! node is built.
+//! The Provider and Autoscaler actors join as the node grows.
 //!
 //! # Example
 //!
@@ -46,6 +47,7 @@ pub mod clock;
 pub mod metrics;
 pub mod reservoir;
 pub mod router;
+pub mod tracker;
 pub mod warehouse;
 
 /// Errors of the actors: what a caller may be told in a reply.

@@ -28,7 +28,8 @@ use tokio::sync::oneshot;
 
 use crate::clock::VirtualClock;
 use crate::reservoir::{ArrivalUpdate, ExecutionUpdate, ReservoirActor};
-use crate::warehouse::{AddCluster, ClusterUpdate, EmulatedWarehouse, Execute, TearDown, WatchClusters};
+use crate::tracker::{ClusterTracker, Dispatch, Release, TrackerSetup};
+use crate::warehouse::{AddCluster, ClusterUpdate, EmulatedWarehouse, WatchClusters};
 use crate::{Error, Result};
 
 /// How a submitted query ended.
@@ -118,6 +119,11 @@ pub struct GetDecisions {
 #[rtype(result = "RouterState")]
 pub struct GetState;
 
+/// Lists a pool's cluster trackers, for the admin API.
+#[derive(Message)]
+#[rtype(result = "Vec<(ClusterId, Addr<ClusterTracker>)>")]
+pub struct GetTrackers(pub PoolId);
+
 /// Reads a pool's most recent outcomes, newest first.
 #[derive(Message)]
 #[rtype(result = "Vec<SubmitOutcome>")]
@@ -185,6 +191,7 @@ struct InFlight {
 struct PoolRuntime {
     policy: Box<dyn RoutingPolicy>,
     warehouse: Addr<EmulatedWarehouse>,
+    trackers: HashMap<ClusterId, Addr<ClusterTracker>>,
     view: Pool,
     in_flight: HashMap<QueryId, InFlight>,
     in_flight_max: usize,
@@ -255,11 +262,16 @@ pub struct RouterShard {
     draining: bool,
     reservoir_updates_dropped: u64,
     mailbox_capacity: usize,
+    tracker_mailbox_capacity: usize,
+    billing: slogate_core::billing::BillingConfig,
 }
 
-/// Sizes of the RouterShard's bounded tables.
-#[derive(Clone, Copy, Debug)]
+/// Sizes of the RouterShard's bounded tables, and the billing terms its
+/// trackers estimate cost with.
+#[derive(Clone, Debug)]
 pub struct RouterLimits {
+    /// Prices and minimum window of the clusters' billing.
+    pub billing: slogate_core::billing::BillingConfig,
     /// Recent decisions (and recent outcomes per pool) kept for the admin
     /// API.
     pub decisions_max: usize,
@@ -281,9 +293,27 @@ impl RouterShard {
                     .iter()
                     .map(|&(id, size, state)| ClusterView { id, size, state, requested_at: now, ready_at: now, running: Vec::new() })
                     .collect();
+                let trackers = setup
+                    .clusters
+                    .iter()
+                    .map(|&(cluster, size, state)| {
+                        let tracker = ClusterTracker::new(TrackerSetup {
+                            pool: setup.id.clone(),
+                            cluster,
+                            size,
+                            state,
+                            billing: limits.billing.clone(),
+                            backend: setup.warehouse.clone(),
+                            clock,
+                            mailbox_capacity: limits.mailbox_capacity,
+                        });
+                        (cluster, tracker.start())
+                    })
+                    .collect();
                 let runtime = PoolRuntime {
                     policy: setup.policy,
                     warehouse: setup.warehouse,
+                    trackers,
                     view: Pool { id: setup.id.clone(), clusters },
                     in_flight: HashMap::new(),
                     in_flight_max: setup.in_flight_max,
@@ -303,6 +333,8 @@ impl RouterShard {
             reservoir,
             decisions: VecDeque::new(),
             decisions_max: limits.decisions_max,
+            tracker_mailbox_capacity: limits.mailbox_capacity,
+            billing: limits.billing.clone(),
             idempotency_max: limits.idempotency_max,
             next_query: 0,
             draining: false,
@@ -369,11 +401,24 @@ impl Handler<RequestCluster> for RouterShard {
         };
         let size = message.size;
         let pool_id = message.pool;
+        let warehouse_for_tracker = warehouse.clone();
         Box::pin(
             async move { warehouse.send(AddCluster { size, warm: false }).await }.into_actor(self).map(move |reply, actor, _ctx| {
                 let cluster = reply.map_err(|_| Error::Backend("the warehouse is not answering".into()))?;
                 let now = actor.clock.now();
+                let setup = TrackerSetup {
+                    pool: pool_id.clone(),
+                    cluster,
+                    size,
+                    state: ClusterState::Starting,
+                    billing: actor.billing.clone(),
+                    backend: warehouse_for_tracker,
+                    clock: actor.clock,
+                    mailbox_capacity: actor.tracker_mailbox_capacity,
+                };
+                let tracker = ClusterTracker::new(setup).start();
                 if let Some(pool) = actor.pools.get_mut(&pool_id) {
+                    pool.trackers.insert(cluster, tracker);
                     pool.view.clusters.push(ClusterView {
                         id: cluster,
                         size,
@@ -403,10 +448,9 @@ impl Handler<ReleaseCluster> for RouterShard {
         if matches!(view.state, ClusterState::Ready | ClusterState::Starting) {
             view.state = ClusterState::Draining;
         }
-        let warehouse = pool.warehouse.clone();
-        let cluster = message.cluster;
+        let tracker = pool.trackers.get(&message.cluster).expect("every cluster in the view has a tracker").clone();
         Box::pin(
-            async move { warehouse.send(TearDown(cluster)).await }.into_actor(self).map(|reply, _actor, _ctx| match reply {
+            async move { tracker.send(Release).await }.into_actor(self).map(|reply, _actor, _ctx| match reply {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => Err(Error::Backend(e.to_string())),
                 Err(_) => Err(Error::Backend("the warehouse is not answering".into())),
@@ -528,14 +572,14 @@ impl Handler<Submit> for RouterShard {
             },
         );
         let (reply, report) = oneshot::channel();
-        let warehouse = pool.warehouse.clone();
+        let tracker = pool.trackers.get(&cluster).expect("every cluster in the view has a tracker").clone();
         let pool_id = message.pool;
         self.record_decision(decision);
         let me = ctx.address();
         ctx.spawn(
             async move {
                 let sent = std::time::Instant::now();
-                let report = match warehouse.send(Execute { query, cluster, reply }).await {
+                let report = match tracker.send(Dispatch { query, reply }).await {
                     Ok(Ok(())) => report.await.ok(),
                     _ => None,
                 };
@@ -650,6 +694,17 @@ impl Handler<GetDecisions> for RouterShard {
 
     fn handle(&mut self, message: GetDecisions, _ctx: &mut Self::Context) -> Self::Result {
         MessageResult(self.decisions.iter().take(message.limit).cloned().collect())
+    }
+}
+
+impl Handler<GetTrackers> for RouterShard {
+    type Result = MessageResult<GetTrackers>;
+
+    fn handle(&mut self, message: GetTrackers, _ctx: &mut Self::Context) -> Self::Result {
+        let mut trackers: Vec<_> =
+            self.pools.get(&message.0).map(|p| p.trackers.iter().map(|(id, addr)| (*id, addr.clone())).collect()).unwrap_or_default();
+        trackers.sort_by_key(|(id, _)| *id);
+        MessageResult(trackers)
     }
 }
 

@@ -25,7 +25,12 @@ async fn node(in_flight_max: usize) -> Addr<RouterShard> {
         clusters,
         in_flight_max,
     };
-    let limits = RouterLimits { decisions_max: 100, idempotency_max: 1_000, mailbox_capacity: 4_096 };
+    let limits = RouterLimits {
+        billing: slogate_core::billing::BillingConfig::default(),
+        decisions_max: 100,
+        idempotency_max: 1_000,
+        mailbox_capacity: 4_096,
+    };
     RouterShard::new(clock, vec![pool], None, limits).start()
 }
 

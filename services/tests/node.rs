@@ -72,6 +72,14 @@ async fn three_hundred_concurrent_submissions_all_complete_and_show_in_the_admin
     let (status, body) = admin_get(node.admin_addr, "/v1/actors").await;
     assert_eq!(status, 200);
     assert!(body.contains("router_shard") && body.contains("reservoir"));
+    let actors: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let trackers = actors["cluster_trackers"]["default"].as_array().unwrap();
+    assert_eq!(trackers.len(), 2);
+    let finished: u64 = trackers.iter().map(|t| t["finished"].as_u64().unwrap()).sum();
+    assert_eq!(finished, 300);
+    let estimate: f64 = trackers.iter().map(|t| t["billed_usd_estimate"].as_f64().unwrap()).sum();
+    let billed = pool["billed_usd"].as_f64().unwrap();
+    assert!((estimate / billed - 1.0).abs() < 0.25, "slogate's estimate {estimate} vs the warehouse's bill {billed}");
     let (status, body) = admin_get(node.admin_addr, "/metrics").await;
     assert_eq!(status, 200);
     assert!(body.contains("slogate_submissions_total{pool=\"default\"} 300"));

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use slogate_actors::metrics::Histogram;
 use slogate_actors::reservoir::{self, ReservoirActor};
 use slogate_actors::router::{self, RouterShard};
+use slogate_actors::tracker;
 use slogate_actors::warehouse::{self, EmulatedWarehouse};
 use slogate_core::model::{ClusterState, PoolId};
 use slogate_proto::GatewayError;
@@ -214,12 +215,19 @@ async fn actors(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespo
         let router = state.router.send(router::GetState).await.map_err(mailbox)?;
         let reservoir = state.reservoir.send(reservoir::GetState).await.map_err(mailbox)?;
         let mut warehouses = serde_json::Map::new();
+        let mut trackers = serde_json::Map::new();
         for (pool, addr) in &state.warehouses {
             let warehouse = addr.send(warehouse::GetState).await.map_err(mailbox)?;
             warehouses.insert(pool.0.clone(), serde_json::to_value(warehouse).expect("state serialises"));
+            let mut pool_trackers = Vec::new();
+            for (_, tracker) in state.router.send(router::GetTrackers(pool.clone())).await.map_err(mailbox)? {
+                pool_trackers.push(tracker.send(tracker::GetState).await.map_err(mailbox)?);
+            }
+            trackers.insert(pool.0.clone(), serde_json::to_value(pool_trackers).expect("state serialises"));
         }
         Ok::<_, GatewayError>(serde_json::json!({
             "router_shard": router,
+            "cluster_trackers": trackers,
             "reservoir": reservoir,
             "warehouses": warehouses,
         }))

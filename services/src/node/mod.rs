@@ -84,6 +84,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         pools.push(PoolSetup { id, policy, warehouse, clusters, in_flight_max: file.limits.in_flight_per_pool_max });
     }
     let limits = RouterLimits {
+        billing: WorldConfig::default().billing,
         decisions_max: file.limits.decisions_kept,
         idempotency_max: file.limits.idempotency_kept,
         mailbox_capacity: mailbox,

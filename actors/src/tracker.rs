@@ -1,0 +1,254 @@
+//! The ClusterTracker actor: one per cluster. It holds the cluster's
+//! running queries, slogate's own billing timer for it (core's
+//! [`BillingTimer`], so the node knows its cost without asking the
+//! vendor), and its lifecycle, and it makes the backend calls for the
+//! cluster: the RouterShard dispatches through it.
+
+use actix::prelude::*;
+use serde::Serialize;
+use slogate_core::billing::{BillingConfig, BillingTimer};
+use slogate_core::model::{ClusterId, ClusterState, PoolId, Query, QueryId, Rpu};
+use slogate_core::time::Instant;
+use slogate_core::world::ExecutionReport;
+use tokio::sync::oneshot;
+
+use crate::clock::VirtualClock;
+use crate::warehouse::{ClusterUpdate, EmulatedWarehouse, Execute, ExecuteError, TearDown, WatchClusters};
+
+/// Runs a query on this tracker's cluster; the report arrives on `reply`.
+#[derive(Message)]
+#[rtype(result = "Result<(), ExecuteError>")]
+pub struct Dispatch {
+    /// The query.
+    pub query: Query,
+    /// Receives the report.
+    pub reply: oneshot::Sender<ExecutionReport>,
+}
+
+/// Drains and releases the cluster.
+#[derive(Message)]
+#[rtype(result = "Result<(), ExecuteError>")]
+pub struct Release;
+
+/// Reads the observable state.
+#[derive(Message)]
+#[rtype(result = "TrackerState")]
+pub struct GetState;
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Finished {
+    query: QueryId,
+    report: Option<ExecutionReport>,
+    reply: oneshot::Sender<ExecutionReport>,
+}
+
+/// A ClusterTracker's observable state.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TrackerState {
+    /// The cluster.
+    pub cluster: ClusterId,
+    /// Its size.
+    pub size: Rpu,
+    /// Its lifecycle state.
+    pub state: ClusterState,
+    /// Queries sent to it and not finished.
+    pub running: Vec<QueryId>,
+    /// Queries finished on it.
+    pub finished: u64,
+    /// slogate's estimate of what the cluster has billed, dollars.
+    pub billed_usd_estimate: f64,
+    /// Billing windows opened (each pays the minimum).
+    pub billing_windows: u32,
+}
+
+struct Running {
+    query: QueryId,
+    billed: bool,
+}
+
+/// The actor. See the module docs.
+pub struct ClusterTracker {
+    pool: PoolId,
+    cluster: ClusterId,
+    size: Rpu,
+    state: ClusterState,
+    billing: BillingTimer,
+    /// The last instant given to `billing`, which takes inputs in time
+    /// order: reports arrive a little after their virtual finish time.
+    billing_clock: Instant,
+    running: Vec<Running>,
+    finished: u64,
+    backend: Addr<EmulatedWarehouse>,
+    clock: VirtualClock,
+    mailbox_capacity: usize,
+}
+
+/// What a tracker starts from.
+pub struct TrackerSetup {
+    /// The pool the cluster belongs to.
+    pub pool: PoolId,
+    /// The cluster (already requested from `backend`).
+    pub cluster: ClusterId,
+    /// Its size.
+    pub size: Rpu,
+    /// Its state now.
+    pub state: ClusterState,
+    /// Prices and minimum window for the billing estimate.
+    pub billing: BillingConfig,
+    /// The backend that runs the cluster.
+    pub backend: Addr<EmulatedWarehouse>,
+    /// The node's clock.
+    pub clock: VirtualClock,
+    /// Mailbox capacity.
+    pub mailbox_capacity: usize,
+}
+
+impl ClusterTracker {
+    /// A tracker as `setup` describes.
+    pub fn new(setup: TrackerSetup) -> Self {
+        let TrackerSetup { pool, cluster, size, state, billing, backend, clock, mailbox_capacity } = setup;
+        ClusterTracker {
+            pool,
+            cluster,
+            size,
+            state,
+            billing: BillingTimer::new(billing, size),
+            billing_clock: Instant::ZERO,
+            running: Vec::new(),
+            finished: 0,
+            backend,
+            clock,
+            mailbox_capacity,
+        }
+    }
+}
+
+impl ClusterTracker {
+    /// `at`, or the last billing input if that is later.
+    fn billing_instant(&mut self, at: Instant) -> Instant {
+        self.billing_clock = self.billing_clock.max(at);
+        self.billing_clock
+    }
+}
+
+impl Actor for ClusterTracker {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(self.mailbox_capacity);
+        self.backend.do_send(WatchClusters { pool: self.pool.clone(), recipient: ctx.address().recipient() });
+    }
+}
+
+impl Handler<Dispatch> for ClusterTracker {
+    type Result = Result<(), ExecuteError>;
+
+    fn handle(&mut self, message: Dispatch, ctx: &mut Self::Context) -> Self::Result {
+        if !matches!(self.state, ClusterState::Starting | ClusterState::Ready) {
+            return Err(ExecuteError::NotAccepting(self.cluster, self.state));
+        }
+        if self.running.iter().any(|r| r.query == message.query.id) {
+            return Err(ExecuteError::Duplicate(message.query.id));
+        }
+        let billed = self.state == ClusterState::Ready;
+        if billed {
+            let at = self.billing_instant(self.clock.now());
+            self.billing.handle_query_start(at);
+        }
+        let id = message.query.id;
+        self.running.push(Running { query: id, billed });
+        let backend = self.backend.clone();
+        let cluster = self.cluster;
+        let me = ctx.address();
+        let reply = message.reply;
+        ctx.spawn(
+            async move {
+                let (sender, receiver) = oneshot::channel();
+                let report = match backend.send(Execute { query: message.query, cluster, reply: sender }).await {
+                    Ok(Ok(())) => receiver.await.ok(),
+                    _ => None,
+                };
+                me.do_send(Finished { query: id, report, reply });
+            }
+            .into_actor(self),
+        );
+        Ok(())
+    }
+}
+
+impl Handler<Finished> for ClusterTracker {
+    type Result = ();
+
+    fn handle(&mut self, message: Finished, _ctx: &mut Self::Context) {
+        if let Some(index) = self.running.iter().position(|r| r.query == message.query) {
+            let running = self.running.remove(index);
+            if running.billed {
+                let finished = message.report.as_ref().map_or_else(|| self.clock.now(), |r| r.finished);
+                let at = self.billing_instant(finished);
+                self.billing.handle_query_end(at);
+            }
+        }
+        self.finished += 1;
+        if let Some(report) = message.report {
+            // The dispatcher may have gone away; then nobody reads it.
+            let _ = message.reply.send(report);
+        }
+        // Without a report, dropping `reply` tells the dispatcher the query
+        // was lost, which it reports as a failure.
+    }
+}
+
+impl Handler<ClusterUpdate> for ClusterTracker {
+    type Result = ();
+
+    fn handle(&mut self, message: ClusterUpdate, _ctx: &mut Self::Context) {
+        if message.cluster != self.cluster {
+            return;
+        }
+        if message.state == ClusterState::Ready && self.state == ClusterState::Starting {
+            let at = self.billing_instant(self.clock.now());
+            for running in &mut self.running {
+                self.billing.handle_query_start(at);
+                running.billed = true;
+            }
+        }
+        if !(message.state == ClusterState::Ready && self.state == ClusterState::Draining) {
+            self.state = message.state;
+        }
+    }
+}
+
+impl Handler<Release> for ClusterTracker {
+    type Result = ResponseActFuture<Self, Result<(), ExecuteError>>;
+
+    fn handle(&mut self, _message: Release, _ctx: &mut Self::Context) -> Self::Result {
+        if self.state == ClusterState::Gone {
+            return Box::pin(fut::ready(Err(ExecuteError::NotAccepting(self.cluster, self.state))));
+        }
+        self.state = ClusterState::Draining;
+        let backend = self.backend.clone();
+        let cluster = self.cluster;
+        Box::pin(async move { backend.send(TearDown(cluster)).await }.into_actor(self).map(move |reply, _actor, _ctx| match reply {
+            Ok(result) => result,
+            Err(_) => Err(ExecuteError::UnknownCluster(cluster)),
+        }))
+    }
+}
+
+impl Handler<GetState> for ClusterTracker {
+    type Result = MessageResult<GetState>;
+
+    fn handle(&mut self, _message: GetState, _ctx: &mut Self::Context) -> Self::Result {
+        let now = self.clock.now();
+        MessageResult(TrackerState {
+            cluster: self.cluster,
+            size: self.size,
+            state: self.state,
+            running: self.running.iter().map(|r| r.query).collect(),
+            finished: self.finished,
+            billed_usd_estimate: self.billing.cost_usd(now),
+            billing_windows: self.billing.windows_opened(),
+        })
+    }
+}
