@@ -106,6 +106,15 @@ pub struct ReleaseCluster {
 #[rtype(result = "()")]
 pub struct Drain;
 
+/// Fails every query still in flight with a reason (end of a shutdown's
+/// grace period), so no accepted query goes unanswered. Returns how many.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct FailInFlight {
+    /// Why, for the replies.
+    pub reason: String,
+}
+
 /// Reads the recent routing decisions, newest first.
 #[derive(Message)]
 #[rtype(result = "Vec<DecisionRecord>")]
@@ -686,6 +695,40 @@ impl Handler<Drain> for RouterShard {
 
     fn handle(&mut self, _message: Drain, _ctx: &mut Self::Context) {
         self.draining = true;
+    }
+}
+
+impl Handler<FailInFlight> for RouterShard {
+    type Result = usize;
+
+    fn handle(&mut self, message: FailInFlight, _ctx: &mut Self::Context) -> usize {
+        let now = self.clock.now();
+        let mut failed = 0;
+        for pool in self.pools.values_mut() {
+            for (query, flight) in pool.in_flight.drain() {
+                failed += 1;
+                pool.stats.failed += 1;
+                pool.stats.violations += 1;
+                let outcome = SubmitOutcome {
+                    client_query_id: flight.client_query_id,
+                    query,
+                    status: SubmitStatus::Failed,
+                    target: Some(flight.target),
+                    latency: now - flight.arrival,
+                    slo_met: false,
+                    explanation: message.reason.clone(),
+                    backend_wall: std::time::Duration::ZERO,
+                };
+                for waiter in flight.waiters {
+                    let _ = waiter.send(outcome.clone());
+                }
+            }
+            pool.by_client_id.clear();
+            for cluster in &mut pool.view.clusters {
+                cluster.running.clear();
+            }
+        }
+        failed
     }
 }
 

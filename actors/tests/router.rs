@@ -3,7 +3,7 @@
 use actix::{Actor, Addr};
 use slogate_actors::Error;
 use slogate_actors::clock::VirtualClock;
-use slogate_actors::router::{Drain, GetDecisions, GetState, PoolSetup, RouterLimits, RouterShard, Submit, SubmitStatus};
+use slogate_actors::router::{Drain, FailInFlight, GetDecisions, GetState, PoolSetup, RouterLimits, RouterShard, Submit, SubmitStatus};
 use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse};
 use slogate_core::model::{ClusterState, PoolId, Rpu, Slo, TemplateId};
 use slogate_core::route::BaselinePolicy;
@@ -88,4 +88,18 @@ async fn unknown_pool_admission_limit_and_draining_are_refused() {
     assert!(matches!(router.send(submit("d", 4)).await.unwrap(), Err(Error::ShuttingDown)));
     // In-flight queries still finish after the drain starts.
     assert_eq!(_a.await.unwrap().status, SubmitStatus::Completed);
+}
+
+#[actix_rt::test]
+async fn queries_still_running_at_the_end_of_shutdown_fail_with_a_reason() {
+    tokio::time::pause();
+    let router = node(1_000).await;
+    let reply = router.send(submit("slow", 4)).await.unwrap().unwrap();
+    router.send(Drain).await.unwrap();
+    assert_eq!(router.send(FailInFlight { reason: "shutting down".into() }).await.unwrap(), 1);
+    let outcome = reply.await.unwrap();
+    assert_eq!(outcome.status, SubmitStatus::Failed);
+    assert_eq!(outcome.explanation, "shutting down");
+    let state = router.send(GetState).await.unwrap();
+    assert_eq!((state.pools[0].in_flight, state.pools[0].stats.failed), (0, 1));
 }

@@ -8,7 +8,8 @@
 //!
 //! 1. readiness and gRPC health turn to not-serving, and the RouterShard
 //!    refuses new submissions with UNAVAILABLE;
-//! 2. in-flight queries finish, up to the grace period;
+//! 2. in-flight queries finish, up to the grace period; any still running
+//!    then fail with a reason, so every accepted query gets a reply;
 //! 3. both servers stop and the reservoir is flushed and closed.
 
 pub mod admin;
@@ -158,7 +159,8 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
 
 impl Node {
     /// Stops gracefully (see the module docs). Returns how many queries
-    /// were still in flight when the grace period ended.
+    /// were still in flight when the grace period ended (they were failed
+    /// with a reason).
     pub async fn shutdown(self) -> usize {
         self.ready.store(false, Ordering::Relaxed);
         self.health.set_not_serving::<GatewayServer<grpc::GatewayService>>().await;
@@ -173,6 +175,12 @@ impl Node {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        if in_flight > 0 {
+            let reason = "the node shut down before the query finished".to_owned();
+            let _ = self.router.send(router::FailInFlight { reason }).await;
+            // Let the replies reach their clients before the server stops.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         let _ = self.grpc_stop.send(());
         let _ = self.grpc_task.await;
