@@ -10,6 +10,8 @@
 //!
 //! - [`clock`]: the node's virtual clock (tokio time, compressible).
 //! - [`metrics`]: latency histograms the shells publish.
+//! - [`provider`]: cluster lifecycle requests to the hosting platform
+//!   (emulated: the emulated warehouse applies δ and ζ).
 //! - [`reservoir`]: the workload reservoir (count and arrivals tables of
 //!   AutoSLO §7.1) and the execution log, persisted in sled behind
 //!   [`reservoir::ReservoirStore`].
@@ -20,7 +22,7 @@
 //! - [`warehouse`]: the emulated warehouse as a live backend, in real
 //!   (optionally compressed) time.
 //!
-//! The Provider and Autoscaler actors join as the node grows.
+//! The Autoscaler and Tuner actors join as the node grows.
 //!
 //! # Example
 //!
@@ -45,6 +47,7 @@
 
 pub mod clock;
 pub mod metrics;
+pub mod provider;
 pub mod reservoir;
 pub mod router;
 pub mod tracker;

@@ -29,7 +29,8 @@ use tokio::sync::oneshot;
 use crate::clock::VirtualClock;
 use crate::reservoir::{ArrivalUpdate, ExecutionUpdate, ReservoirActor};
 use crate::tracker::{ClusterTracker, Dispatch, Release, TrackerSetup};
-use crate::warehouse::{AddCluster, ClusterUpdate, EmulatedWarehouse, WatchClusters};
+use crate::provider::{EmulatedProvider, SpinUp};
+use crate::warehouse::{ClusterUpdate, EmulatedWarehouse, WatchClusters};
 use crate::{Error, Result};
 
 /// How a submitted query ended.
@@ -179,6 +180,8 @@ pub struct PoolSetup {
     pub policy: Box<dyn RoutingPolicy>,
     /// The backend that runs its queries.
     pub warehouse: Addr<EmulatedWarehouse>,
+    /// The platform that spins its clusters up and down.
+    pub provider: Addr<EmulatedProvider>,
     /// Its clusters (already requested from the backend).
     pub clusters: Vec<(ClusterId, Rpu, ClusterState)>,
     /// The most queries in flight before submissions are refused.
@@ -200,6 +203,7 @@ struct InFlight {
 struct PoolRuntime {
     policy: Box<dyn RoutingPolicy>,
     warehouse: Addr<EmulatedWarehouse>,
+    provider: Addr<EmulatedProvider>,
     trackers: HashMap<ClusterId, Addr<ClusterTracker>>,
     view: Pool,
     in_flight: HashMap<QueryId, InFlight>,
@@ -313,6 +317,7 @@ impl RouterShard {
                             state,
                             billing: limits.billing.clone(),
                             backend: setup.warehouse.clone(),
+                            provider: setup.provider.clone(),
                             clock,
                             mailbox_capacity: limits.mailbox_capacity,
                         });
@@ -322,6 +327,7 @@ impl RouterShard {
                 let runtime = PoolRuntime {
                     policy: setup.policy,
                     warehouse: setup.warehouse,
+                    provider: setup.provider,
                     trackers,
                     view: Pool { id: setup.id.clone(), clusters },
                     in_flight: HashMap::new(),
@@ -403,17 +409,20 @@ impl Handler<RequestCluster> for RouterShard {
     type Result = ResponseActFuture<Self, Result<ClusterId>>;
 
     fn handle(&mut self, message: RequestCluster, _ctx: &mut Self::Context) -> Self::Result {
-        let warehouse = match self.pools.get(&message.pool) {
-            Some(pool) if !self.draining => pool.warehouse.clone(),
+        let (provider, warehouse) = match self.pools.get(&message.pool) {
+            Some(pool) if !self.draining => (pool.provider.clone(), pool.warehouse.clone()),
             Some(_) => return Box::pin(fut::ready(Err(Error::ShuttingDown))),
             None => return Box::pin(fut::ready(Err(Error::UnknownPool(message.pool.0)))),
         };
         let size = message.size;
         let pool_id = message.pool;
-        let warehouse_for_tracker = warehouse.clone();
+        let request = SpinUp { pool: pool_id.clone(), size };
+        let provider_for_tracker = provider.clone();
         Box::pin(
-            async move { warehouse.send(AddCluster { size, warm: false }).await }.into_actor(self).map(move |reply, actor, _ctx| {
-                let cluster = reply.map_err(|_| Error::Backend("the warehouse is not answering".into()))?;
+            async move { provider.send(request).await }.into_actor(self).map(move |reply, actor, _ctx| {
+                let cluster = reply
+                    .map_err(|_| Error::Backend("the provider is not answering".into()))?
+                    .map_err(|e| Error::Backend(e.to_string()))?;
                 let now = actor.clock.now();
                 let setup = TrackerSetup {
                     pool: pool_id.clone(),
@@ -421,7 +430,8 @@ impl Handler<RequestCluster> for RouterShard {
                     size,
                     state: ClusterState::Starting,
                     billing: actor.billing.clone(),
-                    backend: warehouse_for_tracker,
+                    backend: warehouse,
+                    provider: provider_for_tracker,
                     clock: actor.clock,
                     mailbox_capacity: actor.tracker_mailbox_capacity,
                 };

@@ -1,8 +1,9 @@
 //! The ClusterTracker actor: one per cluster. It holds the cluster's
 //! running queries, slogate's own billing timer for it (core's
 //! [`BillingTimer`], so the node knows its cost without asking the
-//! vendor), and its lifecycle, and it makes the backend calls for the
-//! cluster: the RouterShard dispatches through it.
+//! vendor), and its lifecycle; it makes the backend calls for the cluster
+//! (the RouterShard dispatches through it) and asks the Provider to
+//! release it.
 
 use actix::prelude::*;
 use serde::Serialize;
@@ -13,7 +14,8 @@ use slogate_core::world::ExecutionReport;
 use tokio::sync::oneshot;
 
 use crate::clock::VirtualClock;
-use crate::warehouse::{ClusterUpdate, EmulatedWarehouse, Execute, ExecuteError, TearDown, WatchClusters};
+use crate::provider::{EmulatedProvider, SpinDown};
+use crate::warehouse::{ClusterUpdate, EmulatedWarehouse, Execute, ExecuteError, WatchClusters};
 
 /// Runs a query on this tracker's cluster; the report arrives on `reply`.
 #[derive(Message)]
@@ -80,6 +82,7 @@ pub struct ClusterTracker {
     running: Vec<Running>,
     finished: u64,
     backend: Addr<EmulatedWarehouse>,
+    provider: Addr<EmulatedProvider>,
     clock: VirtualClock,
     mailbox_capacity: usize,
 }
@@ -96,8 +99,10 @@ pub struct TrackerSetup {
     pub state: ClusterState,
     /// Prices and minimum window for the billing estimate.
     pub billing: BillingConfig,
-    /// The backend that runs the cluster.
+    /// The backend that runs the cluster's queries.
     pub backend: Addr<EmulatedWarehouse>,
+    /// The platform that releases it.
+    pub provider: Addr<EmulatedProvider>,
     /// The node's clock.
     pub clock: VirtualClock,
     /// Mailbox capacity.
@@ -107,7 +112,7 @@ pub struct TrackerSetup {
 impl ClusterTracker {
     /// A tracker as `setup` describes.
     pub fn new(setup: TrackerSetup) -> Self {
-        let TrackerSetup { pool, cluster, size, state, billing, backend, clock, mailbox_capacity } = setup;
+        let TrackerSetup { pool, cluster, size, state, billing, backend, provider, clock, mailbox_capacity } = setup;
         ClusterTracker {
             pool,
             cluster,
@@ -118,6 +123,7 @@ impl ClusterTracker {
             running: Vec::new(),
             finished: 0,
             backend,
+            provider,
             clock,
             mailbox_capacity,
         }
@@ -227,11 +233,11 @@ impl Handler<Release> for ClusterTracker {
             return Box::pin(fut::ready(Err(ExecuteError::NotAccepting(self.cluster, self.state))));
         }
         self.state = ClusterState::Draining;
-        let backend = self.backend.clone();
-        let cluster = self.cluster;
-        Box::pin(async move { backend.send(TearDown(cluster)).await }.into_actor(self).map(move |reply, _actor, _ctx| match reply {
+        let provider = self.provider.clone();
+        let request = SpinDown { pool: self.pool.clone(), cluster: self.cluster };
+        Box::pin(async move { provider.send(request).await }.into_actor(self).map(move |reply, _actor, _ctx| match reply {
             Ok(result) => result,
-            Err(_) => Err(ExecuteError::UnknownCluster(cluster)),
+            Err(_) => Err(ExecuteError::Unavailable("the provider is not answering".into())),
         }))
     }
 }

@@ -58,6 +58,9 @@ pub enum ExecuteError {
     /// The query id is already running.
     #[error("query {0} is already running")]
     Duplicate(QueryId),
+    /// The backend or platform is not answering.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
 }
 
 /// Drains and releases a cluster.

@@ -3,6 +3,7 @@
 use actix::{Actor, Addr};
 use slogate_actors::Error;
 use slogate_actors::clock::VirtualClock;
+use slogate_actors::provider::EmulatedProvider;
 use slogate_actors::router::{Drain, FailInFlight, GetDecisions, GetState, PoolSetup, RouterLimits, RouterShard, Submit, SubmitStatus};
 use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse};
 use slogate_core::model::{ClusterState, PoolId, Rpu, Slo, TemplateId};
@@ -18,9 +19,11 @@ async fn node(in_flight_max: usize) -> Addr<RouterShard> {
         let id = warehouse.send(AddCluster { size: Rpu(16), warm: true }).await.unwrap();
         clusters.push((id, Rpu(16), ClusterState::Ready));
     }
+    let provider = EmulatedProvider::new(warehouse.clone(), clock, 64).start();
     let pool = PoolSetup {
         id: PoolId::default(),
         policy: BaselinePolicy::LeastLoaded.build(),
+        provider,
         warehouse,
         clusters,
         in_flight_max,
@@ -102,4 +105,21 @@ async fn queries_still_running_at_the_end_of_shutdown_fail_with_a_reason() {
     assert_eq!(outcome.explanation, "shutting down");
     let state = router.send(GetState).await.unwrap();
     assert_eq!((state.pools[0].in_flight, state.pools[0].stats.failed), (0, 1));
+}
+
+#[actix_rt::test]
+async fn a_requested_cluster_starts_then_takes_queries_once_ready() {
+    use slogate_actors::router::{ReleaseCluster, RequestCluster};
+    tokio::time::pause();
+    let router = node(1_000).await;
+    let cluster = router.send(RequestCluster { pool: PoolId::default(), size: Rpu(32) }).await.unwrap().unwrap();
+    let view = |state: &slogate_actors::router::RouterState| state.pools[0].clusters.iter().find(|c| c.id == cluster).unwrap().state;
+    assert_eq!(view(&router.send(GetState).await.unwrap()), ClusterState::Starting);
+    // δ = 300 virtual seconds = 300 ms here.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    assert_eq!(view(&router.send(GetState).await.unwrap()), ClusterState::Ready);
+    router.send(ReleaseCluster { pool: PoolId::default(), cluster }).await.unwrap().unwrap();
+    assert_eq!(view(&router.send(GetState).await.unwrap()), ClusterState::Draining);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(view(&router.send(GetState).await.unwrap()), ClusterState::Gone);
 }

@@ -3,6 +3,7 @@
 
 use actix::Actor;
 use slogate_actors::clock::VirtualClock;
+use slogate_actors::provider::EmulatedProvider;
 use slogate_actors::tracker::{ClusterTracker, Dispatch, GetState, Release, TrackerSetup};
 use slogate_actors::warehouse::{self, AddCluster, EmulatedWarehouse};
 use slogate_core::billing::BillingConfig;
@@ -24,6 +25,7 @@ async fn tracker_runs_queries_and_estimates_the_bill_the_warehouse_charges() {
         state: ClusterState::Ready,
         billing: BillingConfig::default(),
         backend: backend.clone(),
+        provider: EmulatedProvider::new(backend.clone(), clock, 64).start(),
         clock,
         mailbox_capacity: 256,
     })

@@ -210,6 +210,14 @@ async fn operators_add_and_remove_clusters_with_the_token_only() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     assert_eq!(state, "gone");
+    let (_, body) = admin_get(addr, "/v1/actors").await;
+    let actions: Vec<String> = serde_json::from_str::<serde_json::Value>(&body).unwrap()["providers"]["default"]["recent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["action"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(actions, vec!["spin_down", "spin_up"]);
     node.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }

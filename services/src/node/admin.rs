@@ -11,6 +11,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use slogate_actors::metrics::Histogram;
+use slogate_actors::provider;
 use slogate_actors::reservoir::{self, ReservoirActor};
 use slogate_actors::router::{self, RouterShard};
 use slogate_actors::tracker;
@@ -25,8 +26,8 @@ pub struct AdminState {
     pub router: Addr<RouterShard>,
     /// The Reservoir.
     pub reservoir: Addr<ReservoirActor>,
-    /// Each pool's emulated warehouse.
-    pub warehouses: Vec<(PoolId, Addr<EmulatedWarehouse>)>,
+    /// Each pool's backend and provider.
+    pub warehouses: Vec<PoolBackends>,
     /// Bearer token for protected calls; empty refuses them.
     pub token: String,
     /// Whether reads need the token.
@@ -35,6 +36,17 @@ pub struct AdminState {
     pub ready: Arc<AtomicBool>,
     /// Latency histograms.
     pub histograms: Histograms,
+}
+
+/// A pool's backend actors.
+#[derive(Clone)]
+pub struct PoolBackends {
+    /// The pool.
+    pub pool: PoolId,
+    /// Its emulated warehouse.
+    pub warehouse: Addr<EmulatedWarehouse>,
+    /// Its provider.
+    pub provider: Addr<provider::EmulatedProvider>,
 }
 
 /// The node's latency histograms.
@@ -129,8 +141,8 @@ async fn pool_views(state: &AdminState) -> Result<Vec<PoolView>, GatewayError> {
     let router = state.router.send(router::GetState).await.map_err(mailbox)?;
     let mut views = Vec::new();
     for pool in router.pools {
-        let warehouse = match state.warehouses.iter().find(|(id, _)| *id == pool.id) {
-            Some((_, addr)) => Some(addr.send(warehouse::GetState).await.map_err(mailbox)?),
+        let warehouse = match state.warehouses.iter().find(|b| b.pool == pool.id) {
+            Some(backends) => Some(backends.warehouse.send(warehouse::GetState).await.map_err(mailbox)?),
             None => None,
         };
         let billed_usd = warehouse.as_ref().map_or(0.0, |w| w.clusters.iter().map(|c| c.billed_usd).sum());
@@ -216,9 +228,13 @@ async fn actors(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespo
         let reservoir = state.reservoir.send(reservoir::GetState).await.map_err(mailbox)?;
         let mut warehouses = serde_json::Map::new();
         let mut trackers = serde_json::Map::new();
-        for (pool, addr) in &state.warehouses {
-            let warehouse = addr.send(warehouse::GetState).await.map_err(mailbox)?;
+        let mut providers = serde_json::Map::new();
+        for backends in &state.warehouses {
+            let pool = &backends.pool;
+            let warehouse = backends.warehouse.send(warehouse::GetState).await.map_err(mailbox)?;
             warehouses.insert(pool.0.clone(), serde_json::to_value(warehouse).expect("state serialises"));
+            let provider = backends.provider.send(provider::GetState).await.map_err(mailbox)?;
+            providers.insert(pool.0.clone(), serde_json::to_value(provider).expect("state serialises"));
             let mut pool_trackers = Vec::new();
             for (_, tracker) in state.router.send(router::GetTrackers(pool.clone())).await.map_err(mailbox)? {
                 pool_trackers.push(tracker.send(tracker::GetState).await.map_err(mailbox)?);
@@ -228,6 +244,7 @@ async fn actors(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespo
         Ok::<_, GatewayError>(serde_json::json!({
             "router_shard": router,
             "cluster_trackers": trackers,
+            "providers": providers,
             "reservoir": reservoir,
             "warehouses": warehouses,
         }))

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use actix::{Actor, Addr};
 use slogate_actors::clock::VirtualClock;
+use slogate_actors::provider::EmulatedProvider;
 use slogate_actors::reservoir::{self, ReservoirActor, SledStore};
 use slogate_actors::router::{self, PoolSetup, RouterLimits, RouterShard};
 use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse};
@@ -81,8 +82,9 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         }
         let policy = BaselinePolicy::from_name(&pool.policy).expect("validated policy").build();
         let id = PoolId(pool.name.clone());
-        warehouses.push((id.clone(), warehouse.clone()));
-        pools.push(PoolSetup { id, policy, warehouse, clusters, in_flight_max: file.limits.in_flight_per_pool_max });
+        let provider = EmulatedProvider::new(warehouse.clone(), clock, mailbox).start();
+        warehouses.push(admin::PoolBackends { pool: id.clone(), warehouse: warehouse.clone(), provider: provider.clone() });
+        pools.push(PoolSetup { id, policy, warehouse, provider, clusters, in_flight_max: file.limits.in_flight_per_pool_max });
     }
     let limits = RouterLimits {
         billing: WorldConfig::default().billing,
