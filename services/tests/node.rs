@@ -84,6 +84,7 @@ async fn three_hundred_concurrent_submissions_all_complete_and_show_in_the_admin
     assert_eq!(status, 200);
     assert!(body.contains("slogate_submissions_total{pool=\"default\"} 300"));
     assert!(body.contains("slogate_decision_time_seconds_count{} 300"), "{body}");
+    assert!(body.contains("slogate_cluster_queries{pool=\"default\",cluster=\"c0\",state=\"waiting\"} 0"));
     assert!(body.contains("slogate_gateway_added_latency_seconds_count{} 300"));
     assert_eq!(node.shutdown().await, 0);
     std::fs::remove_dir_all(&dir).ok();

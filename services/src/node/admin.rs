@@ -360,6 +360,21 @@ async fn metrics(request: HttpRequest, state: web::Data<AdminState>) -> HttpResp
     family("slo_violations_total", "counter", "Queries that missed their SLO.", &|v| v.router.stats.violations as f64);
     family("in_flight", "gauge", "Queries in flight.", &|v| v.router.in_flight as f64);
     family("billed_usd", "counter", "Dollars billed by the warehouse so far.", &|v| v.billed_usd);
+    writeln!(
+        out,
+        "# HELP slogate_cluster_queries Queries on each cluster: executing, or waiting in its admission queue.\n# TYPE slogate_cluster_queries gauge"
+    )
+    .expect("write to String");
+    for view in &views {
+        let Some(warehouse) = &view.warehouse else { continue };
+        for cluster in &view.router.clusters {
+            let executing = warehouse.clusters.iter().find(|c| c.id == cluster.id).map_or(0, |c| c.executing);
+            let waiting = cluster.running.len().saturating_sub(executing);
+            let (pool, id) = (&view.router.id.0, cluster.id.0);
+            writeln!(out, "slogate_cluster_queries{{pool=\"{pool}\",cluster=\"c{id}\",state=\"executing\"}} {executing}").expect("write to String");
+            writeln!(out, "slogate_cluster_queries{{pool=\"{pool}\",cluster=\"c{id}\",state=\"waiting\"}} {waiting}").expect("write to String");
+        }
+    }
     state.histograms.decision_time.render(&mut out, "slogate_decision_time_seconds", "Wall time of each routing decision.", "");
     state.histograms.added_latency.render(
         &mut out,
