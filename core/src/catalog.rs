@@ -49,6 +49,9 @@ pub struct ExecutionMeasurement {
     pub latency: Duration,
     /// A timeout or an observation cut short.
     pub censored: bool,
+    /// The validation file's `iconq_plus_pred_s`: AutoSLO's learned model's
+    /// prediction for this row, when the file has that column.
+    pub iconq_plus_pred: Option<Duration>,
 }
 
 /// The 99 templates' measurements on 16 RPU, in template order.
@@ -92,6 +95,10 @@ pub fn parse_concurrent(csv: &str) -> Result<Vec<ExecutionMeasurement>> {
             neighbours: parse(field(4)?, line_no, "num_other_concurrent_queries")?,
             latency: Duration::from_secs_f64(parse(field(5)?, line_no, "latency_s")?),
             censored: parse(field(6)?, line_no, "censored")?,
+            iconq_plus_pred: match fields.get(7) {
+                Some(text) => Some(Duration::from_secs_f64(parse(text, line_no, "iconq_plus_pred_s")?)),
+                None => None,
+            },
         });
     }
     Ok(rows)

@@ -13,6 +13,7 @@
 //! - [`fingerprint`]: template ids for queries submitted as SQL text.
 //! - [`billing`]: the usage-based billing timer (AutoSLO §2).
 //! - [`objective`]: BestWithTarget(V, K, τ).
+//! - [`predict`]: latency predictors learned from observed executions.
 //! - [`reservoir`]: the workload reservoir's count and arrivals tables.
 //! - [`route`]: the `RoutingPolicy` trait and baseline routers.
 //! - [`world`]: the emulated warehouse (ground truth), fitted to
@@ -62,6 +63,7 @@ pub mod fingerprint;
 pub mod invariants;
 pub mod model;
 pub mod objective;
+pub mod predict;
 pub mod reservoir;
 pub mod route;
 pub mod sim;

@@ -93,7 +93,8 @@ struct TraceArgs {
 
 #[derive(Debug, clap::Args)]
 struct EvalArgs {
-    /// A built-in scenario (`base`, `calibrate`) or a scenario TOML file.
+    /// A built-in scenario (`base`, `calibrate`, `predictor-real`) or a
+    /// scenario TOML file.
     scenario: String,
     /// Comma-separated policies (default: the scenario's).
     #[arg(long, value_delimiter = ',')]
@@ -151,6 +152,17 @@ fn print(text: &str) {
 fn run_eval(args: &EvalArgs) -> Result<()> {
     if args.scenario == "calibrate" {
         return run_calibrate(args);
+    }
+    if args.scenario == "predictor-real" {
+        if args.policies.is_some() || args.fit {
+            return Err(Error::Scenario("`predictor-real` takes no --policies or --fit".into()));
+        }
+        let report = crate::eval::predictor::run()?;
+        print(&crate::eval::predictor::render(&report));
+        if let Some(path) = &args.json {
+            write_json(path, &report)?;
+        }
+        return Ok(());
     }
     if args.fit {
         return Err(Error::Scenario("--fit applies only to `calibrate`".into()));
@@ -278,6 +290,7 @@ fn load_scenario(name: &str) -> Result<Scenario> {
     if !path.is_file() {
         let mut known: Vec<&str> = BUILT_IN.to_vec();
         known.push("calibrate");
+        known.push("predictor-real");
         return Err(Error::UnknownScenario { name: name.to_owned(), known: known.join(", ") });
     }
     Scenario::from_path(path)

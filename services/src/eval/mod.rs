@@ -12,6 +12,7 @@
 //! the shell (core never reads a clock), and appears only in the JSON.
 
 pub mod calibrate;
+pub mod predictor;
 pub mod scenario;
 
 use std::fmt::Write as _;

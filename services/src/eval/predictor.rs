@@ -1,0 +1,139 @@
+//! `slogate eval predictor-real`: each predictor's learning procedure fitted
+//! on the real Redshift executions of the fit split, then asked to predict
+//! every uncensored row of the held-out validation split from what the row
+//! says (template, size, overlapping queries). The validation file also
+//! carries AutoSLO's learned Iconq+ predictions, reported as `iconq-plus`.
+//!
+//! Q-error is `max(pred/actual, actual/pred)`.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use slogate_core::catalog::{self, ExecutionMeasurement};
+use slogate_core::predict::concurrency::ConcurrencyConfig;
+use slogate_core::predict::isolated::IsolatedConfig;
+use slogate_core::predict::{ConcurrencyAware, LatencyPredictor, Observation, StageLike, q_error};
+use slogate_core::sim::percentile;
+
+use crate::Result;
+
+/// Q-error percentiles.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QError {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 95th percentile.
+    pub p95: f64,
+}
+
+/// One predictor's accuracy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PredictorResult {
+    /// The predictor.
+    pub predictor: String,
+    /// Rows predicted.
+    pub rows: usize,
+    /// Its Q-error.
+    pub q_error: QError,
+    /// The same per cluster size: `(rpu, rows, q_error)`.
+    pub by_size: Vec<SizeResult>,
+}
+
+/// Accuracy at one size.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SizeResult {
+    /// Size.
+    pub rpu: u32,
+    /// Rows.
+    pub rows: usize,
+    /// Q-error.
+    pub q_error: QError,
+}
+
+/// The report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PredictorReport {
+    /// One entry per predictor.
+    pub results: Vec<PredictorResult>,
+}
+
+fn summary(errors: &mut [f64]) -> QError {
+    errors.sort_by(f64::total_cmp);
+    QError { p50: percentile(errors, 0.5), p90: percentile(errors, 0.9), p95: percentile(errors, 0.95) }
+}
+
+fn result(name: &str, rows: &[&ExecutionMeasurement], predict: &dyn Fn(&ExecutionMeasurement) -> Option<f64>) -> PredictorResult {
+    let mut all = Vec::new();
+    let mut by_size: Vec<SizeResult> = Vec::new();
+    for rpu in [4, 8, 16, 32] {
+        let mut errors: Vec<f64> = rows.iter().filter(|r| r.size.0 == rpu).filter_map(|r| predict(r)).collect();
+        all.extend_from_slice(&errors);
+        if !errors.is_empty() {
+            by_size.push(SizeResult { rpu, rows: errors.len(), q_error: summary(&mut errors) });
+        }
+    }
+    PredictorResult { predictor: name.to_owned(), rows: all.len(), q_error: summary(&mut all), by_size }
+}
+
+/// Fits on the fit split and scores the validation split.
+pub fn run() -> Result<PredictorReport> {
+    let fit = catalog::parse_concurrent(catalog::CONCURRENT_FIT_CSV).expect("embedded data parses");
+    let validation = catalog::parse_concurrent(catalog::CONCURRENT_VALIDATION_CSV).expect("embedded data parses");
+    let mut stage = StageLike::new(IsolatedConfig::default());
+    let mut aware = ConcurrencyAware::new(ConcurrencyConfig::default());
+    for row in &fit {
+        let observation =
+            Observation { template: row.template, size: row.size, neighbours: row.neighbours, latency: row.latency, censored: row.censored };
+        stage.observe(&observation);
+        aware.observe(&observation);
+    }
+    aware.fit();
+    let rows: Vec<&ExecutionMeasurement> = validation.iter().filter(|r| !r.censored).collect();
+    fn scored(predictor: &dyn LatencyPredictor, r: &ExecutionMeasurement) -> Option<f64> {
+        Some(q_error(predictor.predict(r.template, r.size, r.neighbours), r.latency))
+    }
+    let results = vec![
+        result(stage.name(), &rows, &|r: &ExecutionMeasurement| scored(&stage, r)),
+        result(aware.name(), &rows, &|r: &ExecutionMeasurement| scored(&aware, r)),
+        result("iconq-plus", &rows, &|r: &ExecutionMeasurement| r.iconq_plus_pred.map(|p| q_error(p, r.latency))),
+    ];
+    Ok(PredictorReport { results })
+}
+
+/// The human-readable table.
+pub fn render(report: &PredictorReport) -> String {
+    let mut out = String::new();
+    writeln!(out, "predictor accuracy on held-out real Redshift executions (fit: concurrent.csv; scored: uncensored validation rows)").unwrap();
+    writeln!(out, "{:<20} {:>6} {:>8} {:>8} {:>8}", "predictor", "rows", "q p50", "q p90", "q p95").unwrap();
+    for r in &report.results {
+        writeln!(out, "{:<20} {:>6} {:>8.2} {:>8.2} {:>8.2}", r.predictor, r.rows, r.q_error.p50, r.q_error.p90, r.q_error.p95).unwrap();
+    }
+    writeln!(out, "\nby size (q p50 / p90 / p95):").unwrap();
+    for r in &report.results {
+        let cells: Vec<String> = r
+            .by_size
+            .iter()
+            .map(|s| format!("{} RPU ({}): {:.2}/{:.2}/{:.2}", s.rpu, s.rows, s.q_error.p50, s.q_error.p90, s.q_error.p95))
+            .collect();
+        writeln!(out, "  {:<18} {}", r.predictor, cells.join("  ")).unwrap();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concurrency_awareness_beats_isolated_predictions_on_held_out_runs() {
+        let report = run().unwrap();
+        let p = |name: &str| report.results.iter().find(|r| r.predictor == name).unwrap().clone();
+        let (stage, aware, iconq) = (p("stage"), p("concurrency-aware"), p("iconq-plus"));
+        assert_eq!(iconq.rows, 791, "the data's README counts 791 uncensored validation rows");
+        assert!((iconq.q_error.p50 - 1.27).abs() < 0.02, "iconq-plus p50 {}", iconq.q_error.p50);
+        assert_eq!(stage.rows, aware.rows);
+        assert!(aware.q_error.p50 < stage.q_error.p50, "aware {} vs stage {}", aware.q_error.p50, stage.q_error.p50);
+    }
+}
