@@ -20,6 +20,10 @@ use std::time::Instant as WallInstant;
 
 use serde::{Deserialize, Serialize};
 use slogate_core::model::{PoolId, Pool, Query, Rpu};
+use slogate_core::predict::concurrency::ConcurrencyConfig;
+use slogate_core::predict::isolated::IsolatedConfig;
+use slogate_core::predict::{ConcurrencyAware, LatencyPredictor, Observation, StageLike};
+use slogate_core::route::slo::SloRouter;
 use slogate_core::route::{BaselinePolicy, Routing, RoutingPolicy};
 use slogate_core::sim::{Simulation, percentile};
 use slogate_core::time::Instant;
@@ -30,12 +34,86 @@ pub use scenario::{Scenario, WorkloadSpec};
 
 use crate::{Error, Result};
 
-/// Builds a policy by its command-line name.
-pub fn policy_by_name(name: &str) -> Result<Box<dyn RoutingPolicy>> {
-    BaselinePolicy::from_name(name).map(BaselinePolicy::build).ok_or_else(|| {
-        let known: Vec<&str> = BaselinePolicy::ALL.iter().map(|p| p.name()).collect();
-        Error::UnknownPolicy { name: name.to_owned(), known: known.join(", ") }
-    })
+/// The learned routing policies: the SLO-aware router over each predictor.
+pub const LEARNED_POLICIES: [&str; 2] = ["stage-cost", "slogate"];
+
+/// Checks that `name` is a known policy.
+pub fn policy_by_name(name: &str) -> Result<()> {
+    if BaselinePolicy::from_name(name).is_some() || LEARNED_POLICIES.contains(&name) {
+        return Ok(());
+    }
+    let mut known: Vec<&str> = BaselinePolicy::ALL.iter().map(|p| p.name()).collect();
+    known.extend(LEARNED_POLICIES);
+    Err(Error::UnknownPolicy { name: name.to_owned(), known: known.join(", ") })
+}
+
+/// Observations from a training run in the simulator: BaseWorkload at
+/// λ ∈ {0.05, 0.1, 0.2} on one cluster of each size in `sizes`, routed
+/// round-robin, with neighbours counted as the data counts them. This is
+/// the execution log a deployment would have; the predictors learn only
+/// from it, never from the world's parameters.
+pub fn training_observations(sizes: &[u32], seed: u64) -> Vec<Observation> {
+    let templates = Scenario::templates();
+    let mut sizes = sizes.to_vec();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut observations = Vec::new();
+    for &size in &sizes {
+        for (i, rate) in [0.05, 0.1, 0.2].into_iter().enumerate() {
+            let run_seed = seed.wrapping_mul(7_919).wrapping_add(u64::from(size) * 31 + i as u64 + 1_000_003);
+            let mut entries = slogate_loadgen::workload::base_workload(&templates, rate, run_seed).expect("valid rate");
+            slogate_loadgen::workload::assign_slos(&mut entries, &templates, 4.0).expect("valid kappa");
+            let queries = to_queries(&entries, &PoolId::default()).expect("slos assigned");
+            let mut config = WorldConfig::default();
+            config.seed(run_seed);
+            let mut world = World::new(config);
+            world.add_cluster(Instant::ZERO, Rpu(size), true);
+            let mut sim = Simulation::new(world, slogate_core::route::RoundRobin::default(), queries);
+            sim.drive_until_idle();
+            let records = sim.records();
+            let intervals: Vec<(Instant, Instant)> = records.iter().map(|r| (r.arrival, r.finished)).collect();
+            let neighbours = slogate_core::world::count_overlapping_neighbours(&intervals);
+            for (record, n) in records.iter().zip(neighbours) {
+                observations.push(Observation {
+                    template: record.template,
+                    size: Rpu(size),
+                    neighbours: n,
+                    latency: record.latency(),
+                    censored: record.outcome != slogate_core::sim::QueryOutcome::Completed,
+                });
+            }
+        }
+    }
+    observations
+}
+
+/// Builds a policy for a case: baselines as they are, learned policies
+/// warmed up on a training run of the case's cluster sizes.
+pub fn build_policy(name: &str, case: &Case, seed: u64) -> Result<Box<dyn RoutingPolicy>> {
+    policy_by_name(name)?;
+    if let Some(baseline) = BaselinePolicy::from_name(name) {
+        return Ok(baseline.build());
+    }
+    let billing = WorldConfig::default().billing;
+    let observations = training_observations(&case.clusters, seed);
+    let policy: Box<dyn RoutingPolicy> = match name {
+        "stage-cost" => {
+            let mut router = SloRouter::new(name, StageLike::new(IsolatedConfig::default()), billing);
+            for o in &observations {
+                router.predictor_mut().observe(o);
+            }
+            Box::new(router)
+        }
+        _ => {
+            let mut router = SloRouter::new(name, ConcurrencyAware::new(ConcurrencyConfig::default()), billing);
+            for o in &observations {
+                router.predictor_mut().observe(o);
+            }
+            router.predictor_mut().fit();
+            Box::new(router)
+        }
+    };
+    Ok(policy)
 }
 
 /// Wraps a policy and measures wall-clock time per `route()` call.
@@ -159,7 +237,7 @@ fn run_case(case: &Case, policy: &str, queries: &[Query], seed: u64) -> Result<P
     for &size in &case.clusters {
         world.add_cluster(Instant::ZERO, Rpu(size), true);
     }
-    let timed = Timed { inner: policy_by_name(policy)?, samples_us: Vec::with_capacity(queries.len()) };
+    let timed = Timed { inner: build_policy(policy, case, seed)?, samples_us: Vec::with_capacity(queries.len()) };
     let mut sim = Simulation::new(world, timed, queries.to_vec());
     sim.drive_until_idle();
     let summary = sim.summary();
@@ -248,7 +326,7 @@ mod tests {
 
     #[test]
     fn unknown_policy_is_named_with_the_known_ones() {
-        let err = policy_by_name("fastest").err().unwrap().to_string();
+        let err = policy_by_name("fastest").unwrap_err().to_string();
         assert!(err.contains("unknown policy `fastest`") && err.contains("round-robin"), "{err}");
     }
 }

@@ -20,6 +20,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod slo;
+
 use crate::model::{ClusterId, ClusterState, ClusterView, Pool, Query, Target};
 use crate::time::Instant;
 use crate::world::ExecutionReport;
@@ -31,6 +33,8 @@ pub struct RouteDecision {
     pub target: Target,
     /// One line on why.
     pub explanation: String,
+    /// The query's predicted latency there, for policies that predict.
+    pub predicted_latency: Option<crate::time::Duration>,
 }
 
 /// The outcome of routing one query.
@@ -120,6 +124,7 @@ fn fallback(pool: &Pool) -> Routing {
         Some(c) => Routing::Dispatch(RouteDecision {
             target: Target::Cluster(c.id),
             explanation: format!("no ready cluster; {} is ready soonest ({})", c.id, c.ready_at),
+            predicted_latency: None,
         }),
         None => Routing::Reject { reason: format!("pool {} has no ready or starting cluster", pool.id) },
     }
@@ -152,6 +157,7 @@ impl RoutingPolicy for RoundRobin {
         Routing::Dispatch(RouteDecision {
             target: Target::Cluster(chosen.id),
             explanation: format!("round-robin over {} ready clusters", ready.len()),
+            predicted_latency: None,
         })
     }
 }
@@ -170,6 +176,7 @@ impl RoutingPolicy for LeastLoaded {
             Some(c) => Routing::Dispatch(RouteDecision {
                 target: Target::Cluster(c.id),
                 explanation: format!("{} runs the fewest queries ({})", c.id, c.running.len()),
+                predicted_latency: None,
             }),
             None => fallback(pool),
         }
