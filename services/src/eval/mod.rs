@@ -258,6 +258,38 @@ fn run_case(case: &Case, policy: &str, queries: &[Query], seed: u64) -> Result<P
     })
 }
 
+/// Per policy other than round-robin: the mean relative change in VR and
+/// cost against round-robin over the cases (AutoSLO Table 2's "Mean Δ"
+/// row). Cases where round-robin has no violations are left out of the VR
+/// mean.
+pub fn mean_delta_vs_round_robin(report: &EvalReport) -> Vec<(String, Option<f64>, f64)> {
+    let mut policies: Vec<&str> = Vec::new();
+    for r in &report.results {
+        if r.policy != "round-robin" && !policies.contains(&r.policy.as_str()) {
+            policies.push(&r.policy);
+        }
+    }
+    let mut rows = Vec::new();
+    for policy in policies {
+        let (mut vr, mut cost) = (Vec::new(), Vec::new());
+        for r in report.results.iter().filter(|r| r.policy == policy) {
+            let Some(rr) = report.results.iter().find(|b| b.policy == "round-robin" && b.case == r.case) else { continue };
+            if rr.violation_rate > 0.0 {
+                vr.push(r.violation_rate / rr.violation_rate - 1.0);
+            }
+            if rr.cost_usd > 0.0 {
+                cost.push(r.cost_usd / rr.cost_usd - 1.0);
+            }
+        }
+        if cost.is_empty() {
+            continue;
+        }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        rows.push((policy.to_owned(), (!vr.is_empty()).then(|| mean(&vr)), mean(&cost)));
+    }
+    rows
+}
+
 /// The human-readable table (deterministic: no wall-clock figures).
 pub fn render_table(report: &EvalReport) -> String {
     let mut out = String::new();
@@ -290,6 +322,14 @@ pub fn render_table(report: &EvalReport) -> String {
             r.cluster_hours
         )
         .expect("write to String");
+    }
+    let deltas = mean_delta_vs_round_robin(report);
+    if !deltas.is_empty() {
+        writeln!(out, "\nmean Δ vs round-robin over cases:").expect("write to String");
+        for (policy, vr, cost) in deltas {
+            let vr = vr.map_or("n/a".to_owned(), |v| format!("{:+.1}%", v * 100.0));
+            writeln!(out, "{:<14} VR {:>8}   cost {:+.1}%", policy, vr, cost * 100.0).expect("write to String");
+        }
     }
     out
 }

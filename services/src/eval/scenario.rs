@@ -148,7 +148,7 @@ pub struct Scenario {
 }
 
 /// The built-in scenario names (besides `calibrate`, which is a report).
-pub const BUILT_IN: [&str; 1] = ["base"];
+pub const BUILT_IN: [&str; 2] = ["base", "router-table2"];
 
 impl Scenario {
     /// A built-in scenario by name.
@@ -161,6 +161,15 @@ impl Scenario {
                 cluster_sets: vec![vec![16, 16]],
                 policies: vec!["round-robin".into(), "least-loaded".into()],
                 workloads: vec![WorkloadSpec::Base { rate_per_s: 0.1 }],
+                base_dir: PathBuf::from("."),
+            }),
+            "router-table2" => Some(Scenario {
+                name: "router-table2".into(),
+                seed: 1,
+                kappas: vec![4.0, 2.0],
+                cluster_sets: vec![vec![32, 16], vec![16, 16]],
+                policies: vec!["round-robin".into(), "stage-cost".into(), "slogate".into()],
+                workloads: vec![WorkloadSpec::Base { rate_per_s: 0.1 }, WorkloadSpec::Base { rate_per_s: 0.2 }],
                 base_dir: PathBuf::from("."),
             }),
             _ => None,
