@@ -62,6 +62,8 @@ pub struct SubmitOutcome {
     pub slo_met: bool,
     /// The routing decision's explanation, or why it failed.
     pub explanation: String,
+    /// The routing policy's predicted latency, if it predicts.
+    pub predicted: Option<Duration>,
     /// Wall-clock time the backend held the query (zero if it never ran):
     /// the gateway's own overhead is the rest of the client's wait.
     pub backend_wall: std::time::Duration,
@@ -196,6 +198,7 @@ struct InFlight {
     target: Target,
     neighbours_at_dispatch: u32,
     explanation: String,
+    predicted: Option<Duration>,
     client_supplied: bool,
     waiters: Vec<oneshot::Sender<SubmitOutcome>>,
 }
@@ -533,9 +536,9 @@ impl Handler<Submit> for RouterShard {
         let started = std::time::Instant::now();
         let routing = pool.policy.route(now, &query, &pool.view);
         self.decision_time.observe(started.elapsed());
-        let (target, explanation) = match routing {
-            Routing::Dispatch(decision) => (Some(decision.target), decision.explanation),
-            Routing::Reject { reason } => (None, reason),
+        let (target, explanation, predicted) = match routing {
+            Routing::Dispatch(decision) => (Some(decision.target), decision.explanation, decision.predicted_latency),
+            Routing::Reject { reason } => (None, reason, None),
         };
         let decision = DecisionRecord {
             pool: message.pool.clone(),
@@ -564,6 +567,7 @@ impl Handler<Submit> for RouterShard {
                     latency: Duration::ZERO,
                     slo_met: false,
                     explanation: reason,
+                    predicted: None,
                     backend_wall: std::time::Duration::ZERO,
                 };
                 self.record_decision(decision);
@@ -586,6 +590,7 @@ impl Handler<Submit> for RouterShard {
                 target: Target::Cluster(cluster),
                 neighbours_at_dispatch,
                 explanation,
+                predicted,
                 client_supplied,
                 waiters: vec![sender],
             },
@@ -661,6 +666,7 @@ impl Handler<CompletionUpdate> for RouterShard {
                     latency,
                     slo_met,
                     explanation: flight.explanation,
+                    predicted: flight.predicted,
                     backend_wall: message.backend_wall,
                 }
             }
@@ -675,6 +681,7 @@ impl Handler<CompletionUpdate> for RouterShard {
                     latency: now - flight.arrival,
                     slo_met: false,
                     explanation: "the backend refused or lost the query".to_owned(),
+                    predicted: flight.predicted,
                     backend_wall: message.backend_wall,
                 }
             }
@@ -727,6 +734,7 @@ impl Handler<FailInFlight> for RouterShard {
                     latency: now - flight.arrival,
                     slo_met: false,
                     explanation: message.reason.clone(),
+                    predicted: flight.predicted,
                     backend_wall: std::time::Duration::ZERO,
                 };
                 for waiter in flight.waiters {

@@ -286,9 +286,8 @@ impl NodeConfig {
             if pool.name.is_empty() || !names.insert(pool.name.as_str()) {
                 return Err(invalid(&format!("pool[{i}].name"), format!("`{}` is empty or repeated", pool.name)));
             }
-            if BaselinePolicy::from_name(&pool.policy).is_none() {
-                let known: Vec<&str> = BaselinePolicy::ALL.iter().map(|p| p.name()).collect();
-                return Err(invalid(&format!("pool[{i}].policy"), format!("unknown policy `{}` (known: {})", pool.policy, known.join(", "))));
+            if let Err(error) = crate::eval::policy_by_name(&pool.policy) {
+                return Err(invalid(&format!("pool[{i}].policy"), error));
             }
             if pool.clusters.is_empty() || pool.clusters.iter().any(|&s| s == 0 || s > 1_024) {
                 return Err(invalid(&format!("pool[{i}].clusters"), "needs one or more sizes in 1–1024 RPU"));

@@ -222,3 +222,33 @@ async fn operators_add_and_remove_clusters_with_the_token_only() {
     node.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[actix_rt::test]
+async fn the_slo_aware_router_serves_live_with_predictions_and_learns_from_completions() {
+    let dir = scratch("slogate-policy");
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\n[[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [32, 16]\n",
+        dir.display()
+    );
+    let config = NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
+    let node = node::start(config.clone()).await.unwrap();
+    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..100u32 {
+        let mut client = client.clone();
+        tasks.push(tokio::spawn(async move { client.submit(request(&format!("q{i}"), 1 + i % 99, 600_000)).await }));
+    }
+    for task in tasks {
+        let reply = task.await.unwrap().unwrap().into_inner();
+        assert!(reply.predicted_ms > 0.0, "{reply:?}");
+        assert!(reply.explanation.contains("predicted"), "{}", reply.explanation);
+    }
+    node.shutdown().await;
+    // A restart warms the router up from the execution log.
+    let node = node::start(config).await.unwrap();
+    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let reply = client.submit(request("after-restart", 5, 600_000)).await.unwrap().into_inner();
+    assert_eq!(reply.status(), QueryStatus::Completed);
+    node.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}

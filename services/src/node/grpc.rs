@@ -76,7 +76,7 @@ fn response(outcome: SubmitOutcome) -> SubmitResponse {
         query_id: outcome.client_query_id,
         status: status as i32,
         target: outcome.target.map(|t| t.to_string()).unwrap_or_default(),
-        predicted_ms: 0.0,
+        predicted_ms: outcome.predicted.map_or(0.0, |p| p.as_millis_f64()),
         latency_ms: outcome.latency.as_millis_f64(),
         slo_met: outcome.slo_met,
         explanation: outcome.explanation,

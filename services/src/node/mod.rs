@@ -26,6 +26,7 @@ use slogate_actors::reservoir::{self, ReservoirActor, SledStore};
 use slogate_actors::router::{self, PoolSetup, RouterLimits, RouterShard};
 use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse};
 use slogate_core::model::{ClusterState, PoolId, Rpu};
+use slogate_core::predict::Observation;
 use slogate_core::reservoir::ReservoirConfig;
 use slogate_core::route::BaselinePolicy;
 use slogate_core::world::WorldConfig;
@@ -64,6 +65,9 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| io(&format!("cannot create data dir {}", config.data_dir.display()), e))?;
     let store = SledStore::open(&config.data_dir.join("reservoir"))
         .map_err(|e| Error::Node(format!("cannot open the reservoir in {}: {e}", config.data_dir.display())))?;
+    // Learned policies warm up on the execution log; they keep learning
+    // from completions online.
+    let history = warm_up_log(&store)?;
     let reservoir_config = ReservoirConfig { arrival_samples_per_hour_max: file.reservoir.arrival_samples_per_hour_max, seed: file.node.seed };
     let reservoir = ReservoirActor::new(reservoir_config, Box::new(store), file.reservoir.flush_every, mailbox)
         .map_err(|e| Error::Node(format!("cannot load the reservoir: {e}")))?
@@ -80,7 +84,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             let id = warehouse.send(AddCluster { size: Rpu(size), warm: true }).await.map_err(|e| Error::Node(e.to_string()))?;
             clusters.push((id, Rpu(size), ClusterState::Ready));
         }
-        let policy = BaselinePolicy::from_name(&pool.policy).expect("validated policy").build();
+        let policy = live_policy(&pool.policy, &history);
         let id = PoolId(pool.name.clone());
         let provider = EmulatedProvider::new(warehouse.clone(), clock, mailbox).start();
         warehouses.push(admin::PoolBackends { pool: id.clone(), warehouse: warehouse.clone(), provider: provider.clone() });
@@ -157,6 +161,44 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         admin_handle,
         grace: std::time::Duration::from_secs(file.limits.shutdown_grace_s),
     })
+}
+
+/// The most recent executions a learned policy warms up on.
+const WARM_UP_EXECUTIONS_MAX: usize = 200_000;
+
+fn warm_up_log(store: &SledStore) -> Result<Vec<Observation>> {
+    use slogate_actors::reservoir::ReservoirStore;
+    let stored = store.load().map_err(|e| Error::Node(format!("cannot read the execution log: {e}")))?;
+    let from = stored.executions.saturating_sub(WARM_UP_EXECUTIONS_MAX as u64);
+    let records = store.executions(from, WARM_UP_EXECUTIONS_MAX).map_err(|e| Error::Node(format!("cannot read the execution log: {e}")))?;
+    // The log records the queries running at dispatch; the predictors'
+    // neighbour count is all overlapping queries, so this slightly
+    // understates concurrency until online completions take over.
+    Ok(records
+        .into_iter()
+        .map(|r| Observation { template: r.template, size: r.size, neighbours: r.neighbours_at_dispatch, latency: r.latency, censored: r.censored })
+        .collect())
+}
+
+/// A pool's routing policy (validated by the config).
+fn live_policy(name: &str, history: &[Observation]) -> Box<dyn slogate_core::route::RoutingPolicy> {
+    use slogate_core::predict::concurrency::ConcurrencyConfig;
+    use slogate_core::predict::isolated::IsolatedConfig;
+    use slogate_core::predict::{ConcurrencyAware, LatencyPredictor, StageLike};
+    use slogate_core::route::slo::SloRouter;
+    if let Some(baseline) = BaselinePolicy::from_name(name) {
+        return baseline.build();
+    }
+    let billing = WorldConfig::default().billing;
+    if name == "stage-cost" {
+        let mut router = SloRouter::new(name, StageLike::new(IsolatedConfig::default()), billing);
+        history.iter().for_each(|o| router.predictor_mut().observe(o));
+        return Box::new(router);
+    }
+    let mut router = SloRouter::new(name, ConcurrencyAware::new(ConcurrencyConfig::default()), billing);
+    history.iter().for_each(|o| router.predictor_mut().observe(o));
+    router.predictor_mut().fit();
+    Box::new(router)
 }
 
 impl Node {
