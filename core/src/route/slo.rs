@@ -68,6 +68,7 @@ pub struct CandidateScore {
 }
 
 /// The SLO-aware router. See the module docs.
+#[derive(Clone)]
 pub struct SloRouter<P: LatencyPredictor> {
     name: String,
     predictor: P,
