@@ -38,7 +38,9 @@ pub struct Observation {
     pub template: TemplateId,
     /// Cluster size it ran on.
     pub size: Rpu,
-    /// How many other queries overlapped it.
+    /// Its concurrency feature: how many other queries overlapped it, or,
+    /// for the router, how many were running when it was placed. A caller
+    /// must use one meaning for both learning and prediction.
     pub neighbours: u32,
     /// Its client-side latency (a lower bound when `censored`).
     pub latency: Duration,

@@ -49,9 +49,10 @@ pub fn policy_by_name(name: &str) -> Result<()> {
 
 /// Observations from a training run in the simulator: BaseWorkload at
 /// λ ∈ {0.05, 0.1, 0.2} on one cluster of each size in `sizes`, routed
-/// round-robin, with neighbours counted as the data counts them. This is
-/// the execution log a deployment would have; the predictors learn only
-/// from it, never from the world's parameters.
+/// round-robin, with `neighbours` = queries running when each arrived (the
+/// feature the router has at decision time). This is the execution log a
+/// deployment would have; the predictors learn only from it, never from the
+/// world's parameters.
 pub fn training_observations(sizes: &[u32], seed: u64) -> Vec<Observation> {
     let templates = Scenario::templates();
     let mut sizes = sizes.to_vec();
@@ -72,7 +73,12 @@ pub fn training_observations(sizes: &[u32], seed: u64) -> Vec<Observation> {
             sim.drive_until_idle();
             let records = sim.records();
             let intervals: Vec<(Instant, Instant)> = records.iter().map(|r| (r.arrival, r.finished)).collect();
-            let neighbours = slogate_core::world::count_overlapping_neighbours(&intervals);
+            // The feature the router knows when it decides: queries already
+            // running on the cluster when this one arrived.
+            let neighbours: Vec<u32> = intervals
+                .iter()
+                .map(|(arrival, _)| intervals.iter().filter(|(a, f)| a < arrival && f > arrival).count() as u32)
+                .collect();
             for (record, n) in records.iter().zip(neighbours) {
                 observations.push(Observation {
                     template: record.template,
