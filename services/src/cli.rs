@@ -93,8 +93,8 @@ struct TraceArgs {
 
 #[derive(Debug, clap::Args)]
 struct EvalArgs {
-    /// A built-in scenario (`base`, `calibrate`, `predictor-real`) or a
-    /// scenario TOML file.
+    /// A built-in scenario (`base`, `router-table2`, `calibrate`,
+    /// `predictor-real`, `predictor-sim`) or a scenario TOML file.
     scenario: String,
     /// Comma-separated policies (default: the scenario's).
     #[arg(long, value_delimiter = ',')]
@@ -105,6 +105,10 @@ struct EvalArgs {
     /// Also write the report as JSON to this path.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Print each policy's first N routing decisions with their
+    /// explanations.
+    #[arg(long, default_value_t = 0)]
+    explain: usize,
     /// `calibrate` only: repetitions of the experiment design.
     #[arg(long, default_value_t = 3)]
     repetitions: u64,
@@ -153,6 +157,17 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
     if args.scenario == "calibrate" {
         return run_calibrate(args);
     }
+    if args.scenario == "predictor-sim" {
+        if args.policies.is_some() || args.fit {
+            return Err(Error::Scenario("`predictor-sim` takes no --policies or --fit".into()));
+        }
+        let results = crate::eval::predictor::run_simulated(args.seed.unwrap_or(1));
+        print(&crate::eval::predictor::render_simulated(&results));
+        if let Some(path) = &args.json {
+            write_json(path, &serde_json::json!({ "results": results }))?;
+        }
+        return Ok(());
+    }
     if args.scenario == "predictor-real" {
         if args.policies.is_some() || args.fit {
             return Err(Error::Scenario("`predictor-real` takes no --policies or --fit".into()));
@@ -173,7 +188,7 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
         return Err(Error::Scenario("--policies needs at least one policy".into()));
     }
     let seed = args.seed.unwrap_or(scenario.seed);
-    let report = eval::run(&scenario, &policies, seed)?;
+    let report = eval::run_explained(&scenario, &policies, seed, args.explain)?;
     print(&eval::render_table(&report));
     if let Some(path) = &args.json {
         write_json(path, &report)?;
@@ -291,6 +306,7 @@ fn load_scenario(name: &str) -> Result<Scenario> {
         let mut known: Vec<&str> = BUILT_IN.to_vec();
         known.push("calibrate");
         known.push("predictor-real");
+        known.push("predictor-sim");
         return Err(Error::UnknownScenario { name: name.to_owned(), known: known.join(", ") });
     }
     Scenario::from_path(path)

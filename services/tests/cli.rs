@@ -157,3 +157,12 @@ fn eval_output_matches_the_golden_files() {
         assert_eq!(String::from_utf8(out.stdout).unwrap(), expected, "{file} differs; see the test's doc to refresh it");
     }
 }
+
+#[test]
+fn explain_prints_each_policys_first_decisions() {
+    let out = slogate(&["eval", "base", "--policies", "slogate,round-robin", "--explain", "2"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("    q") && l.contains("predicted")).count(), 2, "{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("    q") && l.contains("round-robin over")).count(), 2, "{stdout}");
+}

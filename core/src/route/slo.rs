@@ -216,8 +216,7 @@ impl<P: LatencyPredictor> RoutingPolicy for SloRouter<P> {
         Routing::Dispatch(RouteDecision {
             target: Target::Cluster(chosen.cluster),
             explanation: format!(
-                "{}: predicted {:.1}s vs SLO {:.1}s, +{} violations, +${:.4}{}",
-                chosen.cluster,
+                "predicted {:.1}s vs SLO {:.1}s, +{} violations, +${:.4}{}",
                 chosen.predicted_latency.as_secs_f64(),
                 query.slo.latency.as_secs_f64(),
                 chosen.marginal_violations,

@@ -126,6 +126,9 @@ pub fn build_policy(name: &str, case: &Case, seed: u64) -> Result<Box<dyn Routin
 struct Timed {
     inner: Box<dyn RoutingPolicy>,
     samples_us: Vec<f64>,
+    /// The first `explain` decisions, as `query: explanation`.
+    explained: Vec<String>,
+    explain: usize,
 }
 
 impl RoutingPolicy for Timed {
@@ -137,6 +140,13 @@ impl RoutingPolicy for Timed {
         let started = WallInstant::now();
         let routing = self.inner.route(now, query, pool);
         self.samples_us.push(started.elapsed().as_secs_f64() * 1e6);
+        if self.explained.len() < self.explain {
+            let text = match &routing {
+                Routing::Dispatch(decision) => format!("{} → {}: {}", query.id, decision.target, decision.explanation),
+                Routing::Reject { reason } => format!("{} rejected: {reason}", query.id),
+            };
+            self.explained.push(text);
+        }
         routing
     }
 
@@ -201,6 +211,9 @@ pub struct PolicyResult {
     pub cluster_hours: f64,
     /// Time per routing decision.
     pub decision_time_us: DecisionTime,
+    /// The first decisions with their explanations (`--explain N`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decisions: Vec<String>,
 }
 
 /// A whole evaluation.
@@ -216,6 +229,11 @@ pub struct EvalReport {
 
 /// Runs every case of `scenario` with `policies`, seeded by `seed`.
 pub fn run(scenario: &Scenario, policies: &[String], seed: u64) -> Result<EvalReport> {
+    run_explained(scenario, policies, seed, 0)
+}
+
+/// [`run`], keeping each policy's first `explain` decisions.
+pub fn run_explained(scenario: &Scenario, policies: &[String], seed: u64, explain: usize) -> Result<EvalReport> {
     for policy in policies {
         policy_by_name(policy)?;
     }
@@ -228,7 +246,7 @@ pub fn run(scenario: &Scenario, policies: &[String], seed: u64) -> Result<EvalRe
             for clusters in &scenario.cluster_sets {
                 let case = Case { workload: spec.label(), kappa, clusters: clusters.clone() };
                 for policy in policies {
-                    results.push(run_case(&case, policy, &queries, seed)?);
+                    results.push(run_case(&case, policy, &queries, seed, explain)?);
                 }
             }
         }
@@ -236,14 +254,15 @@ pub fn run(scenario: &Scenario, policies: &[String], seed: u64) -> Result<EvalRe
     Ok(EvalReport { scenario: scenario.name.clone(), seed, results })
 }
 
-fn run_case(case: &Case, policy: &str, queries: &[Query], seed: u64) -> Result<PolicyResult> {
+fn run_case(case: &Case, policy: &str, queries: &[Query], seed: u64, explain: usize) -> Result<PolicyResult> {
     let mut config = WorldConfig::default();
     config.seed(seed);
     let mut world = World::new(config);
     for &size in &case.clusters {
         world.add_cluster(Instant::ZERO, Rpu(size), true);
     }
-    let timed = Timed { inner: build_policy(policy, case, seed)?, samples_us: Vec::with_capacity(queries.len()) };
+    let timed =
+        Timed { inner: build_policy(policy, case, seed)?, samples_us: Vec::with_capacity(queries.len()), explained: Vec::new(), explain };
     let mut sim = Simulation::new(world, timed, queries.to_vec());
     sim.drive_until_idle();
     let summary = sim.summary();
@@ -261,6 +280,7 @@ fn run_case(case: &Case, policy: &str, queries: &[Query], seed: u64) -> Result<P
         latency_s: LatencyPercentiles { p50: summary.latency_s_p50, p95: summary.latency_s_p95, p99: summary.latency_s_p99 },
         cluster_hours: summary.cluster_hours,
         decision_time_us: DecisionTime { p50: percentile(&samples, 0.5), p99: percentile(&samples, 0.99) },
+        decisions: sim.policy().explained.clone(),
     })
 }
 
@@ -328,6 +348,9 @@ pub fn render_table(report: &EvalReport) -> String {
             r.cluster_hours
         )
         .expect("write to String");
+        for decision in &r.decisions {
+            writeln!(out, "    {decision}").expect("write to String");
+        }
     }
     let deltas = mean_delta_vs_round_robin(report);
     if !deltas.is_empty() {

@@ -102,6 +102,65 @@ pub fn run() -> Result<PredictorReport> {
     Ok(PredictorReport { results })
 }
 
+/// Accuracy in one size and concurrency bucket, held-out simulated runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BucketResult {
+    /// Predictor.
+    pub predictor: String,
+    /// Size.
+    pub rpu: u32,
+    /// Bucket of queries running at arrival.
+    pub bucket: String,
+    /// Rows.
+    pub rows: usize,
+    /// Q-error.
+    pub q_error: QError,
+}
+
+/// Predictor accuracy on held-out simulated runs (AutoSLO Figure 7a): both
+/// predictors learn from a training run (seed `seed`) on 4, 8, 16 and 32
+/// RPU and predict the completed queries of a different run (seed
+/// `seed + 1`), by size and by queries running at arrival.
+pub fn run_simulated(seed: u64) -> Vec<BucketResult> {
+    let sizes = [4, 8, 16, 32];
+    let train = super::training_observations(&sizes, seed);
+    let test: Vec<Observation> = super::training_observations(&sizes, seed + 1).into_iter().filter(|o| !o.censored).collect();
+    let mut stage = StageLike::new(IsolatedConfig::default());
+    let mut aware = ConcurrencyAware::new(ConcurrencyConfig::default());
+    for o in &train {
+        stage.observe(o);
+        aware.observe(o);
+    }
+    aware.fit();
+    let mut results = Vec::new();
+    for (name, predictor) in [(stage.name().to_owned(), &stage as &dyn LatencyPredictor), (aware.name().to_owned(), &aware)] {
+        for rpu in sizes {
+            for (lo, hi, bucket) in super::calibrate::BUCKETS {
+                let mut errors: Vec<f64> = test
+                    .iter()
+                    .filter(|o| o.size.0 == rpu && (lo..=hi).contains(&o.neighbours))
+                    .map(|o| q_error(predictor.predict(o.template, o.size, o.neighbours), o.latency))
+                    .collect();
+                if !errors.is_empty() {
+                    results.push(BucketResult { predictor: name.clone(), rpu, bucket: bucket.into(), rows: errors.len(), q_error: summary(&mut errors) });
+                }
+            }
+        }
+    }
+    results
+}
+
+/// The human-readable table of [`run_simulated`].
+pub fn render_simulated(results: &[BucketResult]) -> String {
+    let mut out = String::new();
+    writeln!(out, "predictor accuracy on held-out simulated runs, by size and queries running at arrival (Q-error p50/p90/p95)").unwrap();
+    writeln!(out, "{:<18} {:>4} {:>6} {:>6} {:>8} {:>8} {:>8}", "predictor", "rpu", "bucket", "rows", "p50", "p90", "p95").unwrap();
+    for r in results {
+        writeln!(out, "{:<18} {:>4} {:>6} {:>6} {:>8.2} {:>8.2} {:>8.2}", r.predictor, r.rpu, r.bucket, r.rows, r.q_error.p50, r.q_error.p90, r.q_error.p95).unwrap();
+    }
+    out
+}
+
 /// The human-readable table.
 pub fn render(report: &PredictorReport) -> String {
     let mut out = String::new();
