@@ -37,32 +37,27 @@
 use std::collections::HashMap;
 
 use crate::billing::{BillingConfig, BillingTimer};
-use crate::model::{ClusterId, ClusterView, Pool, Query, QueryId, Rpu, Target, TemplateId};
+use crate::model::{ClusterId, ClusterView, Pool, Query, QueryId, Rpu, Target};
 use crate::objective::{Outcome, best_with_target};
-use crate::predict::{LatencyPredictor, Observation};
+use crate::predict::{LatencyPredictor, Observation, Placement, QueryState, guard};
 use crate::route::{RouteDecision, Routing, RoutingPolicy};
 use crate::time::{Duration, Instant};
 use crate::world::{ExecutionOutcome, ExecutionReport};
 
-/// What the router remembers about a query it placed.
-#[derive(Clone, Debug, PartialEq)]
-struct Placed {
-    template: TemplateId,
-    arrival: Instant,
-    slo: Duration,
-    /// Queries that have overlapped it so far.
-    neighbours: u32,
-    /// Queries running when it was placed.
-    neighbours_at_dispatch: u32,
-    /// Its guarded predicted latency.
-    predicted: Duration,
-}
-
+/// A cluster as the router tracks it: its placed queries' cached
+/// prediction states and SLOs (aligned), and slogate's billing timer.
 #[derive(Clone, Debug)]
 struct ClusterState {
     size: Rpu,
     billing: BillingTimer,
-    placed: HashMap<QueryId, Placed>,
+    states: Vec<QueryState>,
+    slos: Vec<Duration>,
+}
+
+impl ClusterState {
+    fn new(billing: BillingConfig, size: Rpu) -> Self {
+        ClusterState { size, billing: BillingTimer::new(billing, size), states: Vec::new(), slos: Vec::new() }
+    }
 }
 
 /// One candidate's evaluation.
@@ -115,46 +110,40 @@ impl<P: LatencyPredictor> SloRouter<P> {
     /// The guarded prediction for a running query, if the router placed it.
     pub fn prediction(&self, query: QueryId) -> Option<Duration> {
         let cluster = self.where_placed.get(&query)?;
-        self.clusters.get(cluster)?.placed.get(&query).map(|p| p.predicted)
+        self.clusters.get(cluster)?.states.iter().find(|s| s.query == query).map(|s| s.predicted)
     }
 
-    fn guarded(previous: Duration, fresh: Duration, elapsed: Duration) -> Duration {
-        fresh.max(previous).max(elapsed)
-    }
-
-    /// Scores placing `query` on `view`.
-    fn score(&self, now: Instant, query: &Query, view: &ClusterView) -> CandidateScore {
-        let empty = ClusterState { size: view.size, billing: BillingTimer::new(self.billing.clone(), view.size), placed: HashMap::new() };
+    /// Scores placing `query` on `view`, with the predictor's counterfactual
+    /// placement.
+    fn score(&self, now: Instant, query: &Query, view: &ClusterView) -> (CandidateScore, Placement) {
+        let empty = ClusterState::new(self.billing.clone(), view.size);
         let state = self.clusters.get(&view.id).unwrap_or(&empty);
-        let violates = |p: &Placed, predicted: Duration| predicted > p.slo;
+        let placement = self.predictor.predict_placement(now, query, view.size, &state.states);
         let mut violations_before = 0i64;
         let mut violations_after = 0i64;
         let mut drain_before = now;
         let mut drain_after = now;
-        for placed in state.placed.values() {
-            let elapsed = now - placed.arrival;
-            let before = Self::guarded(placed.predicted, placed.predicted, elapsed);
-            let fresh = self.predictor.predict(placed.template, view.size, placed.neighbours + 1);
-            let after = Self::guarded(placed.predicted, fresh, elapsed);
-            violations_before += i64::from(violates(placed, before));
-            violations_after += i64::from(violates(placed, after));
-            drain_before = drain_before.max(placed.arrival + before);
-            drain_after = drain_after.max(placed.arrival + after);
+        for ((current, updated), slo) in state.states.iter().zip(&placement.running).zip(&state.slos) {
+            let before = guard(current.predicted, current.predicted, now - current.arrival);
+            violations_before += i64::from(before > *slo);
+            violations_after += i64::from(updated.predicted > *slo);
+            drain_before = drain_before.max(current.arrival + before);
+            drain_after = drain_after.max(updated.arrival + updated.predicted);
         }
-        let running = state.placed.len() as u32;
-        let predicted_latency = self.predictor.predict(query.template, view.size, running);
+        let predicted_latency = placement.query.predicted;
         violations_after += i64::from(predicted_latency > query.slo.latency);
         drain_after = drain_after.max(now + predicted_latency);
         let cost_before = state.billing.cost_until_drained_usd(now, drain_before);
         let mut with_query = state.billing.clone();
         with_query.handle_query_start(now);
         let cost_after = with_query.cost_until_drained_usd(now, drain_after);
-        CandidateScore {
+        let score = CandidateScore {
             cluster: view.id,
             marginal_violations: violations_after - violations_before,
             marginal_cost_usd: (cost_after - cost_before).max(0.0),
             predicted_latency,
-        }
+        };
+        (score, placement)
     }
 }
 
@@ -169,7 +158,9 @@ impl<P: LatencyPredictor> RoutingPolicy for SloRouter<P> {
             return super::fallback(pool);
         }
         candidates.sort_by_key(|c| c.id);
-        self.last_scores = candidates.iter().map(|c| self.score(now, query, c)).collect();
+        let (scores, mut placements): (Vec<CandidateScore>, Vec<Placement>) =
+            candidates.iter().map(|c| self.score(now, query, c)).unzip();
+        self.last_scores = scores;
         let outcomes: Vec<Outcome> = self
             .last_scores
             .iter()
@@ -182,32 +173,16 @@ impl<P: LatencyPredictor> RoutingPolicy for SloRouter<P> {
             .min_by(|&a, &b| outcomes[a].cmp_with_target(&outcomes[b], 0.0).then(a.cmp(&b)))
             .map(|i| &self.last_scores[i]);
 
-        // Commit: the chosen cluster's running queries get their updated,
-        // guarded predictions and one more neighbour.
+        // Commit: the chosen cluster's running queries take their updated,
+        // guarded states, and the query joins them.
         let size = candidates[best].size;
         let billing = self.billing.clone();
-        let state = self
-            .clusters
-            .entry(chosen.cluster)
-            .or_insert_with(|| ClusterState { size, billing: BillingTimer::new(billing, size), placed: HashMap::new() });
-        let running = state.placed.len() as u32;
-        for placed in state.placed.values_mut() {
-            let fresh = self.predictor.predict(placed.template, state.size, placed.neighbours + 1);
-            placed.predicted = Self::guarded(placed.predicted, fresh, now - placed.arrival);
-            placed.neighbours += 1;
-        }
+        let placement = placements.swap_remove(best);
+        let state = self.clusters.entry(chosen.cluster).or_insert_with(|| ClusterState::new(billing, size));
+        state.states = placement.running;
+        state.states.push(placement.query);
+        state.slos.push(query.slo.latency);
         state.billing.handle_query_start(now);
-        state.placed.insert(
-            query.id,
-            Placed {
-                template: query.template,
-                arrival: query.arrival,
-                slo: query.slo.latency,
-                neighbours: running,
-                neighbours_at_dispatch: running,
-                predicted: chosen.predicted_latency,
-            },
-        );
         self.where_placed.insert(query.id, chosen.cluster);
 
         let runner_up = runner_up.map_or_else(String::new, |r| {
@@ -230,7 +205,9 @@ impl<P: LatencyPredictor> RoutingPolicy for SloRouter<P> {
     fn handle_completion(&mut self, now: Instant, report: &ExecutionReport) {
         let Some(cluster) = self.where_placed.remove(&report.query) else { return };
         let Some(state) = self.clusters.get_mut(&cluster) else { return };
-        let Some(placed) = state.placed.remove(&report.query) else { return };
+        let Some(index) = state.states.iter().position(|s| s.query == report.query) else { return };
+        let placed = state.states.swap_remove(index);
+        state.slos.swap_remove(index);
         state.billing.handle_query_end(now);
         self.predictor.observe(&Observation {
             template: placed.template,
@@ -247,7 +224,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::model::{ClusterState as Lifecycle, PoolId, RunningQuery, Slo};
+    use crate::model::{ClusterState as Lifecycle, PoolId, RunningQuery, Slo, TemplateId};
     use crate::predict::concurrency::{ConcurrencyAware, ConcurrencyConfig};
 
     fn pool(sizes: &[u32]) -> Pool {
