@@ -6,6 +6,8 @@
 //! (2,000 decisions, each timed alone).
 //!
 //! `cargo bench -p slogate-core --bench route`
+// A benchmark measures wall time; core's ban on clocks is for its logic.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use slogate_core::billing::BillingConfig;
