@@ -163,6 +163,21 @@ async fn after_shutdown_starts_new_submissions_are_unavailable() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Polls the pool (at most 200 times, 10 ms apart) until cluster `index`
+/// reaches `wanted`; returns the last state seen.
+async fn wait_for_cluster_state(addr: std::net::SocketAddr, index: usize, wanted: &str) -> String {
+    let mut state = String::new();
+    for _ in 0..200 {
+        let (_, body) = admin_get(addr, "/v1/pools/default").await;
+        state = serde_json::from_str::<serde_json::Value>(&body).unwrap()["clusters"][index]["state"].as_str().unwrap().to_owned();
+        if state == wanted {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    state
+}
+
 #[actix_rt::test]
 async fn operators_add_and_remove_clusters_with_the_token_only() {
     let dir = scratch("clusters");
@@ -185,16 +200,7 @@ async fn operators_add_and_remove_clusters_with_the_token_only() {
     let cluster = serde_json::from_str::<serde_json::Value>(&body).unwrap()["cluster"].as_u64().unwrap();
     assert_eq!(cluster, 2);
     // δ = 300 virtual seconds is 15 ms at this compression.
-    let mut state = String::new();
-    for _ in 0..200 {
-        let (_, body) = admin_get(addr, "/v1/pools/default").await;
-        state = serde_json::from_str::<serde_json::Value>(&body).unwrap()["clusters"][2]["state"].as_str().unwrap().to_owned();
-        if state == "ready" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert_eq!(state, "ready");
+    assert_eq!(wait_for_cluster_state(addr, 2, "ready").await, "ready");
 
     let (status, _) = admin(addr, "DELETE", "/v1/pools/default/clusters/c2", None, "").await;
     assert_eq!(status, 401);
@@ -202,15 +208,7 @@ async fn operators_add_and_remove_clusters_with_the_token_only() {
     assert_eq!(status, 404);
     let (status, body) = admin(addr, "DELETE", "/v1/pools/default/clusters/c2", Some("s3cret"), "").await;
     assert_eq!(status, 202, "{body}");
-    for _ in 0..200 {
-        let (_, body) = admin_get(addr, "/v1/pools/default").await;
-        state = serde_json::from_str::<serde_json::Value>(&body).unwrap()["clusters"][2]["state"].as_str().unwrap().to_owned();
-        if state == "gone" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert_eq!(state, "gone");
+    assert_eq!(wait_for_cluster_state(addr, 2, "gone").await, "gone");
     let (_, body) = admin_get(addr, "/v1/actors").await;
     let actions: Vec<String> = serde_json::from_str::<serde_json::Value>(&body).unwrap()["providers"]["default"]["recent"]
         .as_array()

@@ -100,7 +100,7 @@ pub fn build_policy(name: &str, case: &Case, seed: u64) -> Result<Box<dyn Routin
     if let Some(baseline) = BaselinePolicy::from_name(name) {
         return Ok(baseline.build());
     }
-    let billing = WorldConfig::default().billing;
+    let billing = slogate_core::billing::BillingConfig::default();
     let observations = training_observations(&case.clusters, seed);
     let policy: Box<dyn RoutingPolicy> = match name {
         "stage-cost" => {

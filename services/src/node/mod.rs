@@ -91,7 +91,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         pools.push(PoolSetup { id, policy, warehouse, provider, clusters, in_flight_max: file.limits.in_flight_per_pool_max });
     }
     let limits = RouterLimits {
-        billing: WorldConfig::default().billing,
+        billing: slogate_core::billing::BillingConfig::default(),
         decisions_max: file.limits.decisions_kept,
         idempotency_max: file.limits.idempotency_kept,
         mailbox_capacity: mailbox,
@@ -189,7 +189,7 @@ fn live_policy(name: &str, history: &[Observation]) -> Box<dyn slogate_core::rou
     if let Some(baseline) = BaselinePolicy::from_name(name) {
         return baseline.build();
     }
-    let billing = WorldConfig::default().billing;
+    let billing = slogate_core::billing::BillingConfig::default();
     if name == "stage-cost" {
         let mut router = SloRouter::new(name, StageLike::new(IsolatedConfig::default()), billing);
         history.iter().for_each(|o| router.predictor_mut().observe(o));
