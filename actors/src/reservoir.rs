@@ -172,8 +172,9 @@ pub struct ExecutionUpdate(pub ExecutionRecord);
 #[rtype(result = "Result<()>")]
 pub struct Flush;
 
-/// Flushes and stops the actor, releasing the store. (Its flush timer
-/// would otherwise keep it alive after the last address is dropped.)
+/// Flushes, closes the store, and stops the actor. (Its flush timer would
+/// otherwise keep it alive after the last address is dropped.) Once it
+/// replies, the data directory can be reopened.
 #[derive(Message)]
 #[rtype(result = "Result<()>")]
 pub struct Shutdown;
@@ -209,7 +210,8 @@ const FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// The actor. See the module docs.
 pub struct ReservoirActor {
     reservoir: Reservoir,
-    store: Box<dyn ReservoirStore>,
+    /// `None` once [`Shutdown`] has closed it.
+    store: Option<Box<dyn ReservoirStore>>,
     flush_every: u64,
     mailbox_capacity: usize,
     unflushed: u64,
@@ -225,13 +227,17 @@ impl ReservoirActor {
         reservoir.restore(stored.counts, stored.totals, stored.samples);
         Ok(ReservoirActor {
             reservoir,
-            store,
+            store: Some(store),
             flush_every: flush_every.max(1),
             mailbox_capacity,
             unflushed: 0,
             executions: stored.executions,
             storage_errors: 0,
         })
+    }
+
+    fn store(&mut self) -> Result<&mut Box<dyn ReservoirStore>> {
+        self.store.as_mut().ok_or(Error::ShuttingDown)
     }
 
     fn written(&mut self, result: Result<()>) -> Result<()> {
@@ -241,7 +247,7 @@ impl ReservoirActor {
         }
         self.unflushed += 1;
         if self.unflushed >= self.flush_every {
-            self.store.flush()?;
+            self.store()?.flush()?;
             self.unflushed = 0;
         }
         Ok(())
@@ -255,7 +261,7 @@ impl Actor for ReservoirActor {
         ctx.set_mailbox_capacity(self.mailbox_capacity);
         ctx.run_interval(FLUSH_INTERVAL, |actor, _ctx| {
             if actor.unflushed > 0 {
-                match actor.store.flush() {
+                match actor.store().and_then(|store| store.flush()) {
                     Ok(()) => actor.unflushed = 0,
                     Err(_) => actor.storage_errors += 1,
                 }
@@ -265,7 +271,9 @@ impl Actor for ReservoirActor {
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         // Best effort: a failed flush here has no caller to tell.
-        let _ = self.store.flush();
+        if let Some(store) = &self.store {
+            let _ = store.flush();
+        }
     }
 }
 
@@ -274,7 +282,7 @@ impl Handler<ArrivalUpdate> for ReservoirActor {
 
     fn handle(&mut self, message: ArrivalUpdate, _ctx: &mut Self::Context) -> Result<()> {
         let update = self.reservoir.handle_arrival(message.unix_secs, message.template);
-        let result = self.store.apply(&update);
+        let result = self.store()?.apply(&update);
         self.written(result)
     }
 }
@@ -283,7 +291,7 @@ impl Handler<ExecutionUpdate> for ReservoirActor {
     type Result = Result<u64>;
 
     fn handle(&mut self, message: ExecutionUpdate, _ctx: &mut Self::Context) -> Result<u64> {
-        let sequence = self.store.append_execution(&message.0);
+        let sequence = self.store()?.append_execution(&message.0);
         let sequence = match sequence {
             Ok(sequence) => sequence,
             Err(e) => {
@@ -301,7 +309,7 @@ impl Handler<Flush> for ReservoirActor {
     type Result = Result<()>;
 
     fn handle(&mut self, _message: Flush, _ctx: &mut Self::Context) -> Result<()> {
-        self.store.flush()?;
+        self.store()?.flush()?;
         self.unflushed = 0;
         Ok(())
     }
@@ -312,7 +320,11 @@ impl Handler<Shutdown> for ReservoirActor {
 
     fn handle(&mut self, _message: Shutdown, ctx: &mut Self::Context) -> Result<()> {
         ctx.stop();
-        self.store.flush()?;
+        // Flush and close the store before replying, so the caller can
+        // reopen the same directory at once (sled holds a file lock).
+        if let Some(store) = self.store.take() {
+            store.flush()?;
+        }
         self.unflushed = 0;
         Ok(())
     }

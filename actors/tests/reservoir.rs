@@ -44,7 +44,6 @@ async fn counts_and_executions_survive_a_restart() {
         assert_eq!((state.arrivals, state.executions, state.unflushed), (30, 5, 0));
         actor.send(Shutdown).await.unwrap().unwrap();
     }
-    actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
     let store = SledStore::open(&dir).unwrap();
     assert_eq!(store.executions(0, 100).unwrap(), (0..5).map(record).collect::<Vec<_>>());
     let actor = ReservoirActor::new(config, Box::new(store), 1_000, 64).unwrap().start();
@@ -67,7 +66,6 @@ async fn arrival_samples_stay_within_the_bound() {
         actor.send(ArrivalUpdate { unix_secs: MONDAY_1PM + i * 7, template: TemplateId(1) }).await.unwrap().unwrap();
     }
     actor.send(Shutdown).await.unwrap().unwrap();
-    actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
     let stored = SledStore::open(&dir).unwrap().load().unwrap();
     assert_eq!(stored.totals.iter().map(|(_, t)| t).sum::<u64>(), 500);
     assert!(stored.samples.len() <= 16, "{} samples kept", stored.samples.len());
