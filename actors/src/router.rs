@@ -19,11 +19,13 @@ use std::collections::{HashMap, VecDeque};
 
 use actix::prelude::*;
 use serde::Serialize;
-use slogate_core::model::{ClusterId, ClusterState, ClusterView, Pool, PoolId, Query, QueryId, Rpu, RunningQuery, Slo, Target, TemplateId};
+use slogate_core::model::{
+    ClusterId, ClusterState, ClusterView, ExecutionOutcome, ExecutionReport, Pool, PoolId, Query, QueryId, Rpu, RunningQuery, Slo, Target,
+    TemplateId,
+};
 use slogate_core::reservoir::ExecutionRecord;
 use slogate_core::route::{Routing, RoutingPolicy};
 use slogate_core::time::{Duration, Instant};
-use slogate_core::world::{ExecutionOutcome, ExecutionReport};
 use tokio::sync::oneshot;
 
 use crate::clock::VirtualClock;

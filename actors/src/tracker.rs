@@ -10,7 +10,7 @@ use serde::Serialize;
 use slogate_core::billing::{BillingConfig, BillingTimer};
 use slogate_core::model::{ClusterId, ClusterState, PoolId, Query, QueryId, Rpu};
 use slogate_core::time::Instant;
-use slogate_core::world::ExecutionReport;
+use slogate_core::model::ExecutionReport;
 use tokio::sync::oneshot;
 
 use crate::clock::VirtualClock;

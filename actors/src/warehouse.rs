@@ -18,7 +18,8 @@ use actix::prelude::*;
 use serde::Serialize;
 use slogate_core::model::{ClusterId, ClusterState, Query, QueryId, Rpu};
 use slogate_core::time::Instant;
-use slogate_core::world::{ExecutionReport, World, WorldConfig, WorldEvent};
+use slogate_core::model::ExecutionReport;
+use slogate_core::world::{World, WorldConfig, WorldEvent};
 use tokio::sync::oneshot;
 
 use crate::clock::VirtualClock;

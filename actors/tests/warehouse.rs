@@ -6,7 +6,8 @@ use slogate_actors::clock::VirtualClock;
 use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse, Execute, ExecuteError, GetState, TearDown};
 use slogate_core::model::{ClusterState, PoolId, Query, QueryId, Rpu, Slo, TemplateId};
 use slogate_core::time::{Duration, Instant};
-use slogate_core::world::{ExecutionOutcome, WorldConfig};
+use slogate_core::model::ExecutionOutcome;
+use slogate_core::world::WorldConfig;
 use tokio::sync::oneshot;
 
 fn quiet() -> WorldConfig {

@@ -20,6 +20,7 @@
 //!   [`catalog`], the embedded Redshift measurements.
 //! - [`sim`]: the discrete-event engine that drives a routing policy (and
 //!   optionally a cluster controller) against the world.
+//! - [`stats`]: medians, percentiles, overlap counting.
 //! - [`invariants`]: checks shared by production asserts and simulations.
 //!
 //! # Example
@@ -67,6 +68,7 @@ pub mod predict;
 pub mod reservoir;
 pub mod route;
 pub mod sim;
+pub mod stats;
 pub mod time;
 pub mod world;
 

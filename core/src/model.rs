@@ -210,6 +210,42 @@ impl Pool {
     }
 }
 
+/// How an execution ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutionOutcome {
+    /// It ran to completion.
+    Completed,
+    /// It was cancelled at the timeout; its latency is a lower bound.
+    TimedOut,
+}
+
+/// What a real warehouse would report about one execution.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionReport {
+    /// The query.
+    pub query: QueryId,
+    /// The cluster it ran on.
+    pub cluster: ClusterId,
+    /// When it arrived at the gateway.
+    pub arrival: Instant,
+    /// When it was sent to the cluster.
+    pub dispatched: Instant,
+    /// When it started executing (left the admission queue), if it did.
+    pub started: Option<Instant>,
+    /// When it finished or was cancelled.
+    pub finished: Instant,
+    /// How it ended.
+    pub outcome: ExecutionOutcome,
+}
+
+impl ExecutionReport {
+    /// Client-side latency.
+    pub fn latency(&self) -> Duration {
+        self.finished - self.arrival
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -59,7 +59,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::billing::{BillingConfig, BillingTimer};
 use crate::catalog::{self, ExecutionMeasurement};
-use crate::model::{ClusterId, ClusterState, Query, QueryId, Rpu, TemplateId};
+use crate::model::{ClusterId, ClusterState, ExecutionOutcome, ExecutionReport, Query, QueryId, Rpu, TemplateId};
+use crate::stats::median;
 use crate::time::{Duration, Instant};
 
 /// How the emulated warehouse behaves at one cluster size.
@@ -306,55 +307,6 @@ pub fn isolated_noise_sigma(templates: &[catalog::TemplateMeasurement], executio
     let center = median(&logs);
     let deviations: Vec<f64> = logs.iter().map(|l| (l - center).abs()).collect();
     1.4826 * median(&deviations)
-}
-
-/// The median of a non-empty slice.
-///
-/// # Panics
-///
-/// If `values` is empty.
-pub fn median(values: &[f64]) -> f64 {
-    assert!(!values.is_empty(), "median of nothing");
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let mid = sorted.len() / 2;
-    if sorted.len() % 2 == 1 { sorted[mid] } else { (sorted[mid - 1] + sorted[mid]) / 2.0 }
-}
-
-/// How an execution ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ExecutionOutcome {
-    /// It ran to completion.
-    Completed,
-    /// It was cancelled at the timeout; its latency is a lower bound.
-    TimedOut,
-}
-
-/// What a real warehouse would report about one execution.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ExecutionReport {
-    /// The query.
-    pub query: QueryId,
-    /// The cluster it ran on.
-    pub cluster: ClusterId,
-    /// When it arrived at the gateway.
-    pub arrival: Instant,
-    /// When it was sent to the cluster.
-    pub dispatched: Instant,
-    /// When it started executing (left the admission queue), if it did.
-    pub started: Option<Instant>,
-    /// When it finished or was cancelled.
-    pub finished: Instant,
-    /// How it ended.
-    pub outcome: ExecutionOutcome,
-}
-
-impl ExecutionReport {
-    /// Client-side latency.
-    pub fn latency(&self) -> Duration {
-        self.finished - self.arrival
-    }
 }
 
 /// Something the warehouse reports.
@@ -762,29 +714,6 @@ pub fn noise_factor(seed: u64, query: QueryId, sigma: f64) -> f64 {
     (sigma * z).exp()
 }
 
-/// Summary used by the calibration report: the executions of queued
-/// workloads with each one's number of overlapping neighbours, counted as
-/// the data counts them (client-side intervals that intersect).
-pub fn count_overlapping_neighbours(intervals: &[(Instant, Instant)]) -> Vec<u32> {
-    let mut order: Vec<usize> = (0..intervals.len()).collect();
-    order.sort_by_key(|&i| intervals[i].0);
-    let mut counts = vec![0u32; intervals.len()];
-    for (pos, &i) in order.iter().enumerate() {
-        let (start_i, end_i) = intervals[i];
-        for &j in &order[pos + 1..] {
-            let (start_j, end_j) = intervals[j];
-            if start_j >= end_i {
-                break;
-            }
-            if end_j > start_i {
-                counts[i] += 1;
-                counts[j] += 1;
-            }
-        }
-    }
-    counts
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -948,14 +877,7 @@ mod tests {
         assert_eq!(noise_factor(7, QueryId(3), 0.35), noise_factor(7, QueryId(3), 0.35));
         assert_ne!(noise_factor(7, QueryId(3), 0.35), noise_factor(8, QueryId(3), 0.35));
         let draws: Vec<f64> = (0..2_001).map(|i| noise_factor(1, QueryId(i), 0.35).ln()).collect();
-        assert!(median(&draws).abs() < 0.05, "noise median is 1");
-    }
-
-    #[test]
-    fn overlapping_neighbours_count_intersecting_intervals() {
-        let s = Instant::from_secs_f64;
-        let counts = count_overlapping_neighbours(&[(s(0.0), s(10.0)), (s(5.0), s(6.0)), (s(10.0), s(12.0)), (s(11.0), s(20.0))]);
-        assert_eq!(counts, vec![1, 1, 1, 1]);
+        assert!(crate::stats::median(&draws).abs() < 0.05, "noise median is 1");
     }
 
     mod properties {

@@ -81,7 +81,7 @@ fn percentiles(mut values: Vec<f64>) -> Percentiles {
         return Percentiles::default();
     }
     values.sort_by(f64::total_cmp);
-    let at = |q: f64| values[((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1];
+    let at = |q| slogate_core::stats::percentile(&values, q);
     Percentiles { p50: at(0.5), p95: at(0.95), p99: at(0.99) }
 }
 

@@ -26,7 +26,7 @@ use crate::model::{Rpu, TemplateId};
 use crate::predict::isolated::{IsolatedConfig, IsolatedEstimator};
 use crate::predict::{LatencyPredictor, Observation};
 use crate::time::Duration;
-use crate::world::median;
+use crate::stats::median;
 
 /// Neighbour bins: inclusive upper bounds.
 const BIN_UPPER: [u32; 15] = [0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, u32::MAX];

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::{Rpu, TemplateId};
 use crate::predict::Observation;
 use crate::time::Duration;
-use crate::world::median;
+use crate::stats::median;
 
 /// Estimator settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

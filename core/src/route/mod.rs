@@ -24,7 +24,7 @@ pub mod slo;
 
 use crate::model::{ClusterId, ClusterState, ClusterView, Pool, Query, Target};
 use crate::time::Instant;
-use crate::world::ExecutionReport;
+use crate::model::ExecutionReport;
 
 /// A routing decision with the reason an operator would want to read.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

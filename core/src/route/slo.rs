@@ -42,7 +42,7 @@ use crate::objective::{Outcome, best_with_target};
 use crate::predict::{LatencyPredictor, Observation, Placement, QueryState, guard};
 use crate::route::{RouteDecision, Routing, RoutingPolicy};
 use crate::time::{Duration, Instant};
-use crate::world::{ExecutionOutcome, ExecutionReport};
+use crate::model::{ExecutionOutcome, ExecutionReport};
 
 /// A cluster as the router tracks it: its placed queries' cached
 /// prediction states and SLOs (aligned), and slogate's billing timer.

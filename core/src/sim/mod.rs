@@ -43,7 +43,9 @@ use crate::invariants;
 use crate::model::{ClusterId, ClusterState, ClusterView, Pool, Query, QueryId, Rpu, RunningQuery, Slo, Target, TemplateId};
 use crate::route::{Routing, RoutingPolicy};
 use crate::time::{Duration, Instant};
-use crate::world::{ExecutionOutcome, ExecutionReport, World, WorldEvent};
+use crate::model::{ExecutionOutcome, ExecutionReport};
+use crate::stats::percentile;
+use crate::world::{World, WorldEvent};
 
 pub use scripted::ScriptedController;
 
@@ -500,15 +502,6 @@ impl<P: RoutingPolicy> Simulation<P> {
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-
-/// The `q`-quantile (nearest rank) of sorted values; 0 for none.
-pub fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
 
 #[cfg(test)]
 mod tests;

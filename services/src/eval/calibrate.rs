@@ -36,7 +36,8 @@ use slogate_core::model::{PoolId, Query, QueryId, Rpu, Slo, TemplateId};
 use slogate_core::route::RoundRobin;
 use slogate_core::sim::{QueryOutcome, Simulation};
 use slogate_core::time::{Duration, Instant};
-use slogate_core::world::{SizeProfile, World, WorldConfig, count_overlapping_neighbours, median};
+use slogate_core::stats::{count_overlapping_neighbours, median};
+use slogate_core::world::{SizeProfile, World, WorldConfig};
 use slogate_loadgen::workload::{
     CALIBRATION_RATES_PER_S, PHASED_MIXES, TraceEntry, base_workload, phased_workload,
 };

@@ -25,9 +25,11 @@ use slogate_core::predict::isolated::IsolatedConfig;
 use slogate_core::predict::{ConcurrencyAware, LatencyPredictor, Observation, StageLike};
 use slogate_core::route::slo::SloRouter;
 use slogate_core::route::{BaselinePolicy, Routing, RoutingPolicy};
-use slogate_core::sim::{Simulation, percentile};
+use slogate_core::sim::Simulation;
+use slogate_core::stats::percentile;
 use slogate_core::time::Instant;
-use slogate_core::world::{ExecutionReport, World, WorldConfig};
+use slogate_core::model::ExecutionReport;
+use slogate_core::world::{World, WorldConfig};
 use slogate_loadgen::workload::to_queries;
 
 pub use scenario::{Scenario, WorkloadSpec};

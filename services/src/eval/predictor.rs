@@ -13,7 +13,7 @@ use slogate_core::catalog::{self, ExecutionMeasurement};
 use slogate_core::predict::concurrency::ConcurrencyConfig;
 use slogate_core::predict::isolated::IsolatedConfig;
 use slogate_core::predict::{ConcurrencyAware, LatencyPredictor, Observation, StageLike, q_error};
-use slogate_core::sim::percentile;
+use slogate_core::stats::percentile;
 
 use crate::Result;
 

@@ -1,0 +1,70 @@
+//! Small statistics shared by the simulator, the predictors and the
+//! reports: medians, nearest-rank percentiles, and counting overlapping
+//! executions the way the Redshift measurements count them.
+
+use crate::time::Instant;
+
+/// The median of a non-empty slice.
+///
+/// # Panics
+///
+/// If `values` is empty.
+pub fn median(values: &[f64]) -> f64 {
+    assert!(!values.is_empty(), "median of nothing");
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    if sorted.len() % 2 == 1 { sorted[mid] } else { (sorted[mid - 1] + sorted[mid]) / 2.0 }
+}
+
+/// The `q`-quantile (nearest rank) of sorted values; 0 for none.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Each execution's number of overlapping neighbours, counted as the data
+/// counts them: client-side intervals that intersect.
+pub fn count_overlapping_neighbours(intervals: &[(Instant, Instant)]) -> Vec<u32> {
+    let mut order: Vec<usize> = (0..intervals.len()).collect();
+    order.sort_by_key(|&i| intervals[i].0);
+    let mut counts = vec![0u32; intervals.len()];
+    for (pos, &i) in order.iter().enumerate() {
+        let (start_i, end_i) = intervals[i];
+        for &j in &order[pos + 1..] {
+            let (start_j, end_j) = intervals[j];
+            if start_j >= end_i {
+                break;
+            }
+            if end_j > start_i {
+                counts[i] += 1;
+                counts[j] += 1;
+            }
+        }
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlapping_neighbours_count_intersecting_intervals() {
+        let s = Instant::from_secs_f64;
+        let counts = count_overlapping_neighbours(&[(s(0.0), s(10.0)), (s(5.0), s(6.0)), (s(10.0), s(12.0)), (s(11.0), s(20.0))]);
+        assert_eq!(counts, vec![1, 1, 1, 1]);
+    }
+
+    #[test]
+    fn median_and_percentile_use_the_middle_and_nearest_rank() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        let sorted: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!((percentile(&sorted, 0.5), percentile(&sorted, 0.99)), (50.0, 99.0));
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+}
