@@ -64,16 +64,22 @@ struct Samples {
     light: VecDeque<f64>,
     /// The largest censored lower bound seen in isolation, log seconds.
     censored_floor: Option<f64>,
+    /// The estimate, recomputed on each observation so that predictions
+    /// (the router's hot path) only read it.
+    estimate: Option<f64>,
 }
 
 impl Samples {
     fn estimate_log(&self) -> Option<f64> {
+        self.estimate
+    }
+
+    fn refresh(&mut self) {
         let source = if self.isolated.is_empty() { &self.light } else { &self.isolated };
-        if source.is_empty() {
-            return None;
-        }
-        let center = median(&source.iter().copied().collect::<Vec<_>>());
-        Some(self.censored_floor.map_or(center, |floor| center.max(floor)))
+        self.estimate = (!source.is_empty()).then(|| {
+            let center = median(&source.iter().copied().collect::<Vec<_>>());
+            self.censored_floor.map_or(center, |floor| center.max(floor))
+        });
     }
 }
 
@@ -82,6 +88,8 @@ impl Samples {
 pub struct IsolatedEstimator {
     config: IsolatedConfig,
     samples: HashMap<(TemplateId, Rpu), Samples>,
+    /// The sizes each template has samples at, ascending.
+    sizes_by_template: HashMap<TemplateId, Vec<Rpu>>,
     size_exponent: f64,
     observations: u64,
 }
@@ -97,7 +105,7 @@ impl IsolatedEstimator {
     /// An empty estimator.
     pub fn new(config: IsolatedConfig) -> Self {
         let size_exponent = config.default_size_exponent;
-        IsolatedEstimator { config, samples: HashMap::new(), size_exponent, observations: 0 }
+        IsolatedEstimator { config, samples: HashMap::new(), sizes_by_template: HashMap::new(), size_exponent, observations: 0 }
     }
 
     /// The current size-scaling exponent α.
@@ -118,6 +126,11 @@ impl IsolatedEstimator {
             push_bounded(&mut entry.isolated, log_latency, bound);
         } else if observation.neighbours <= self.config.light_neighbours_max {
             push_bounded(&mut entry.light, log_latency, bound);
+        }
+        entry.refresh();
+        let sizes = self.sizes_by_template.entry(observation.template).or_default();
+        if let Err(position) = sizes.binary_search(&observation.size) {
+            sizes.insert(position, observation.size);
         }
         self.observations += 1;
         if self.observations % self.config.refit_every.max(1) == 0 {
@@ -158,10 +171,10 @@ impl IsolatedEstimator {
             return Some(log_latency);
         }
         let target = f64::from(size.0.max(1)).ln();
-        self.samples
+        self.sizes_by_template
+            .get(&template)?
             .iter()
-            .filter(|((t, _), _)| *t == template)
-            .filter_map(|((_, s), samples)| samples.estimate_log().map(|l| (*s, l)))
+            .filter_map(|s| self.samples.get(&(template, *s)).and_then(Samples::estimate_log).map(|l| (*s, l)))
             .min_by(|(a, _), (b, _)| {
                 let da = (f64::from(a.0.max(1)).ln() - target).abs();
                 let db = (f64::from(b.0.max(1)).ln() - target).abs();
@@ -173,10 +186,7 @@ impl IsolatedEstimator {
     /// Predicted isolated latency of `template` on `size`.
     pub fn estimate(&self, template: TemplateId, size: Rpu) -> Duration {
         let log_latency = self.template_log(template, size).unwrap_or_else(|| {
-            let mut templates: Vec<TemplateId> = self.samples.keys().map(|(t, _)| *t).collect();
-            templates.sort();
-            templates.dedup();
-            let known: Vec<f64> = templates.iter().filter_map(|&t| self.template_log(t, size)).collect();
+            let known: Vec<f64> = self.sizes_by_template.keys().filter_map(|&t| self.template_log(t, size)).collect();
             if known.is_empty() {
                 self.scaled(self.config.prior_latency_16.as_secs_f64().ln(), Rpu(16), size)
             } else {
