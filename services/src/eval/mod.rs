@@ -95,33 +95,25 @@ pub fn training_observations(sizes: &[u32], seed: u64) -> Vec<Observation> {
     observations
 }
 
-/// Builds a policy for a case: baselines as they are, learned policies
-/// warmed up on a training run of the case's cluster sizes.
-pub fn build_policy(name: &str, case: &Case, seed: u64) -> Result<Box<dyn RoutingPolicy>> {
+/// Builds a policy by name: baselines as they are; learned policies (the
+/// SLO-aware router over each predictor) warmed up on `history`, the
+/// execution log they would have in production. Used by `eval` (history
+/// from a training run) and by the live node (history from the reservoir).
+pub fn build_policy(name: &str, history: &[Observation]) -> Result<Box<dyn RoutingPolicy>> {
     policy_by_name(name)?;
     if let Some(baseline) = BaselinePolicy::from_name(name) {
         return Ok(baseline.build());
     }
     let billing = slogate_core::billing::BillingConfig::default();
-    let observations = training_observations(&case.clusters, seed);
-    let policy: Box<dyn RoutingPolicy> = match name {
-        "stage-cost" => {
-            let mut router = SloRouter::new(name, StageLike::new(IsolatedConfig::default()), billing);
-            for o in &observations {
-                router.predictor_mut().observe(o);
-            }
-            Box::new(router)
-        }
-        _ => {
-            let mut router = SloRouter::new(name, ConcurrencyAware::new(ConcurrencyConfig::default()), billing);
-            for o in &observations {
-                router.predictor_mut().observe(o);
-            }
-            router.predictor_mut().fit();
-            Box::new(router)
-        }
-    };
-    Ok(policy)
+    if name == "stage-cost" {
+        let mut router = SloRouter::new(name, StageLike::new(IsolatedConfig::default()), billing);
+        history.iter().for_each(|o| router.predictor_mut().observe(o));
+        return Ok(Box::new(router));
+    }
+    let mut router = SloRouter::new(name, ConcurrencyAware::new(ConcurrencyConfig::default()), billing);
+    history.iter().for_each(|o| router.predictor_mut().observe(o));
+    router.predictor_mut().fit();
+    Ok(Box::new(router))
 }
 
 /// Wraps a policy and measures wall-clock time per `route()` call.
@@ -240,6 +232,9 @@ pub fn run_explained(scenario: &Scenario, policies: &[String], seed: u64, explai
         policy_by_name(policy)?;
     }
     let templates = Scenario::templates();
+    let learned = policies.iter().any(|p| LEARNED_POLICIES.contains(&p.as_str()));
+    // One training run per distinct cluster set, shared by its cases.
+    let mut histories: std::collections::HashMap<Vec<u32>, Vec<Observation>> = std::collections::HashMap::new();
     let mut results = Vec::new();
     for spec in &scenario.workloads {
         for &kappa in &scenario.kappas {
@@ -247,8 +242,13 @@ pub fn run_explained(scenario: &Scenario, policies: &[String], seed: u64, explai
             let queries = to_queries(&entries, &PoolId::default())?;
             for clusters in &scenario.cluster_sets {
                 let case = Case { workload: spec.label(), kappa, clusters: clusters.clone() };
+                let history: &[Observation] = if learned {
+                    histories.entry(clusters.clone()).or_insert_with(|| training_observations(clusters, seed))
+                } else {
+                    &[]
+                };
                 for policy in policies {
-                    results.push(run_case(&case, policy, &queries, seed, explain)?);
+                    results.push(run_case(&case, policy, history, &queries, seed, explain)?);
                 }
             }
         }
@@ -256,7 +256,7 @@ pub fn run_explained(scenario: &Scenario, policies: &[String], seed: u64, explai
     Ok(EvalReport { scenario: scenario.name.clone(), seed, results })
 }
 
-fn run_case(case: &Case, policy: &str, queries: &[Query], seed: u64, explain: usize) -> Result<PolicyResult> {
+fn run_case(case: &Case, policy: &str, history: &[Observation], queries: &[Query], seed: u64, explain: usize) -> Result<PolicyResult> {
     let mut config = WorldConfig::default();
     config.seed(seed);
     let mut world = World::new(config);
@@ -264,7 +264,7 @@ fn run_case(case: &Case, policy: &str, queries: &[Query], seed: u64, explain: us
         world.add_cluster(Instant::ZERO, Rpu(size), true);
     }
     let timed =
-        Timed { inner: build_policy(policy, case, seed)?, samples_us: Vec::with_capacity(queries.len()), explained: Vec::new(), explain };
+        Timed { inner: build_policy(policy, history)?, samples_us: Vec::with_capacity(queries.len()), explained: Vec::new(), explain };
     let mut sim = Simulation::new(world, timed, queries.to_vec());
     sim.drive_until_idle();
     let summary = sim.summary();

@@ -28,7 +28,6 @@ use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse};
 use slogate_core::model::{ClusterState, PoolId, Rpu};
 use slogate_core::predict::Observation;
 use slogate_core::reservoir::ReservoirConfig;
-use slogate_core::route::BaselinePolicy;
 use slogate_core::world::WorldConfig;
 use slogate_proto::v1::gateway_server::GatewayServer;
 use slogate_proto::validate::Limits;
@@ -84,7 +83,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             let id = warehouse.send(AddCluster { size: Rpu(size), warm: true }).await.map_err(|e| Error::Node(e.to_string()))?;
             clusters.push((id, Rpu(size), ClusterState::Ready));
         }
-        let policy = live_policy(&pool.policy, &history);
+        let policy = crate::eval::build_policy(&pool.policy, &history).map_err(|e| Error::Config(e.to_string()))?;
         let id = PoolId(pool.name.clone());
         let provider = EmulatedProvider::new(warehouse.clone(), clock, mailbox).start();
         warehouses.push(admin::PoolBackends { pool: id.clone(), warehouse: warehouse.clone(), provider: provider.clone() });
@@ -178,27 +177,6 @@ fn warm_up_log(store: &SledStore) -> Result<Vec<Observation>> {
         .into_iter()
         .map(|r| Observation { template: r.template, size: r.size, neighbours: r.neighbours_at_dispatch, latency: r.latency, censored: r.censored })
         .collect())
-}
-
-/// A pool's routing policy (validated by the config).
-fn live_policy(name: &str, history: &[Observation]) -> Box<dyn slogate_core::route::RoutingPolicy> {
-    use slogate_core::predict::concurrency::ConcurrencyConfig;
-    use slogate_core::predict::isolated::IsolatedConfig;
-    use slogate_core::predict::{ConcurrencyAware, LatencyPredictor, StageLike};
-    use slogate_core::route::slo::SloRouter;
-    if let Some(baseline) = BaselinePolicy::from_name(name) {
-        return baseline.build();
-    }
-    let billing = slogate_core::billing::BillingConfig::default();
-    if name == "stage-cost" {
-        let mut router = SloRouter::new(name, StageLike::new(IsolatedConfig::default()), billing);
-        history.iter().for_each(|o| router.predictor_mut().observe(o));
-        return Box::new(router);
-    }
-    let mut router = SloRouter::new(name, ConcurrencyAware::new(ConcurrencyConfig::default()), billing);
-    history.iter().for_each(|o| router.predictor_mut().observe(o));
-    router.predictor_mut().fit();
-    Box::new(router)
 }
 
 impl Node {
