@@ -77,10 +77,32 @@ fn u64_value(bytes: &[u8]) -> Result<u64> {
     Ok(u64::from_be_bytes(bytes.try_into().map_err(|_| Error::CorruptStore("u64 value"))?))
 }
 
+/// How long [`SledStore::open`] waits for a previous owner (this process's
+/// last node, or one that just died) to release the store's file lock.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn open_when_unlocked(dir: &Path) -> Result<sled::Db> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match sled::Config::new().path(dir).flush_every_ms(None).open() {
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") && std::time::Instant::now() < deadline => {
+                // sled's IO threads let go of a closed store shortly after
+                // it is dropped.
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            result => return Ok(result?),
+        }
+    }
+}
+
 impl SledStore {
-    /// Opens (or creates) the store in `dir`.
+    /// Opens (or creates) the store in `dir`, waiting up to 5 s for a
+    /// previous owner to release it.
     pub fn open(dir: &Path) -> Result<SledStore> {
-        let db = sled::open(dir)?;
+        // No background flusher: the actor flushes (every N updates, at least
+        // once a second, and on shutdown), and without the flusher thread
+        // the file lock is released the moment the store is dropped.
+        let db = open_when_unlocked(dir)?;
         Ok(SledStore {
             counts: db.open_tree("counts")?,
             totals: db.open_tree("totals")?,
