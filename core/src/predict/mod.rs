@@ -12,8 +12,9 @@
 //!   estimates with a fitted size-scaling curve and a fallback for unseen
 //!   templates.
 //! - [`stage`]: the concurrency-unaware predictor ("Stage-like").
-//! - [`concurrency`]: the concurrency-aware predictor: isolated latency
-//!   stretched by a learned, monotone slowdown curve per cluster size.
+//! - [`concurrency`]: the concurrency-aware predictor: a joint model of
+//!   isolated latency and a learned, monotone slowdown curve per cluster
+//!   size, with each template's own sensitivity to interference.
 //!
 //! The router's counterfactual batch API is
 //! [`LatencyPredictor::predict_placement`]: the predictions for a query and
