@@ -145,6 +145,11 @@ impl BillingTimer {
         }
     }
 
+    /// The billing terms.
+    pub fn config(&self) -> &BillingConfig {
+        &self.config
+    }
+
     /// Queries running now.
     pub fn running_queries(&self) -> u32 {
         self.running_queries

@@ -67,6 +67,7 @@ pub mod objective;
 pub mod predict;
 pub mod reservoir;
 pub mod route;
+pub mod scale;
 pub mod sim;
 pub mod stats;
 pub mod time;

@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 
 pub mod slo;
 
-use crate::model::{ClusterId, ClusterState, ClusterView, Pool, Query, Target};
-use crate::time::Instant;
+use crate::model::{ClusterId, ClusterState, ClusterView, Pool, Query, QueryId, Target};
+use crate::time::{Duration, Instant};
 use crate::model::ExecutionReport;
 
 /// A routing decision with the reason an operator would want to read.
@@ -62,6 +62,40 @@ pub trait RoutingPolicy {
     fn handle_completion(&mut self, now: Instant, report: &ExecutionReport) {
         let _ = (now, report);
     }
+
+    /// The current (guarded) predicted latency of a query this policy
+    /// placed and that is still running, for policies that predict.
+    fn predicted_latency(&self, query: QueryId) -> Option<Duration> {
+        let _ = query;
+        None
+    }
+
+    /// The current (guarded) predicted latencies of every query this
+    /// policy placed on `cluster` that is still running, in O(running).
+    fn predicted_latencies(&self, cluster: ClusterId) -> Vec<(QueryId, Duration)> {
+        let _ = cluster;
+        Vec::new()
+    }
+
+    /// A copy of this router for the planner's replay, for policies that
+    /// can predict completions. The copy shares nothing with the original.
+    fn fork_planner(&self) -> Option<Box<dyn PlanningRouter>> {
+        None
+    }
+}
+
+/// A router the planner drives in its predictor-driven replay (the spinup
+/// size selector, the tuner): it routes replayed arrivals and predicts when
+/// each placed query completes, and the replay releases a query when its
+/// predicted completion comes, without the router learning from it.
+pub trait PlanningRouter: RoutingPolicy + Send {
+    /// Forgets a placed query that the replay completed at `now`: its
+    /// cluster's prediction state and billing let go of it; the predictor
+    /// learns nothing.
+    fn release(&mut self, now: Instant, query: QueryId);
+
+    /// Another independent copy, for evaluating one more candidate.
+    fn fork(&self) -> Box<dyn PlanningRouter>;
 }
 
 impl<P: RoutingPolicy + ?Sized> RoutingPolicy for Box<P> {
@@ -73,6 +107,15 @@ impl<P: RoutingPolicy + ?Sized> RoutingPolicy for Box<P> {
     }
     fn handle_completion(&mut self, now: Instant, report: &ExecutionReport) {
         (**self).handle_completion(now, report)
+    }
+    fn predicted_latency(&self, query: QueryId) -> Option<Duration> {
+        (**self).predicted_latency(query)
+    }
+    fn predicted_latencies(&self, cluster: ClusterId) -> Vec<(QueryId, Duration)> {
+        (**self).predicted_latencies(cluster)
+    }
+    fn fork_planner(&self) -> Option<Box<dyn PlanningRouter>> {
+        (**self).fork_planner()
     }
 }
 

@@ -40,7 +40,7 @@ use crate::billing::{BillingConfig, BillingTimer};
 use crate::model::{ClusterId, ClusterView, Pool, Query, QueryId, Rpu, Target};
 use crate::objective::{Outcome, best_with_target};
 use crate::predict::{LatencyPredictor, Observation, Placement, QueryState, guard};
-use crate::route::{RouteDecision, Routing, RoutingPolicy};
+use crate::route::{PlanningRouter, RouteDecision, Routing, RoutingPolicy};
 use crate::time::{Duration, Instant};
 use crate::model::{ExecutionOutcome, ExecutionReport};
 
@@ -113,6 +113,18 @@ impl<P: LatencyPredictor> SloRouter<P> {
         self.clusters.get(cluster)?.states.iter().find(|s| s.query == query).map(|s| s.predicted)
     }
 
+    /// Stops tracking a placed query that ended at `now`; returns its last
+    /// state and its cluster's size.
+    fn remove_placed(&mut self, now: Instant, query: QueryId) -> Option<(QueryState, Rpu)> {
+        let cluster = self.where_placed.remove(&query)?;
+        let state = self.clusters.get_mut(&cluster)?;
+        let index = state.states.iter().position(|s| s.query == query)?;
+        let placed = state.states.swap_remove(index);
+        state.slos.swap_remove(index);
+        state.billing.handle_query_end(now);
+        Some((placed, state.size))
+    }
+
     /// Scores placing `query` on `view`, with the predictor's counterfactual
     /// placement.
     fn score(&self, now: Instant, query: &Query, view: &ClusterView) -> (CandidateScore, Placement) {
@@ -147,7 +159,17 @@ impl<P: LatencyPredictor> SloRouter<P> {
     }
 }
 
-impl<P: LatencyPredictor> RoutingPolicy for SloRouter<P> {
+impl<P: LatencyPredictor + Clone + Send + 'static> PlanningRouter for SloRouter<P> {
+    fn release(&mut self, now: Instant, query: QueryId) {
+        self.remove_placed(now, query);
+    }
+
+    fn fork(&self) -> Box<dyn PlanningRouter> {
+        Box::new(self.clone())
+    }
+}
+
+impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P> {
     fn name(&self) -> &str {
         &self.name
     }
@@ -203,19 +225,26 @@ impl<P: LatencyPredictor> RoutingPolicy for SloRouter<P> {
     }
 
     fn handle_completion(&mut self, now: Instant, report: &ExecutionReport) {
-        let Some(cluster) = self.where_placed.remove(&report.query) else { return };
-        let Some(state) = self.clusters.get_mut(&cluster) else { return };
-        let Some(index) = state.states.iter().position(|s| s.query == report.query) else { return };
-        let placed = state.states.swap_remove(index);
-        state.slos.swap_remove(index);
-        state.billing.handle_query_end(now);
+        let Some((placed, size)) = self.remove_placed(now, report.query) else { return };
         self.predictor.observe(&Observation {
             template: placed.template,
-            size: state.size,
+            size,
             neighbours: placed.neighbours_at_dispatch,
             latency: report.latency(),
             censored: report.outcome == ExecutionOutcome::TimedOut,
         });
+    }
+
+    fn predicted_latency(&self, query: QueryId) -> Option<Duration> {
+        self.prediction(query)
+    }
+
+    fn predicted_latencies(&self, cluster: ClusterId) -> Vec<(QueryId, Duration)> {
+        self.clusters.get(&cluster).map_or_else(Vec::new, |c| c.states.iter().map(|s| (s.query, s.predicted)).collect())
+    }
+
+    fn fork_planner(&self) -> Option<Box<dyn PlanningRouter>> {
+        Some(Box::new(self.clone()))
     }
 }
 

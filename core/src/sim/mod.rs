@@ -87,14 +87,16 @@ pub enum Observation<'a> {
 ///
 /// Call order per instant: `handle_observation` for each event, then
 /// `handle_timeout` if `poll_timeout` is due, then `poll_command` until
-/// `None`.
+/// `None`. Besides the pool, a controller may read the routing policy's
+/// predictions and fork it for the planner's replay; it never sees the
+/// world.
 pub trait Controller {
     /// Reacts to an event.
-    fn handle_observation(&mut self, now: Instant, observation: Observation<'_>, pool: &Pool);
+    fn handle_observation(&mut self, now: Instant, observation: Observation<'_>, pool: &Pool, router: &dyn RoutingPolicy);
     /// The next instant the controller wants to act on its own.
     fn poll_timeout(&self) -> Option<Instant>;
     /// Acts at a due timer.
-    fn handle_timeout(&mut self, now: Instant, pool: &Pool);
+    fn handle_timeout(&mut self, now: Instant, pool: &Pool, router: &dyn RoutingPolicy);
     /// The next command to carry out.
     fn poll_command(&mut self) -> Option<ClusterCommand>;
 }
@@ -276,7 +278,7 @@ impl<P: RoutingPolicy> Simulation<P> {
             Next::Controller(at) => {
                 self.now = at;
                 if let Some(controller) = self.controller.as_mut() {
-                    controller.handle_timeout(at, &self.pool);
+                    controller.handle_timeout(at, &self.pool, &self.policy);
                 }
             }
             Next::Arrival(at) => {
@@ -487,7 +489,7 @@ impl<P: RoutingPolicy> Simulation<P> {
 
     fn observe(&mut self, observation: Observation<'_>) {
         if let Some(controller) = self.controller.as_mut() {
-            controller.handle_observation(self.now, observation, &self.pool);
+            controller.handle_observation(self.now, observation, &self.pool, &self.policy);
         }
     }
 

@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 
 use crate::model::Pool;
+use crate::route::RoutingPolicy;
 use crate::sim::{ClusterCommand, Controller, Observation};
 use crate::time::Instant;
 
@@ -25,13 +26,13 @@ impl ScriptedController {
 }
 
 impl Controller for ScriptedController {
-    fn handle_observation(&mut self, _now: Instant, _observation: Observation<'_>, _pool: &Pool) {}
+    fn handle_observation(&mut self, _now: Instant, _observation: Observation<'_>, _pool: &Pool, _router: &dyn RoutingPolicy) {}
 
     fn poll_timeout(&self) -> Option<Instant> {
         self.schedule.front().map(|(at, _)| *at)
     }
 
-    fn handle_timeout(&mut self, now: Instant, _pool: &Pool) {
+    fn handle_timeout(&mut self, now: Instant, _pool: &Pool, _router: &dyn RoutingPolicy) {
         while let Some((at, _)) = self.schedule.front() {
             if *at > now {
                 break;

@@ -1,0 +1,457 @@
+//! The autoscaler: observation windows, the teardown and spinup triggers
+//! and the size selector, behind the simulator's [`Controller`] interface
+//! (the live Autoscaler actor drives the same type).
+//!
+//! On every arrival and completion it records the observation, runs the
+//! teardown trigger, then the spinup trigger of its [`SpinupPolicy`]; when
+//! that fires it acts by its [`ScaleAction`]: the size selector on a fork of
+//! the router (adding a cluster, or for vertical scaling replacing the
+//! others once the new one is ready), or a copy of the existing size
+//! (horizontal). It never sees the world: only the pool, the observations
+//! and the router's predictions.
+//!
+//! # Properties
+//!
+//! - (A) It never asks for more than `max_clusters` Starting or Ready
+//!   clusters.
+//! - (B) It never tears down a cluster that runs queries, nor the last
+//!   Ready one unless configured.
+//! - (C) Every fired trigger, selection and command is recorded, in order,
+//!   in a bounded log; the latest trigger evaluation is always kept.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::billing::BillingConfig;
+use crate::model::{ClusterId, ClusterState, ExecutionOutcome, Pool, QueryId, Rpu, Slo, Target};
+use crate::route::RoutingPolicy;
+use crate::scale::AutoscalerConfig;
+use crate::scale::replay::{Selection, SelectorConfig, SelectorMode, select_spinup_size};
+use crate::scale::trigger::{SpinupTrigger, TriggerEvaluation, TriggerSignal, teardown_candidates, teardown_eligible_at};
+use crate::scale::windows::{ArrivalRecord, CompletionRecord, ObservationWindows};
+use crate::sim::{ClusterCommand, Controller, Observation};
+use crate::time::Instant;
+
+/// Decisions kept in the log.
+const DECISION_LOG: usize = 1_024;
+
+/// When the spinup trigger fires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum SpinupPolicy {
+    /// Never ("No-Op").
+    Never,
+    /// Once, at the given arrival (the §8.5 experiment).
+    Forced {
+        /// Fires at this many arrivals.
+        after_arrivals: usize,
+    },
+    /// With this many queries outstanding ("Queue@N").
+    QueueLength {
+        /// N.
+        threshold: usize,
+    },
+    /// Algorithm 2 on completions only ("Observed").
+    Observed,
+    /// Algorithm 2 on completions and projected violations of running
+    /// queries (slogate).
+    Projected,
+}
+
+/// What a fired trigger does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScaleAction {
+    /// The size selector chooses a cluster to add, or nothing.
+    Select,
+    /// Add a copy of the existing cluster's size ("Horizontal").
+    Horizontal,
+    /// The size selector chooses one cluster to replace the others
+    /// ("Vertical"); they drain once it is ready.
+    Vertical,
+}
+
+/// A complete autoscaling strategy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AutoscalerPolicy {
+    /// When to spin up.
+    pub spinup: SpinupPolicy,
+    /// How.
+    pub action: ScaleAction,
+    /// Whether the teardown trigger runs.
+    pub teardown: bool,
+}
+
+impl AutoscalerPolicy {
+    /// slogate: Algorithm 2 with projections, the size selector, teardown.
+    pub const SLOGATE: AutoscalerPolicy = AutoscalerPolicy { spinup: SpinupPolicy::Projected, action: ScaleAction::Select, teardown: true };
+}
+
+/// One recorded decision.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum ScaleDecision {
+    /// The spinup trigger fired.
+    TriggerFired(TriggerEvaluation),
+    /// The size selector ran.
+    Selection {
+        /// When.
+        at: Instant,
+        /// Add or replace.
+        mode: SelectorMode,
+        /// Every candidate and the choice.
+        selection: Selection,
+    },
+    /// A spinup was requested.
+    SpinUp {
+        /// When.
+        at: Instant,
+        /// Its size.
+        size: Rpu,
+        /// Why.
+        reason: String,
+    },
+    /// A teardown was requested.
+    TearDown {
+        /// When.
+        at: Instant,
+        /// Which cluster.
+        cluster: ClusterId,
+        /// Why.
+        reason: String,
+    },
+    /// A fired trigger led to nothing.
+    Skipped {
+        /// When.
+        at: Instant,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Counters over the autoscaler's life.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AutoscalerStats {
+    /// Spinup trigger evaluations.
+    pub trigger_evaluations: u64,
+    /// Of which fired.
+    pub triggers_fired: u64,
+    /// Size selector runs.
+    pub selections: u64,
+    /// Spinups requested.
+    pub spinups: u64,
+    /// Teardowns requested.
+    pub teardowns: u64,
+}
+
+/// The autoscaler. See the module docs.
+#[derive(Clone, Debug)]
+pub struct Autoscaler {
+    config: AutoscalerConfig,
+    policy: AutoscalerPolicy,
+    billing: BillingConfig,
+    windows: ObservationWindows,
+    spinup: SpinupTrigger,
+    last_routed: HashMap<ClusterId, Instant>,
+    outstanding: HashMap<QueryId, Slo>,
+    arrivals_seen: usize,
+    forced_done: bool,
+    replacing: Option<BTreeSet<ClusterId>>,
+    teardown_requested: BTreeSet<ClusterId>,
+    commands: VecDeque<ClusterCommand>,
+    decisions: VecDeque<ScaleDecision>,
+    last_evaluation: Option<TriggerEvaluation>,
+    stats: AutoscalerStats,
+    next_wakeup: Option<Instant>,
+}
+
+impl Autoscaler {
+    /// An autoscaler with knobs `config`, strategy `policy`, and the billing
+    /// terms its cost estimates use.
+    pub fn new(config: AutoscalerConfig, policy: AutoscalerPolicy, billing: BillingConfig) -> Self {
+        let windows = ObservationWindows::new(config.window, config.max_window_entries);
+        Autoscaler {
+            config,
+            policy,
+            billing,
+            windows,
+            spinup: SpinupTrigger::default(),
+            last_routed: HashMap::new(),
+            outstanding: HashMap::new(),
+            arrivals_seen: 0,
+            forced_done: false,
+            replacing: None,
+            teardown_requested: BTreeSet::new(),
+            commands: VecDeque::new(),
+            decisions: VecDeque::new(),
+            last_evaluation: None,
+            stats: AutoscalerStats::default(),
+            next_wakeup: None,
+        }
+    }
+
+    /// The knobs.
+    pub fn config(&self) -> &AutoscalerConfig {
+        &self.config
+    }
+
+    /// The strategy.
+    pub fn policy(&self) -> AutoscalerPolicy {
+        self.policy
+    }
+
+    /// Recent decisions, oldest first.
+    pub fn decisions(&self) -> impl Iterator<Item = &ScaleDecision> {
+        self.decisions.iter()
+    }
+
+    /// The latest spinup trigger evaluation, fired or not.
+    pub fn last_evaluation(&self) -> Option<&TriggerEvaluation> {
+        self.last_evaluation.as_ref()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &AutoscalerStats {
+        &self.stats
+    }
+
+    /// The observation windows.
+    pub fn windows(&self) -> &ObservationWindows {
+        &self.windows
+    }
+
+    /// The selector's settings, derived from the knobs.
+    pub fn selector_config(&self) -> SelectorConfig {
+        SelectorConfig {
+            sizes: self.config.sizes.clone(),
+            spinup_delay: self.config.spinup_delay,
+            window: self.config.window,
+            completions: self.config.completions,
+            max_replay_copies: self.config.max_replay_copies,
+            horizon: self.config.replay_horizon,
+            target: self.config.target,
+            billing: self.billing.clone(),
+        }
+    }
+
+    fn record(&mut self, decision: ScaleDecision) {
+        if self.decisions.len() == DECISION_LOG {
+            self.decisions.pop_front();
+        }
+        self.decisions.push_back(decision);
+    }
+
+    fn tear_down(&mut self, now: Instant, cluster: ClusterId, reason: String) {
+        if self.teardown_requested.insert(cluster) {
+            self.stats.teardowns += 1;
+            self.commands.push_back(ClusterCommand::TearDown { cluster });
+            self.record(ScaleDecision::TearDown { at: now, cluster, reason });
+        }
+    }
+
+    fn run_teardown(&mut self, now: Instant, pool: &Pool) {
+        if !self.policy.teardown {
+            return;
+        }
+        let mut view = pool.clone();
+        for cluster in &mut view.clusters {
+            if self.teardown_requested.contains(&cluster.id) && cluster.state == ClusterState::Ready {
+                cluster.state = ClusterState::Draining;
+            }
+        }
+        for cluster in teardown_candidates(now, &view, &self.last_routed, &self.config) {
+            let reason = format!(
+                "idle for {:.0}s with nothing running, ready for at least {:.0}s",
+                self.config.idle_teardown.as_secs_f64(),
+                self.config.min_lifetime.as_secs_f64()
+            );
+            self.tear_down(now, cluster, reason);
+        }
+    }
+
+    /// The next instant a teardown could become due, strictly after `now`.
+    fn plan_wakeup(&mut self, now: Instant, pool: &Pool) {
+        self.next_wakeup = None;
+        if !self.policy.teardown {
+            return;
+        }
+        let ready = pool.clusters.iter().filter(|c| c.state == ClusterState::Ready && !self.teardown_requested.contains(&c.id)).count();
+        if self.config.keep_last_cluster && ready <= 1 {
+            return;
+        }
+        self.next_wakeup = pool
+            .clusters
+            .iter()
+            .filter(|c| !self.teardown_requested.contains(&c.id))
+            .filter_map(|c| teardown_eligible_at(c.id, pool, &self.last_routed, &self.config))
+            .filter(|at| *at > now)
+            .min();
+    }
+
+    fn run_spinup(&mut self, now: Instant, pool: &Pool, router: &dyn RoutingPolicy) {
+        let evaluation = match self.policy.spinup {
+            SpinupPolicy::Never => return,
+            SpinupPolicy::Forced { after_arrivals } => {
+                if self.forced_done || self.arrivals_seen < after_arrivals {
+                    return;
+                }
+                self.forced_done = true;
+                self.spinup.force(now, pool)
+            }
+            SpinupPolicy::QueueLength { threshold } => self.spinup.evaluate_queue(now, pool, threshold),
+            SpinupPolicy::Observed => {
+                self.spinup.evaluate(now, pool, &self.windows, &|q| router.predicted_latency(q), TriggerSignal::Observed, &self.config)
+            }
+            SpinupPolicy::Projected => self.spinup.evaluate(
+                now,
+                pool,
+                &self.windows,
+                &|q| router.predicted_latency(q),
+                TriggerSignal::ObservedAndProjected,
+                &self.config,
+            ),
+        };
+        self.stats.trigger_evaluations += 1;
+        let fired = evaluation.fired;
+        self.last_evaluation = Some(evaluation.clone());
+        if !fired {
+            return;
+        }
+        self.stats.triggers_fired += 1;
+        self.record(ScaleDecision::TriggerFired(evaluation));
+        self.act(now, pool, router);
+    }
+
+    fn skip(&mut self, now: Instant, reason: String) {
+        self.spinup.set_in_flight(false);
+        self.spinup.suppress_until(now + self.config.spinup_delay);
+        self.record(ScaleDecision::Skipped { at: now, reason });
+    }
+
+    fn act(&mut self, now: Instant, pool: &Pool, router: &dyn RoutingPolicy) {
+        let live: Vec<&crate::model::ClusterView> = pool
+            .clusters
+            .iter()
+            .filter(|c| matches!(c.state, ClusterState::Starting | ClusterState::Ready) && !self.teardown_requested.contains(&c.id))
+            .collect();
+        if live.len() >= self.config.max_clusters && self.policy.action != ScaleAction::Vertical {
+            let reason = format!("already {} clusters, the maximum", live.len());
+            self.skip(now, reason);
+            return;
+        }
+        let mode = match self.policy.action {
+            ScaleAction::Horizontal => {
+                let Some(size) = live.iter().filter(|c| c.state == ClusterState::Ready).map(|c| c.size).max() else {
+                    self.skip(now, "no ready cluster to copy".to_owned());
+                    return;
+                };
+                self.spin_up(now, size, "horizontal: a copy of the existing size".to_owned());
+                return;
+            }
+            ScaleAction::Select => SelectorMode::AddCluster,
+            ScaleAction::Vertical => SelectorMode::Replace,
+        };
+        let Some(planner) = router.fork_planner() else {
+            self.skip(now, format!("router {} cannot predict completions for the size selector", router.name()));
+            return;
+        };
+        let replaced: BTreeSet<ClusterId> = live.iter().map(|c| c.id).collect();
+        let window: Vec<ArrivalRecord> = self.windows.arrivals().cloned().collect();
+        let selection = select_spinup_size(now, pool, planner.as_ref(), &window, &self.selector_config(), mode);
+        self.stats.selections += 1;
+        let choice = selection.choice;
+        self.record(ScaleDecision::Selection { at: now, mode, selection });
+        match choice {
+            None => {
+                self.spinup.set_in_flight(false);
+                self.spinup.suppress_until(now + self.config.spinup_delay);
+            }
+            Some(size) => {
+                if mode == SelectorMode::Replace {
+                    self.replacing = Some(replaced);
+                }
+                self.spin_up(now, size, format!("the size selector's choice ({mode:?})"));
+            }
+        }
+    }
+
+    fn spin_up(&mut self, now: Instant, size: Rpu, reason: String) {
+        self.stats.spinups += 1;
+        self.commands.push_back(ClusterCommand::SpinUp { size });
+        self.record(ScaleDecision::SpinUp { at: now, size, reason });
+    }
+
+    fn evaluate(&mut self, now: Instant, pool: &Pool, router: &dyn RoutingPolicy) {
+        self.windows.truncate(now);
+        self.run_teardown(now, pool);
+        self.run_spinup(now, pool, router);
+        self.plan_wakeup(now, pool);
+    }
+}
+
+impl Controller for Autoscaler {
+    fn handle_observation(&mut self, now: Instant, observation: Observation<'_>, pool: &Pool, router: &dyn RoutingPolicy) {
+        match observation {
+            Observation::Arrival { query, target } => {
+                self.arrivals_seen += 1;
+                self.windows.record_arrival(now, ArrivalRecord { query: query.id, template: query.template, slo: query.slo, arrival: query.arrival });
+                match target {
+                    Some(Target::Cluster(cluster)) => {
+                        self.last_routed.insert(cluster, now);
+                        self.outstanding.insert(query.id, query.slo);
+                    }
+                    Some(Target::Elastic) => {
+                        self.outstanding.insert(query.id, query.slo);
+                    }
+                    None => self.windows.record_completion(now, CompletionRecord {
+                        query: query.id,
+                        arrival: query.arrival,
+                        finished: now,
+                        slo: query.slo,
+                        completed: false,
+                    }),
+                }
+            }
+            Observation::Finished(report) => {
+                if let Some(slo) = self.outstanding.remove(&report.query) {
+                    self.windows.record_completion(now, CompletionRecord {
+                        query: report.query,
+                        arrival: report.arrival,
+                        finished: report.finished,
+                        slo,
+                        completed: report.outcome == ExecutionOutcome::Completed,
+                    });
+                }
+            }
+            Observation::ClusterReady(cluster) => {
+                if let Some(old) = self.replacing.take_if(|old| !old.contains(&cluster)) {
+                    for id in old {
+                        if pool.clusters.iter().any(|c| c.id == id && c.state == ClusterState::Ready) {
+                            self.tear_down(now, id, format!("replaced by {cluster} (vertical scaling)"));
+                        }
+                    }
+                }
+            }
+            Observation::ClusterGone(cluster) => {
+                self.teardown_requested.remove(&cluster);
+                self.last_routed.remove(&cluster);
+            }
+        }
+        self.evaluate(now, pool, router);
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.next_wakeup
+    }
+
+    fn handle_timeout(&mut self, now: Instant, pool: &Pool, _router: &dyn RoutingPolicy) {
+        self.windows.truncate(now);
+        self.run_teardown(now, pool);
+        self.plan_wakeup(now, pool);
+    }
+
+    fn poll_command(&mut self) -> Option<ClusterCommand> {
+        self.commands.pop_front()
+    }
+}

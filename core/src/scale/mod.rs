@@ -1,0 +1,89 @@
+//! Autoscaling (AutoSLO §6): which clusters should exist.
+//!
+//! # Layout
+//!
+//! - [`windows`]: the arrival and completion windows over the last `w`
+//!   seconds, bounded in memory.
+//! - [`trigger`]: the teardown trigger, the spinup trigger (Algorithm 2,
+//!   with or without projected violations) and Queue@N.
+//! - [`replay`]: the planner's replay (completions from the router's
+//!   predictor, never from the world) and the spinup size selector
+//!   (Algorithm 3).
+//! - [`autoscaler`]: the [`Autoscaler`], which wires them together behind
+//!   the simulator's `Controller` interface, with the §8.5–8.6 baselines as
+//!   [`AutoscalerPolicy`] values.
+//!
+//! [`AutoscalerConfig`] holds the knobs, with the AutoSLO reference
+//! configuration as defaults.
+
+pub mod autoscaler;
+pub mod replay;
+pub mod trigger;
+pub mod windows;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Rpu;
+use crate::time::Duration;
+
+pub use autoscaler::{Autoscaler, AutoscalerPolicy, ScaleAction, ScaleDecision, SpinupPolicy};
+
+/// The autoscaler's knobs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AutoscalerConfig {
+    /// T_idle: a cluster with nothing routed to it for this long may go.
+    pub idle_teardown: Duration,
+    /// T_min_lifetime: a cluster stays at least this long after ready.
+    pub min_lifetime: Duration,
+    /// Never tear down the last Ready cluster.
+    pub keep_last_cluster: bool,
+    /// τ_trigger: the violation rate above which the spinup trigger fires.
+    pub trigger_target: f64,
+    /// θ: observations needed before the spinup trigger may fire.
+    pub min_observations: usize,
+    /// The trigger judges latencies against the SLO times this factor.
+    pub trigger_slo_tightening: f64,
+    /// μ: completions the size selector simulates after the new cluster is
+    /// ready.
+    pub completions: usize,
+    /// w: the observation windows' width.
+    pub window: Duration,
+    /// Records kept per window at most.
+    pub max_window_entries: usize,
+    /// Sizes the selector may choose.
+    pub sizes: Vec<Rpu>,
+    /// Starting or Ready clusters at most.
+    pub max_clusters: usize,
+    /// δ: the spinup delay the selector plans with.
+    pub spinup_delay: Duration,
+    /// τ_target: the violation-rate target of BestWithTarget.
+    pub target: f64,
+    /// Copies of the arrival window the selector replays at most.
+    pub max_replay_copies: usize,
+    /// The selector's replay stops this long after the new cluster is
+    /// ready at the latest.
+    pub replay_horizon: Duration,
+}
+
+impl Default for AutoscalerConfig {
+    fn default() -> Self {
+        AutoscalerConfig {
+            idle_teardown: Duration::from_secs(1_200),
+            min_lifetime: Duration::from_secs(1_200),
+            keep_last_cluster: true,
+            trigger_target: 0.1,
+            min_observations: 32,
+            trigger_slo_tightening: 0.5,
+            completions: 32,
+            window: Duration::from_secs(300),
+            max_window_entries: 10_000,
+            sizes: vec![Rpu(4), Rpu(8), Rpu(16), Rpu(32)],
+            max_clusters: 10,
+            spinup_delay: Duration::from_secs(300),
+            target: 0.1,
+            max_replay_copies: 30,
+            replay_horizon: Duration::from_secs(600),
+        }
+    }
+}

@@ -1,0 +1,582 @@
+//! The planner's replay and the spinup size selector (AutoSLO §6.3,
+//! Algorithm 3).
+//!
+//! The replay is the **planner's** simulator: completions come from the
+//! router's predictor, never from the world. It starts from the pool as
+//! observed at the decision time `t_d` (the running queries, with the
+//! router's current predictions for them), issues copies of the arrival
+//! window back to back (copy `k` of a query that arrived at `a` arrives at
+//! `a + (k + 1)·w`, at most `max_replay_copies` copies), routes each with a
+//! fork of the live router, and completes each placed query when the
+//! router's guarded prediction for it says so, releasing it without
+//! learning.
+//!
+//! The selector simulates the preparation period up to `t_d + δ` once,
+//! snapshots it, and from the snapshot evaluates "do nothing" and each
+//! candidate size (a cluster added, or for vertical scaling a cluster that
+//! replaces the others, ready at `t_d + δ`) until μ queries issued after
+//! that instant have completed; outstanding ones count with their predicted
+//! latency. It chooses by BestWithTarget against `target`: "do nothing"
+//! wins ties, and among sizes tied for best the largest wins. Each
+//! candidate's replay also stops `horizon` after the new cluster is ready,
+//! which bounds the effort when the pool is so overloaded that μ
+//! completions would take hours of simulated time.
+//!
+//! # Properties
+//!
+//! - (A) The selector never returns a size whose outcome does not strictly
+//!   beat doing nothing under BestWithTarget.
+//! - (B) It reads only the pool, the arrival window and a fork of the
+//!   router: the live router is untouched.
+//! - (C) Deterministic: the same inputs give the same choice.
+//! - (D) Bounded: at most `max_replay_copies` copies of the window are
+//!   issued per candidate, and none after `t_d + δ + horizon`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::billing::{BillingConfig, BillingTimer};
+use crate::model::{ClusterId, ClusterState, ClusterView, Pool, PoolId, Query, QueryId, Rpu, RunningQuery, Slo, Target};
+use crate::objective::Outcome;
+use crate::route::{PlanningRouter, Routing};
+use crate::scale::windows::ArrivalRecord;
+use crate::time::{Duration, Instant};
+
+/// Replayed queries get ids from here up, clear of real ones.
+const REPLAY_ID_BASE: u64 = 1 << 62;
+
+/// The selector's settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SelectorConfig {
+    /// Candidate sizes.
+    pub sizes: Vec<Rpu>,
+    /// Spinup delay δ.
+    pub spinup_delay: Duration,
+    /// The arrival window's width w.
+    pub window: Duration,
+    /// Completions after the new cluster is ready to simulate (μ).
+    pub completions: usize,
+    /// At most this many copies of the window.
+    pub max_replay_copies: usize,
+    /// The replay stops at most this long after the new cluster is ready,
+    /// even short of μ completions (outstanding queries then count with
+    /// their predictions): it bounds the effort under overload.
+    pub horizon: Duration,
+    /// τ_target for BestWithTarget.
+    pub target: f64,
+    /// Billing terms for the cost estimate.
+    pub billing: BillingConfig,
+}
+
+/// What the selector considers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SelectorMode {
+    /// Add one cluster next to the existing ones.
+    AddCluster,
+    /// One new cluster replaces the existing ones once ready (vertical).
+    Replace,
+}
+
+/// One candidate's simulated outcome.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CandidateOutcome {
+    /// The size added (or replacing), `None` for doing nothing.
+    pub size: Option<Rpu>,
+    /// Simulated violation rate among queries issued after `t_d + δ`.
+    pub violation_rate: f64,
+    /// Simulated cost from `t_d` until the replay ends and its clusters
+    /// drain, dollars.
+    pub cost_usd: f64,
+    /// Queries issued after `t_d + δ` that completed in the replay.
+    pub completed: usize,
+    /// Those still outstanding at the end (counted with predictions).
+    pub outstanding: usize,
+}
+
+/// The selector's answer, with every candidate for the decision record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Selection {
+    /// Every candidate, "do nothing" first.
+    pub candidates: Vec<CandidateOutcome>,
+    /// The size to spin up, or `None` to do nothing.
+    pub choice: Option<Rpu>,
+    /// Replayed arrivals over all candidates (a measure of effort).
+    pub replayed_arrivals: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Placed {
+    id: QueryId,
+    arrival: Instant,
+    slo: Slo,
+    measured: bool,
+    /// Its predicted completion, refreshed whenever its cluster changes.
+    end: Instant,
+}
+
+/// One replay in progress.
+struct Replay<'a> {
+    now: Instant,
+    router: Box<dyn PlanningRouter>,
+    pool: Pool,
+    ready_at: Vec<Instant>,
+    billing: Vec<BillingTimer>,
+    /// Per cluster (pool order), the queries placed there.
+    placed: Vec<Vec<Placed>>,
+    /// Per cluster, the index of its earliest predicted completion.
+    earliest: Vec<Option<usize>>,
+    window: &'a [ArrivalRecord],
+    window_width: Duration,
+    copy: usize,
+    position: usize,
+    max_copies: usize,
+    next_id: u64,
+    measure_from: Instant,
+    replace_others_at: Option<usize>,
+    completed: usize,
+    violations: usize,
+    arrivals: usize,
+}
+
+enum Event {
+    Completion(usize),
+    Ready(usize),
+    Arrival,
+}
+
+impl<'a> Replay<'a> {
+    fn start(now: Instant, pool: &Pool, router: &dyn PlanningRouter, window: &'a [ArrivalRecord], config: &SelectorConfig) -> Self {
+        let mut billing = Vec::new();
+        let mut placed = Vec::new();
+        let mut ready_at = Vec::new();
+        for cluster in &pool.clusters {
+            let mut timer = BillingTimer::new(config.billing.clone(), cluster.size);
+            let mut here = Vec::new();
+            for running in &cluster.running {
+                timer.handle_query_start(now);
+                here.push(Placed { id: running.id, arrival: running.arrival, slo: running.slo, measured: false, end: now });
+            }
+            placed.push(here);
+            billing.push(timer);
+            ready_at.push(cluster.ready_at);
+        }
+        let clusters = pool.clusters.len();
+        let mut replay = Replay {
+            now,
+            router: router.fork(),
+            pool: pool.clone(),
+            ready_at,
+            billing,
+            placed,
+            earliest: vec![None; clusters],
+            window,
+            window_width: config.window,
+            copy: 0,
+            position: 0,
+            max_copies: config.max_replay_copies,
+            next_id: REPLAY_ID_BASE,
+            measure_from: Instant::MAX,
+            replace_others_at: None,
+            completed: 0,
+            violations: 0,
+            arrivals: 0,
+        };
+        for cluster in 0..clusters {
+            replay.refresh(cluster);
+        }
+        replay
+    }
+
+    /// Re-reads the router's predictions for one cluster's queries.
+    fn refresh(&mut self, cluster: usize) {
+        let predictions: std::collections::HashMap<QueryId, Duration> =
+            self.router.predicted_latencies(self.pool.clusters[cluster].id).into_iter().collect();
+        let now = self.now;
+        for placed in &mut self.placed[cluster] {
+            let predicted = predictions.get(&placed.id).copied().unwrap_or(Duration::ZERO);
+            placed.end = (placed.arrival + predicted).max(now);
+        }
+        self.earliest[cluster] =
+            self.placed[cluster].iter().enumerate().min_by(|(_, a), (_, b)| a.end.cmp(&b.end).then(a.id.cmp(&b.id))).map(|(i, _)| i);
+    }
+
+    fn fork(&self) -> Replay<'a> {
+        Replay {
+            now: self.now,
+            router: self.router.fork(),
+            pool: self.pool.clone(),
+            ready_at: self.ready_at.clone(),
+            billing: self.billing.clone(),
+            placed: self.placed.clone(),
+            earliest: self.earliest.clone(),
+            window: self.window,
+            window_width: self.window_width,
+            copy: self.copy,
+            position: self.position,
+            max_copies: self.max_copies,
+            next_id: self.next_id,
+            measure_from: self.measure_from,
+            replace_others_at: self.replace_others_at,
+            completed: self.completed,
+            violations: self.violations,
+            arrivals: self.arrivals,
+        }
+    }
+
+    fn next_arrival_at(&self) -> Option<Instant> {
+        if self.copy >= self.max_copies {
+            return None;
+        }
+        let record = self.window.get(self.position)?;
+        Some(record.arrival + self.window_width.mul_f64((self.copy + 1) as f64))
+    }
+
+    /// The next event: completions, then clusters becoming ready, then
+    /// arrivals at equal instants.
+    fn next_event(&self) -> Option<(Instant, Event)> {
+        let completion = self
+            .earliest
+            .iter()
+            .enumerate()
+            .filter_map(|(cluster, index)| index.map(|i| (self.placed[cluster][i].end, self.placed[cluster][i].id, cluster)))
+            .min()
+            .map(|(at, _, cluster)| (at, Event::Completion(cluster)));
+        let ready = self
+            .pool
+            .clusters
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.state == ClusterState::Starting)
+            .map(|(i, _)| (self.ready_at[i].max(self.now), i))
+            .min()
+            .map(|(at, i)| (at, Event::Ready(i)));
+        let arrival = self.next_arrival_at().map(|at| (at.max(self.now), Event::Arrival));
+        [completion, ready, arrival].into_iter().flatten().min_by_key(|(at, event)| {
+            (
+                *at,
+                match event {
+                    Event::Completion(_) => 0,
+                    Event::Ready(_) => 1,
+                    Event::Arrival => 2,
+                },
+            )
+        })
+    }
+
+    /// Runs events strictly before `until`, or until `stop` holds.
+    fn run(&mut self, until: Instant, stop: &dyn Fn(&Replay<'_>) -> bool) {
+        while !stop(self) {
+            let Some((at, event)) = self.next_event() else { return };
+            if at >= until {
+                return;
+            }
+            self.now = at;
+            match event {
+                Event::Completion(index) => self.complete(index),
+                Event::Ready(index) => self.make_ready(index),
+                Event::Arrival => self.arrive(),
+            }
+        }
+    }
+
+    /// Completes the earliest query on `cluster`.
+    fn complete(&mut self, cluster: usize) {
+        let index = self.earliest[cluster].expect("a completion event has a query");
+        let placed = self.placed[cluster].swap_remove(index);
+        let latency = self.now - placed.arrival;
+        if placed.measured {
+            self.completed += 1;
+            self.violations += usize::from(!placed.slo.is_met_by(latency));
+        }
+        self.router.release(self.now, placed.id);
+        self.billing[cluster].handle_query_end(self.now);
+        let running = &mut self.pool.clusters[cluster].running;
+        if let Some(position) = running.iter().position(|r| r.id == placed.id) {
+            running.swap_remove(position);
+        }
+        self.earliest[cluster] =
+            self.placed[cluster].iter().enumerate().min_by(|(_, a), (_, b)| a.end.cmp(&b.end).then(a.id.cmp(&b.id))).map(|(i, _)| i);
+    }
+
+    fn make_ready(&mut self, index: usize) {
+        self.pool.clusters[index].state = ClusterState::Ready;
+        if self.replace_others_at == Some(index) {
+            for (other, cluster) in self.pool.clusters.iter_mut().enumerate() {
+                if other != index && matches!(cluster.state, ClusterState::Ready | ClusterState::Starting) {
+                    cluster.state = ClusterState::Draining;
+                }
+            }
+        }
+    }
+
+    fn arrive(&mut self) {
+        let record = &self.window[self.position];
+        let query = Query {
+            id: QueryId(self.next_id),
+            pool: self.pool.id.clone(),
+            template: record.template,
+            slo: record.slo,
+            arrival: self.now,
+        };
+        self.next_id += 1;
+        self.position += 1;
+        if self.position == self.window.len() {
+            self.position = 0;
+            self.copy += 1;
+        }
+        self.arrivals += 1;
+        let measured = self.now >= self.measure_from;
+        let target = match self.router.route(self.now, &query, &self.pool) {
+            Routing::Dispatch(decision) => match decision.target {
+                Target::Cluster(id) => self.pool.clusters.iter().position(|c| c.id == id),
+                Target::Elastic => None,
+            },
+            Routing::Reject { .. } => None,
+        };
+        let Some(cluster) = target else {
+            if measured {
+                self.completed += 1;
+                self.violations += 1;
+            }
+            return;
+        };
+        self.billing[cluster].handle_query_start(self.now);
+        self.pool.clusters[cluster].running.push(RunningQuery {
+            id: query.id,
+            template: query.template,
+            slo: query.slo,
+            arrival: query.arrival,
+            dispatched: self.now,
+        });
+        self.placed[cluster].push(Placed { id: query.id, arrival: query.arrival, slo: query.slo, measured, end: self.now });
+        self.refresh(cluster);
+    }
+
+    fn add_cluster(&mut self, size: Rpu, ready_at: Instant, replace: bool) {
+        let id = ClusterId(self.pool.clusters.iter().map(|c| c.id.0 + 1).max().unwrap_or(0));
+        self.pool.clusters.push(ClusterView { id, size, state: ClusterState::Starting, requested_at: self.now, ready_at, running: Vec::new() });
+        self.ready_at.push(ready_at);
+        self.billing.push(BillingTimer::new(self.billing_config(), size));
+        self.placed.push(Vec::new());
+        self.earliest.push(None);
+        if replace {
+            self.replace_others_at = Some(self.pool.clusters.len() - 1);
+        }
+    }
+
+    fn billing_config(&self) -> BillingConfig {
+        self.billing.first().map(|b| b.config().clone()).unwrap_or_default()
+    }
+
+    fn outcome(&self, size: Option<Rpu>) -> CandidateOutcome {
+        let mut violations = self.violations;
+        let mut outstanding = 0;
+        let mut drain: Vec<Instant> = vec![self.now; self.pool.clusters.len()];
+        for (cluster, here) in self.placed.iter().enumerate() {
+            for placed in here {
+                drain[cluster] = drain[cluster].max(placed.end);
+                if placed.measured {
+                    outstanding += 1;
+                    violations += usize::from(!placed.slo.is_met_by(placed.end - placed.arrival));
+                }
+            }
+        }
+        let measured = self.completed + outstanding;
+        let cost_usd = self.billing.iter().zip(&drain).map(|(b, d)| b.cost_usd(self.now) + b.cost_until_drained_usd(self.now, *d)).sum();
+        CandidateOutcome {
+            size,
+            violation_rate: if measured == 0 { 0.0 } else { violations as f64 / measured as f64 },
+            cost_usd,
+            completed: self.completed,
+            outstanding,
+        }
+    }
+}
+
+/// Algorithm 3: the size to spin up at `now`, or `None` for doing nothing.
+pub fn select_spinup_size(
+    now: Instant,
+    pool: &Pool,
+    router: &dyn PlanningRouter,
+    window: &[ArrivalRecord],
+    config: &SelectorConfig,
+    mode: SelectorMode,
+) -> Selection {
+    let available = now + config.spinup_delay;
+    let mut preparation = Replay::start(now, pool, router, window, config);
+    preparation.measure_from = available;
+    preparation.run(available, &|_| false);
+    preparation.now = preparation.now.max(now);
+
+    let options: Vec<Option<Rpu>> = std::iter::once(None).chain(config.sizes.iter().copied().map(Some)).collect();
+    let mut candidates = Vec::with_capacity(options.len());
+    let mut replayed_arrivals = 0;
+    for size in options {
+        let mut replay = preparation.fork();
+        if let Some(size) = size {
+            replay.add_cluster(size, available, mode == SelectorMode::Replace);
+        }
+        let mu = config.completions.max(1);
+        replay.run(available + config.horizon, &|r| r.completed >= mu);
+        replayed_arrivals += replay.arrivals;
+        candidates.push(replay.outcome(size));
+    }
+    let choice = choose(&candidates, config.target);
+    Selection { candidates, choice, replayed_arrivals }
+}
+
+/// "Do nothing" (the first candidate) unless a size strictly beats it; the
+/// largest among the sizes tied for best.
+fn choose(candidates: &[CandidateOutcome], target: f64) -> Option<Rpu> {
+    let outcome = |c: &CandidateOutcome| Outcome { violations: c.violation_rate, cost_usd: c.cost_usd };
+    let nothing = candidates.first().map(outcome)?;
+    let best = candidates.iter().map(outcome).min_by(|a, b| a.cmp_with_target(b, target))?;
+    if nothing.cmp_with_target(&best, target).is_eq() {
+        return None;
+    }
+    candidates.iter().filter(|c| c.size.is_some() && outcome(c).cmp_with_target(&best, target).is_eq()).filter_map(|c| c.size).max()
+}
+
+/// An empty pool with one ready cluster per size: a helper for tests and
+/// benchmarks that need a fleet.
+pub fn pool_of(sizes: &[Rpu]) -> Pool {
+    Pool {
+        id: PoolId::default(),
+        clusters: sizes
+            .iter()
+            .enumerate()
+            .map(|(i, size)| ClusterView {
+                id: ClusterId(i as u32),
+                size: *size,
+                state: ClusterState::Ready,
+                requested_at: Instant::ZERO,
+                ready_at: Instant::ZERO,
+                running: Vec::new(),
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::model::TemplateId;
+    use crate::predict::{ConcurrencyAware, LatencyPredictor, Observation};
+    use crate::predict::concurrency::ConcurrencyConfig;
+    use crate::route::RoutingPolicy;
+    use crate::route::slo::SloRouter;
+
+    /// A predictor taught a simple law: 20 s isolated at 16 RPU, scaling
+    /// inversely with size, stretched by (1 + neighbours / 4).
+    fn router() -> SloRouter<ConcurrencyAware> {
+        let mut p = ConcurrencyAware::new(ConcurrencyConfig::default());
+        for round in 0..4 {
+            for size in [4u32, 8, 16, 32] {
+                for n in [0u32, 1, 2, 4, 8, 16, 32] {
+                    let latency = 20.0 * 16.0 / f64::from(size) * (1.0 + f64::from(n) / 4.0) * (1.0 + 0.01 * f64::from(round));
+                    p.observe(&Observation { template: TemplateId(1), size: Rpu(size), neighbours: n, latency: Duration::from_secs_f64(latency), censored: false });
+                }
+            }
+        }
+        p.fit();
+        SloRouter::new("slogate", p, BillingConfig::default())
+    }
+
+    fn window(rate_per_s: f64, slo_s: f64) -> Vec<ArrivalRecord> {
+        let count = (300.0 * rate_per_s).round() as u64;
+        (0..count)
+            .map(|i| ArrivalRecord {
+                query: QueryId(i),
+                template: TemplateId(1),
+                slo: Slo { latency: Duration::from_secs_f64(slo_s) },
+                arrival: Instant::from_secs_f64(1_000.0 - 300.0 + i as f64 / rate_per_s),
+            })
+            .collect()
+    }
+
+    fn config() -> SelectorConfig {
+        SelectorConfig {
+            sizes: vec![Rpu(8), Rpu(16), Rpu(32)],
+            spinup_delay: Duration::from_secs(300),
+            window: Duration::from_secs(300),
+            completions: 32,
+            max_replay_copies: 30,
+            horizon: Duration::from_secs(600),
+            target: 0.1,
+            billing: BillingConfig::default(),
+        }
+    }
+
+    #[test]
+    fn an_overloaded_cluster_gets_help() {
+        let r = router();
+        let selection = select_spinup_size(Instant::from_secs_f64(1_000.0), &pool_of(&[Rpu(8)]), &r, &window(0.2, 60.0), &config(), SelectorMode::AddCluster);
+        let nothing = &selection.candidates[0];
+        assert!(nothing.violation_rate > 0.5, "{selection:?}");
+        let chosen = selection.choice.expect("a spinup helps");
+        let chosen_outcome = selection.candidates.iter().find(|c| c.size == Some(chosen)).expect("listed");
+        assert!(chosen_outcome.violation_rate < nothing.violation_rate, "{selection:?}");
+    }
+
+    #[test]
+    fn a_quiet_pool_on_the_cheapest_size_does_nothing() {
+        let r = router();
+        let selection = select_spinup_size(Instant::from_secs_f64(1_000.0), &pool_of(&[Rpu(8)]), &r, &window(0.01, 600.0), &config(), SelectorMode::AddCluster);
+        assert_eq!(selection.choice, None, "{selection:?}");
+    }
+
+    #[test]
+    fn a_cheaper_cluster_is_added_when_it_meets_the_slos_for_less() {
+        // Usage-based billing: an idle cluster costs nothing, so a small
+        // cluster that meets loose SLOs undercuts a big one.
+        let r = router();
+        let selection = select_spinup_size(Instant::from_secs_f64(1_000.0), &pool_of(&[Rpu(32)]), &r, &window(0.01, 600.0), &config(), SelectorMode::AddCluster);
+        assert_eq!(selection.choice, Some(Rpu(8)), "{selection:?}");
+        assert!(selection.candidates[1].cost_usd < selection.candidates[0].cost_usd);
+    }
+
+    #[test]
+    fn the_live_router_is_untouched() {
+        let r = router();
+        let before = r.clone();
+        let _ = select_spinup_size(Instant::from_secs_f64(1_000.0), &pool_of(&[Rpu(8)]), &r, &window(0.5, 60.0), &config(), SelectorMode::AddCluster);
+        assert_eq!(format!("{:?}", r.last_scores()), format!("{:?}", before.last_scores()));
+        assert_eq!(r.predicted_latency(QueryId(REPLAY_ID_BASE)), None);
+    }
+
+    #[test]
+    fn replay_copies_are_capped() {
+        let r = router();
+        let c = SelectorConfig { max_replay_copies: 2, completions: 10_000, ..config() };
+        let w = window(0.1, 60.0);
+        let selection = select_spinup_size(Instant::from_secs_f64(1_000.0), &pool_of(&[Rpu(16)]), &r, &w, &c, SelectorMode::AddCluster);
+        assert!(selection.replayed_arrivals <= 2 * w.len() * selection.candidates.len(), "{}", selection.replayed_arrivals);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        #[test]
+        fn a_spinup_is_chosen_only_if_it_strictly_beats_doing_nothing(
+            rate in 0.005f64..0.4,
+            slo_s in 10.0f64..400.0,
+            start in prop::sample::select(vec![4u32, 8, 16]),
+            replace in any::<bool>(),
+        ) {
+            let r = router();
+            let mode = if replace { SelectorMode::Replace } else { SelectorMode::AddCluster };
+            let c = config();
+            let selection = select_spinup_size(Instant::from_secs_f64(1_000.0), &pool_of(&[Rpu(start)]), &r, &window(rate, slo_s), &c, mode);
+            let again = select_spinup_size(Instant::from_secs_f64(1_000.0), &pool_of(&[Rpu(start)]), &r, &window(rate, slo_s), &c, mode);
+            prop_assert_eq!(&selection, &again, "deterministic");
+            if let Some(size) = selection.choice {
+                let outcome = |c: &CandidateOutcome| Outcome { violations: c.violation_rate, cost_usd: c.cost_usd };
+                let nothing = outcome(&selection.candidates[0]);
+                let chosen = selection.candidates.iter().find(|c| c.size == Some(size)).map(outcome).expect("listed");
+                prop_assert!(chosen.cmp_with_target(&nothing, c.target).is_lt(), "{:?}", selection);
+            }
+        }
+    }
+}
