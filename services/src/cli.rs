@@ -94,7 +94,8 @@ struct TraceArgs {
 #[derive(Debug, clap::Args)]
 struct EvalArgs {
     /// A built-in scenario (`base`, `router-table2`, `calibrate`,
-    /// `predictor-real`, `predictor-sim`) or a scenario TOML file.
+    /// `predictor-real`, `predictor-sim`, `size-table3`, `trigger-table4`)
+    /// or a scenario TOML file.
     scenario: String,
     /// Comma-separated policies (default: the scenario's).
     #[arg(long, value_delimiter = ',')]
@@ -181,6 +182,14 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
     }
     if args.fit {
         return Err(Error::Scenario("--fit applies only to `calibrate`".into()));
+    }
+    if let Some(experiment) = crate::eval::autoscale::Experiment::from_name(&args.scenario) {
+        let report = crate::eval::autoscale::run(experiment, args.policies.as_deref(), args.seed.unwrap_or(1))?;
+        print(&crate::eval::autoscale::render(&report));
+        if let Some(path) = &args.json {
+            write_json(path, &report)?;
+        }
+        return Ok(());
     }
     let scenario = load_scenario(&args.scenario)?;
     let policies = args.policies.clone().unwrap_or_else(|| scenario.policies.clone());
@@ -307,6 +316,8 @@ fn load_scenario(name: &str) -> Result<Scenario> {
         known.push("calibrate");
         known.push("predictor-real");
         known.push("predictor-sim");
+        known.push("size-table3");
+        known.push("trigger-table4");
         return Err(Error::UnknownScenario { name: name.to_owned(), known: known.join(", ") });
     }
     Scenario::from_path(path)

@@ -11,6 +11,7 @@
 //! wall-clock time spent inside `route()`, measured around the call here in
 //! the shell (core never reads a clock), and appears only in the JSON.
 
+pub mod autoscale;
 pub mod calibrate;
 pub mod predictor;
 pub mod scenario;
@@ -146,6 +147,18 @@ impl RoutingPolicy for Timed {
 
     fn handle_completion(&mut self, now: Instant, report: &ExecutionReport) {
         self.inner.handle_completion(now, report);
+    }
+
+    fn predicted_latency(&self, query: slogate_core::model::QueryId) -> Option<slogate_core::time::Duration> {
+        self.inner.predicted_latency(query)
+    }
+
+    fn predicted_latencies(&self, cluster: slogate_core::model::ClusterId) -> Vec<(slogate_core::model::QueryId, slogate_core::time::Duration)> {
+        self.inner.predicted_latencies(cluster)
+    }
+
+    fn fork_planner(&self) -> Option<Box<dyn slogate_core::route::PlanningRouter>> {
+        self.inner.fork_planner()
     }
 }
 
