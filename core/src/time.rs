@@ -113,8 +113,10 @@ fn secs_to_micros(secs: f64) -> u64 {
     if secs.is_nan() || secs <= 0.0 {
         0
     } else {
-        let micros = (secs * MICROS_PER_SEC).round();
-        if micros >= u64::MAX as f64 { u64::MAX } else { micros as u64 }
+        // Round half up by truncating `x + 0.5` (a saturating cast): the
+        // same as `round()` for positive values, without a libm call on
+        // the prediction hot path.
+        (secs * MICROS_PER_SEC + 0.5) as u64
     }
 }
 

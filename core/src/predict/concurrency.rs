@@ -172,6 +172,46 @@ struct Fitted {
     /// Median base, for templates never seen.
     unseen_base: f64,
     size_exponent: f64,
+    /// The hot path: per seen `(template, size)`, `a + s + d` and `β`.
+    keyed: HashMap<(TemplateId, Rpu), (f64, f64), KeyHasher>,
+    /// Per seen size, its curve tabulated for `0..TABLE` neighbours.
+    tables: BTreeMap<Rpu, Vec<f64>>,
+}
+
+/// Neighbour counts tabulated per size; larger ones interpolate.
+const TABLE: usize = 4_096;
+
+/// A fast hasher for the small integer keys of the prediction hot path
+/// (the router predicts every running query on every arrival).
+#[derive(Clone, Copy, Debug, Default)]
+struct KeyHasher;
+
+impl std::hash::BuildHasher for KeyHasher {
+    type Hasher = MultiplyHasher;
+    fn build_hasher(&self) -> MultiplyHasher {
+        MultiplyHasher(0)
+    }
+}
+
+/// Multiply-rotate hashing (as in rustc's FxHash).
+#[derive(Clone, Copy, Debug)]
+struct MultiplyHasher(u64);
+
+impl std::hash::Hasher for MultiplyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+    fn write_u32(&mut self, value: u32) {
+        self.write_u64(u64::from(value));
+    }
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0.rotate_left(5) ^ value).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
 }
 
 /// See the module docs.
@@ -347,7 +387,7 @@ impl ConcurrencyAware {
         for r in &rows {
             size_counts[r.size][r.bin] += 1.0;
         }
-        let size_curves = sizes
+        let size_curves: BTreeMap<Rpu, Curve> = sizes
             .iter()
             .enumerate()
             .map(|(z, size)| {
@@ -372,7 +412,22 @@ impl ConcurrencyAware {
         } else {
             config.default_size_exponent
         };
+        let speed_of: HashMap<Rpu, f64> = sizes.iter().copied().zip(speed.iter().copied()).collect();
+        let keyed = pairs
+            .iter()
+            .zip(&deviation)
+            .map(|(&(t, z), d)| {
+                let ti = template_index[&t];
+                ((t, z), (base[ti] + speed_of[&z] + d, sensitivity[ti]))
+            })
+            .collect();
+        let tables = size_curves
+            .iter()
+            .map(|(size, curve): (&Rpu, &Curve)| (*size, (0..TABLE).map(|n| curve.log_slowdown(n as u32)).collect()))
+            .collect();
         self.fitted = Some(Fitted {
+            keyed,
+            tables,
             unseen_base: median(&base),
             base: templates.iter().copied().zip(base).collect(),
             sensitivity: templates.iter().copied().zip(sensitivity).collect(),
@@ -392,6 +447,11 @@ impl ConcurrencyAware {
             let isolated = self.config.prior_latency_16.as_secs_f64().ln() - self.config.default_size_exponent * (log_size(size) - log_size(Rpu(16)));
             return isolated + prior_log_slowdown(f64::from(neighbours).ln_1p());
         };
+        if let (Some((offset, sensitivity)), Some(table)) = (f.keyed.get(&(template, size)), f.tables.get(&size))
+            && let Some(slowdown) = table.get(neighbours as usize)
+        {
+            return offset + sensitivity * slowdown;
+        }
         let speed = f.size.get(&size).copied().unwrap_or_else(|| {
             let (nearest, speed) = f
                 .size

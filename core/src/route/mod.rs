@@ -96,6 +96,10 @@ pub trait PlanningRouter: RoutingPolicy + Send {
 
     /// Another independent copy, for evaluating one more candidate.
     fn fork(&self) -> Box<dyn PlanningRouter>;
+
+    /// The query on `cluster` predicted to complete first, and when
+    /// (arrival plus its guarded prediction; ties to the lower id).
+    fn earliest_completion(&self, cluster: ClusterId) -> Option<(Instant, QueryId)>;
 }
 
 impl<P: RoutingPolicy + ?Sized> RoutingPolicy for Box<P> {

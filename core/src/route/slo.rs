@@ -167,6 +167,10 @@ impl<P: LatencyPredictor + Clone + Send + 'static> PlanningRouter for SloRouter<
     fn fork(&self) -> Box<dyn PlanningRouter> {
         Box::new(self.clone())
     }
+
+    fn earliest_completion(&self, cluster: ClusterId) -> Option<(Instant, QueryId)> {
+        self.clusters.get(&cluster)?.states.iter().map(|s| (s.arrival + s.predicted, s.query)).min()
+    }
 }
 
 impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P> {

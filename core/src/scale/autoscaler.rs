@@ -231,6 +231,7 @@ impl Autoscaler {
             max_replay_copies: self.config.max_replay_copies,
             horizon: self.config.replay_horizon,
             target: self.config.target,
+            threads: self.config.selector_threads,
             billing: self.billing.clone(),
         }
     }

@@ -64,6 +64,8 @@ pub struct AutoscalerConfig {
     /// The selector's replay stops this long after the new cluster is
     /// ready at the latest.
     pub replay_horizon: Duration,
+    /// Threads the size selector evaluates candidates on.
+    pub selector_threads: usize,
 }
 
 impl Default for AutoscalerConfig {
@@ -84,6 +86,7 @@ impl Default for AutoscalerConfig {
             target: 0.1,
             max_replay_copies: 30,
             replay_horizon: Duration::from_secs(600),
+            selector_threads: 2,
         }
     }
 }

@@ -63,6 +63,8 @@ pub struct SelectorConfig {
     pub horizon: Duration,
     /// τ_target for BestWithTarget.
     pub target: f64,
+    /// Threads the candidates' replays run on (1: the caller's thread).
+    pub threads: usize,
     /// Billing terms for the cost estimate.
     pub billing: BillingConfig,
 }
@@ -110,8 +112,6 @@ struct Placed {
     arrival: Instant,
     slo: Slo,
     measured: bool,
-    /// Its predicted completion, refreshed whenever its cluster changes.
-    end: Instant,
 }
 
 /// One replay in progress.
@@ -123,8 +123,9 @@ struct Replay<'a> {
     billing: Vec<BillingTimer>,
     /// Per cluster (pool order), the queries placed there.
     placed: Vec<Vec<Placed>>,
-    /// Per cluster, the index of its earliest predicted completion.
-    earliest: Vec<Option<usize>>,
+    /// Per cluster, its earliest predicted completion, refreshed whenever
+    /// the cluster changes.
+    earliest: Vec<Option<(Instant, QueryId)>>,
     window: &'a [ArrivalRecord],
     window_width: Duration,
     copy: usize,
@@ -152,9 +153,11 @@ impl<'a> Replay<'a> {
         for cluster in &pool.clusters {
             let mut timer = BillingTimer::new(config.billing.clone(), cluster.size);
             let mut here = Vec::new();
-            for running in &cluster.running {
+            // Queries the router did not place have no prediction to
+            // complete by; the replay leaves them out.
+            for running in cluster.running.iter().filter(|r| router.predicted_latency(r.id).is_some()) {
                 timer.handle_query_start(now);
-                here.push(Placed { id: running.id, arrival: running.arrival, slo: running.slo, measured: false, end: now });
+                here.push(Placed { id: running.id, arrival: running.arrival, slo: running.slo, measured: false });
             }
             placed.push(here);
             billing.push(timer);
@@ -187,17 +190,10 @@ impl<'a> Replay<'a> {
         replay
     }
 
-    /// Re-reads the router's predictions for one cluster's queries.
+    /// Re-reads the router's earliest predicted completion on a cluster.
     fn refresh(&mut self, cluster: usize) {
-        let predictions: std::collections::HashMap<QueryId, Duration> =
-            self.router.predicted_latencies(self.pool.clusters[cluster].id).into_iter().collect();
         let now = self.now;
-        for placed in &mut self.placed[cluster] {
-            let predicted = predictions.get(&placed.id).copied().unwrap_or(Duration::ZERO);
-            placed.end = (placed.arrival + predicted).max(now);
-        }
-        self.earliest[cluster] =
-            self.placed[cluster].iter().enumerate().min_by(|(_, a), (_, b)| a.end.cmp(&b.end).then(a.id.cmp(&b.id))).map(|(i, _)| i);
+        self.earliest[cluster] = self.router.earliest_completion(self.pool.clusters[cluster].id).map(|(at, id)| (at.max(now), id));
     }
 
     fn fork(&self) -> Replay<'a> {
@@ -238,7 +234,7 @@ impl<'a> Replay<'a> {
             .earliest
             .iter()
             .enumerate()
-            .filter_map(|(cluster, index)| index.map(|i| (self.placed[cluster][i].end, self.placed[cluster][i].id, cluster)))
+            .filter_map(|(cluster, earliest)| earliest.map(|(at, id)| (at, id, cluster)))
             .min()
             .map(|(at, _, cluster)| (at, Event::Completion(cluster)));
         let ready = self
@@ -281,7 +277,8 @@ impl<'a> Replay<'a> {
 
     /// Completes the earliest query on `cluster`.
     fn complete(&mut self, cluster: usize) {
-        let index = self.earliest[cluster].expect("a completion event has a query");
+        let (_, id) = self.earliest[cluster].expect("a completion event has a query");
+        let index = self.placed[cluster].iter().position(|p| p.id == id).expect("the router predicts only placed queries");
         let placed = self.placed[cluster].swap_remove(index);
         let latency = self.now - placed.arrival;
         if placed.measured {
@@ -294,8 +291,7 @@ impl<'a> Replay<'a> {
         if let Some(position) = running.iter().position(|r| r.id == placed.id) {
             running.swap_remove(position);
         }
-        self.earliest[cluster] =
-            self.placed[cluster].iter().enumerate().min_by(|(_, a), (_, b)| a.end.cmp(&b.end).then(a.id.cmp(&b.id))).map(|(i, _)| i);
+        self.refresh(cluster);
     }
 
     fn make_ready(&mut self, index: usize) {
@@ -348,7 +344,7 @@ impl<'a> Replay<'a> {
             arrival: query.arrival,
             dispatched: self.now,
         });
-        self.placed[cluster].push(Placed { id: query.id, arrival: query.arrival, slo: query.slo, measured, end: self.now });
+        self.placed[cluster].push(Placed { id: query.id, arrival: query.arrival, slo: query.slo, measured });
         self.refresh(cluster);
     }
 
@@ -373,11 +369,14 @@ impl<'a> Replay<'a> {
         let mut outstanding = 0;
         let mut drain: Vec<Instant> = vec![self.now; self.pool.clusters.len()];
         for (cluster, here) in self.placed.iter().enumerate() {
+            let predicted: std::collections::HashMap<QueryId, Duration> =
+                self.router.predicted_latencies(self.pool.clusters[cluster].id).into_iter().collect();
             for placed in here {
-                drain[cluster] = drain[cluster].max(placed.end);
+                let end = (placed.arrival + predicted.get(&placed.id).copied().unwrap_or(Duration::ZERO)).max(self.now);
+                drain[cluster] = drain[cluster].max(end);
                 if placed.measured {
                     outstanding += 1;
-                    violations += usize::from(!placed.slo.is_met_by(placed.end - placed.arrival));
+                    violations += usize::from(!placed.slo.is_met_by(end - placed.arrival));
                 }
             }
         }
@@ -409,18 +408,42 @@ pub fn select_spinup_size(
     preparation.now = preparation.now.max(now);
 
     let options: Vec<Option<Rpu>> = std::iter::once(None).chain(config.sizes.iter().copied().map(Some)).collect();
-    let mut candidates = Vec::with_capacity(options.len());
-    let mut replayed_arrivals = 0;
-    for size in options {
-        let mut replay = preparation.fork();
+    let evaluate = |size: Option<Rpu>, mut replay: Replay<'_>| {
         if let Some(size) = size {
             replay.add_cluster(size, available, mode == SelectorMode::Replace);
         }
         let mu = config.completions.max(1);
         replay.run(available + config.horizon, &|r| r.completed >= mu);
-        replayed_arrivals += replay.arrivals;
-        candidates.push(replay.outcome(size));
+        (replay.outcome(size), replay.arrivals)
+    };
+    // The candidates are independent replays from the same snapshot: they
+    // run on `config.threads` threads, and come back in candidate order, so
+    // the choice does not depend on the thread count.
+    let forks: Vec<(Option<Rpu>, Replay<'_>)> = options.iter().map(|size| (*size, preparation.fork())).collect();
+    let threads = config.threads.clamp(1, forks.len().max(1));
+    let mut results: Vec<(CandidateOutcome, usize)> = Vec::with_capacity(forks.len());
+    if threads == 1 {
+        results.extend(forks.into_iter().map(|(size, replay)| evaluate(size, replay)));
+    } else {
+        let mut chunks: Vec<Vec<(Option<Rpu>, Replay<'_>)>> = (0..threads).map(|_| Vec::new()).collect();
+        for (index, fork) in forks.into_iter().enumerate() {
+            chunks[index % threads].push(fork);
+        }
+        let mut by_chunk: Vec<Vec<(CandidateOutcome, usize)>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = chunks
+                .into_iter()
+                .map(|chunk| scope.spawn(|| chunk.into_iter().map(|(size, replay)| evaluate(size, replay)).collect::<Vec<_>>()))
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("a candidate's replay does not panic")).collect()
+        });
+        // Undo the round-robin split.
+        let mut iterators: Vec<_> = by_chunk.iter_mut().map(|c| c.drain(..)).collect();
+        for index in 0..options.len() {
+            results.push(iterators[index % threads].next().expect("one result per candidate"));
+        }
     }
+    let replayed_arrivals = results.iter().map(|(_, arrivals)| arrivals).sum();
+    let candidates: Vec<CandidateOutcome> = results.into_iter().map(|(outcome, _)| outcome).collect();
     let choice = choose(&candidates, config.target);
     Selection { candidates, choice, replayed_arrivals }
 }
@@ -505,6 +528,7 @@ mod tests {
             max_replay_copies: 30,
             horizon: Duration::from_secs(600),
             target: 0.1,
+            threads: 2,
             billing: BillingConfig::default(),
         }
     }
@@ -544,6 +568,18 @@ mod tests {
         let _ = select_spinup_size(Instant::from_secs_f64(1_000.0), &pool_of(&[Rpu(8)]), &r, &window(0.5, 60.0), &config(), SelectorMode::AddCluster);
         assert_eq!(format!("{:?}", r.last_scores()), format!("{:?}", before.last_scores()));
         assert_eq!(r.predicted_latency(QueryId(REPLAY_ID_BASE)), None);
+    }
+
+    #[test]
+    fn the_choice_does_not_depend_on_the_thread_count() {
+        let r = router();
+        let run = |threads| {
+            let c = SelectorConfig { threads, ..config() };
+            select_spinup_size(Instant::from_secs_f64(1_000.0), &pool_of(&[Rpu(8)]), &r, &window(0.2, 60.0), &c, SelectorMode::AddCluster)
+        };
+        let one = run(1);
+        assert_eq!(one, run(2));
+        assert_eq!(one, run(3));
     }
 
     #[test]
