@@ -8,6 +8,9 @@
 //!
 //! # Layout
 //!
+//! - [`autoscaler`]: one Autoscaler per pool: core's triggers on every
+//!   notice from the RouterShard, the size selector on a fork of the
+//!   router, off the routing path.
 //! - [`clock`]: the node's virtual clock (tokio time, compressible).
 //! - [`metrics`]: latency histograms the shells publish.
 //! - [`provider`]: cluster lifecycle requests to the hosting platform
@@ -22,7 +25,7 @@
 //! - [`warehouse`]: the emulated warehouse as a live backend, in real
 //!   (optionally compressed) time.
 //!
-//! The Autoscaler and Tuner actors join as the node grows.
+//! The Tuner actor joins as the node grows.
 //!
 //! # Example
 //!
@@ -45,6 +48,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod autoscaler;
 pub mod clock;
 pub mod metrics;
 pub mod provider;

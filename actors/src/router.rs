@@ -24,10 +24,11 @@ use slogate_core::model::{
     TemplateId,
 };
 use slogate_core::reservoir::ExecutionRecord;
-use slogate_core::route::{Routing, RoutingPolicy};
+use slogate_core::route::{PlanningRouter, Routing, RoutingPolicy};
 use slogate_core::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
+use crate::autoscaler::{PoolSnapshot, ScaleEvent, ScaleNotice};
 use crate::clock::VirtualClock;
 use crate::reservoir::{ArrivalUpdate, ExecutionUpdate, ReservoirActor};
 use crate::tracker::{ClusterTracker, Dispatch, Release, TrackerSetup};
@@ -103,6 +104,26 @@ pub struct ReleaseCluster {
     pub pool: PoolId,
     /// The cluster.
     pub cluster: ClusterId,
+}
+
+/// A fork of a pool's router and the pool as it is, for the size
+/// selector's replay.
+#[derive(Message)]
+#[rtype(result = "Result<(Box<dyn PlanningRouter>, Pool)>")]
+pub struct ForkPlanner {
+    /// The pool.
+    pub pool: PoolId,
+}
+
+/// Connects a pool's Autoscaler: it is notified of every arrival,
+/// completion and cluster change.
+#[derive(Message)]
+#[rtype(result = "Result<()>")]
+pub struct AttachAutoscaler {
+    /// The pool.
+    pub pool: PoolId,
+    /// Where notices go.
+    pub autoscaler: Recipient<ScaleNotice>,
 }
 
 /// Stop accepting submissions (graceful shutdown); in-flight queries
@@ -218,6 +239,18 @@ struct PoolRuntime {
     done_order: VecDeque<String>,
     recent: VecDeque<SubmitOutcome>,
     stats: PoolStats,
+    autoscaler: Option<Recipient<ScaleNotice>>,
+}
+
+impl PoolRuntime {
+    /// Tells the pool's autoscaler, if any, what happened. A full mailbox
+    /// drops the notice (counted): routing never waits for scaling.
+    fn notify(&mut self, event: ScaleEvent) -> bool {
+        let Some(autoscaler) = &self.autoscaler else { return true };
+        let predictions = self.view.clusters.iter().flat_map(|c| self.policy.predicted_latencies(c.id)).collect();
+        let snapshot = PoolSnapshot { pool: self.view.clone(), predictions };
+        autoscaler.try_send(ScaleNotice { event, snapshot }).is_ok()
+    }
 }
 
 /// Counters of one pool.
@@ -265,6 +298,8 @@ pub struct RouterState {
     pub pools: Vec<PoolState>,
     /// Reservoir updates dropped because its mailbox was full.
     pub reservoir_updates_dropped: u64,
+    /// Autoscaler notices dropped because its mailbox was full.
+    pub scale_notices_dropped: u64,
 }
 
 /// The actor. See the module docs.
@@ -279,6 +314,7 @@ pub struct RouterShard {
     next_query: u64,
     draining: bool,
     reservoir_updates_dropped: u64,
+    scale_notices_dropped: u64,
     mailbox_capacity: usize,
     tracker_mailbox_capacity: usize,
     billing: slogate_core::billing::BillingConfig,
@@ -342,6 +378,7 @@ impl RouterShard {
                     done_order: VecDeque::new(),
                     recent: VecDeque::new(),
                     stats: PoolStats::default(),
+                    autoscaler: None,
                 };
                 (setup.id, runtime)
             })
@@ -359,6 +396,7 @@ impl RouterShard {
             next_query: 0,
             draining: false,
             reservoir_updates_dropped: 0,
+            scale_notices_dropped: 0,
             mailbox_capacity: limits.mailbox_capacity,
         }
     }
@@ -406,7 +444,41 @@ impl Handler<ClusterUpdate> for RouterShard {
                 view.ready_at = now;
             }
             view.state = message.state;
+            let event = match message.state {
+                ClusterState::Ready => Some(ScaleEvent::ClusterReady(message.cluster)),
+                ClusterState::Gone => Some(ScaleEvent::ClusterGone(message.cluster)),
+                _ => None,
+            };
+            if let Some(event) = event
+                && let Some(pool) = self.pools.get_mut(&message.pool)
+                && !pool.notify(event)
+            {
+                self.scale_notices_dropped += 1;
+            }
         }
+    }
+}
+
+impl Handler<ForkPlanner> for RouterShard {
+    type Result = Result<(Box<dyn PlanningRouter>, Pool)>;
+
+    fn handle(&mut self, message: ForkPlanner, _ctx: &mut Self::Context) -> Self::Result {
+        let pool = self.pools.get(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.clone()))?;
+        let planner = pool
+            .policy
+            .fork_planner()
+            .ok_or_else(|| Error::Backend(format!("routing policy {} cannot predict completions for the size selector", pool.policy.name())))?;
+        Ok((planner, pool.view.clone()))
+    }
+}
+
+impl Handler<AttachAutoscaler> for RouterShard {
+    type Result = Result<()>;
+
+    fn handle(&mut self, message: AttachAutoscaler, _ctx: &mut Self::Context) -> Self::Result {
+        let pool = self.pools.get_mut(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.clone()))?;
+        pool.autoscaler = Some(message.autoscaler);
+        Ok(())
     }
 }
 
@@ -572,6 +644,9 @@ impl Handler<Submit> for RouterShard {
                     predicted: None,
                     backend_wall: std::time::Duration::ZERO,
                 };
+                if !pool.notify(ScaleEvent::Arrival { query: query.clone(), target: None }) {
+                    self.scale_notices_dropped += 1;
+                }
                 self.record_decision(decision);
                 return Ok(resolved(outcome));
             }
@@ -597,6 +672,9 @@ impl Handler<Submit> for RouterShard {
                 waiters: vec![sender],
             },
         );
+        if !pool.notify(ScaleEvent::Arrival { query: query.clone(), target: Some(Target::Cluster(cluster)) }) {
+            self.scale_notices_dropped += 1;
+        }
         let (reply, report) = oneshot::channel();
         let tracker = pool.trackers.get(&cluster).expect("every cluster in the view has a tracker").clone();
         let pool_id = message.pool;
@@ -634,6 +712,9 @@ impl Handler<CompletionUpdate> for RouterShard {
         let outcome = match &message.report {
             Some(report) => {
                 pool.policy.handle_completion(now, report);
+                if !pool.notify(ScaleEvent::Finished(report.clone())) {
+                    self.scale_notices_dropped += 1;
+                }
                 let latency = report.latency();
                 let completed = report.outcome == ExecutionOutcome::Completed;
                 let slo_met = completed && flight.slo.is_met_by(latency);
@@ -797,6 +878,11 @@ impl Handler<GetState> for RouterShard {
             })
             .collect();
         pools.sort_by(|a, b| a.id.cmp(&b.id));
-        MessageResult(RouterState { draining: self.draining, pools, reservoir_updates_dropped: self.reservoir_updates_dropped })
+        MessageResult(RouterState {
+            draining: self.draining,
+            pools,
+            reservoir_updates_dropped: self.reservoir_updates_dropped,
+            scale_notices_dropped: self.scale_notices_dropped,
+        })
     }
 }

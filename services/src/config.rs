@@ -129,6 +129,140 @@ pub struct PoolSection {
     pub policy: String,
     /// Initial clusters on the emulated warehouse, sizes in RPU.
     pub clusters: Vec<u32>,
+    /// The pool's autoscaler.
+    #[serde(default)]
+    pub autoscale: AutoscaleSection,
+}
+
+/// `[pool.autoscale]`: the knobs of AutoSLO §6, defaults from its reference
+/// configuration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AutoscaleSection {
+    /// Whether the pool autoscales (needs a predicting policy: slogate or
+    /// stage-cost).
+    pub enabled: bool,
+    /// Spinup trigger: `projected` (Algorithm 2), `observed` (completions
+    /// only) or `queue` (outstanding queries ≥ `queue_threshold`).
+    pub trigger: String,
+    /// Outstanding queries that fire the `queue` trigger.
+    pub queue_threshold: usize,
+    /// Whether idle clusters are torn down.
+    pub teardown: bool,
+    /// T_idle, seconds.
+    pub idle_teardown_s: u64,
+    /// T_min_lifetime, seconds.
+    pub min_lifetime_s: u64,
+    /// τ_trigger.
+    pub trigger_target: f64,
+    /// θ.
+    pub min_observations: usize,
+    /// The trigger judges latencies against the SLO times this.
+    pub trigger_slo_tightening: f64,
+    /// μ.
+    pub completions: usize,
+    /// w, seconds.
+    pub window_s: u64,
+    /// Sizes the selector may choose, RPU.
+    pub sizes: Vec<u32>,
+    /// Starting or Ready clusters at most.
+    pub max_clusters: usize,
+    /// δ the selector plans with, seconds.
+    pub spinup_delay_s: u64,
+    /// τ_target.
+    pub target: f64,
+    /// Copies of the arrival window the selector replays at most.
+    pub max_replay_copies: usize,
+    /// The selector's replay stops this long after the new cluster is
+    /// ready, seconds.
+    pub replay_horizon_s: u64,
+    /// Threads the selector evaluates candidates on.
+    pub selector_threads: usize,
+}
+
+impl Default for AutoscaleSection {
+    fn default() -> Self {
+        let core = slogate_core::scale::AutoscalerConfig::default();
+        AutoscaleSection {
+            enabled: false,
+            trigger: "projected".into(),
+            queue_threshold: 32,
+            teardown: true,
+            idle_teardown_s: core.idle_teardown.as_micros() / 1_000_000,
+            min_lifetime_s: core.min_lifetime.as_micros() / 1_000_000,
+            trigger_target: core.trigger_target,
+            min_observations: core.min_observations,
+            trigger_slo_tightening: core.trigger_slo_tightening,
+            completions: core.completions,
+            window_s: core.window.as_micros() / 1_000_000,
+            sizes: core.sizes.iter().map(|s| s.0).collect(),
+            max_clusters: core.max_clusters,
+            spinup_delay_s: core.spinup_delay.as_micros() / 1_000_000,
+            target: core.target,
+            max_replay_copies: core.max_replay_copies,
+            replay_horizon_s: core.replay_horizon.as_micros() / 1_000_000,
+            selector_threads: core.selector_threads,
+        }
+    }
+}
+
+impl AutoscaleSection {
+    /// Core's knobs and strategy; an error names the key (`prefix` is the
+    /// section's path).
+    pub fn to_core(&self, prefix: &str) -> Result<(slogate_core::scale::AutoscalerConfig, slogate_core::scale::AutoscalerPolicy)> {
+        use slogate_core::model::Rpu;
+        use slogate_core::scale::{AutoscalerConfig, AutoscalerPolicy, ScaleAction, SpinupPolicy};
+        use slogate_core::time::Duration;
+        let key = |name: &str| format!("{prefix}.{name}");
+        let spinup = match self.trigger.as_str() {
+            "projected" => SpinupPolicy::Projected,
+            "observed" => SpinupPolicy::Observed,
+            "queue" => SpinupPolicy::QueueLength { threshold: self.queue_threshold.max(1) },
+            other => return Err(invalid(&key("trigger"), format!("`{other}` is not one of projected, observed, queue"))),
+        };
+        for (name, value) in [("trigger_target", self.trigger_target), ("target", self.target)] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(invalid(&key(name), format!("must be a rate in [0, 1], got {value}")));
+            }
+        }
+        if !(self.trigger_slo_tightening > 0.0 && self.trigger_slo_tightening <= 1.0) {
+            return Err(invalid(&key("trigger_slo_tightening"), format!("must be in (0, 1], got {}", self.trigger_slo_tightening)));
+        }
+        if self.sizes.is_empty() || self.sizes.iter().any(|&s| s == 0 || s > 1_024) {
+            return Err(invalid(&key("sizes"), "needs one or more sizes in 1–1024 RPU"));
+        }
+        for (name, value) in [
+            ("min_observations", self.min_observations),
+            ("completions", self.completions),
+            ("max_clusters", self.max_clusters),
+            ("max_replay_copies", self.max_replay_copies),
+            ("selector_threads", self.selector_threads),
+            ("window_s", self.window_s as usize),
+        ] {
+            if value == 0 {
+                return Err(invalid(&key(name), "must be at least 1"));
+            }
+        }
+        let config = AutoscalerConfig {
+            idle_teardown: Duration::from_secs(self.idle_teardown_s),
+            min_lifetime: Duration::from_secs(self.min_lifetime_s),
+            keep_last_cluster: true,
+            trigger_target: self.trigger_target,
+            min_observations: self.min_observations,
+            trigger_slo_tightening: self.trigger_slo_tightening,
+            completions: self.completions,
+            window: Duration::from_secs(self.window_s),
+            max_window_entries: 10_000,
+            sizes: self.sizes.iter().copied().map(Rpu).collect(),
+            max_clusters: self.max_clusters,
+            spinup_delay: Duration::from_secs(self.spinup_delay_s),
+            target: self.target,
+            max_replay_copies: self.max_replay_copies,
+            replay_horizon: Duration::from_secs(self.replay_horizon_s),
+            selector_threads: self.selector_threads,
+        };
+        Ok((config, AutoscalerPolicy { spinup, action: ScaleAction::Select, teardown: self.teardown }))
+    }
 }
 
 fn default_policy() -> String {
@@ -175,7 +309,12 @@ impl Default for ConfigV1 {
             node: NodeSection::default(),
             limits: LimitsSection::default(),
             reservoir: ReservoirSection::default(),
-            pool: vec![PoolSection { name: "default".into(), policy: default_policy(), clusters: vec![16, 16] }],
+            pool: vec![PoolSection {
+                name: "default".into(),
+                policy: default_policy(),
+                clusters: vec![16, 16],
+                autoscale: AutoscaleSection::default(),
+            }],
         }
     }
 }
@@ -292,6 +431,13 @@ impl NodeConfig {
             if pool.clusters.is_empty() || pool.clusters.iter().any(|&s| s == 0 || s > 1_024) {
                 return Err(invalid(&format!("pool[{i}].clusters"), "needs one or more sizes in 1–1024 RPU"));
             }
+            pool.autoscale.to_core(&format!("pool[{i}].autoscale"))?;
+            if pool.autoscale.enabled && !crate::eval::LEARNED_POLICIES.contains(&pool.policy.as_str()) {
+                return Err(invalid(
+                    &format!("pool[{i}].autoscale.enabled"),
+                    format!("the size selector needs a predicting routing policy (slogate or stage-cost), not `{}`", pool.policy),
+                ));
+            }
         }
         Ok(NodeConfig { grpc_addr, admin_addr, data_dir: file.node.data_dir.clone(), file })
     }
@@ -338,6 +484,12 @@ mod tests {
         assert!(err("version = \"1\"\n[[pool]]\nname = \"a\"\npolicy = \"magic\"\nclusters = [16]\n", &[]).contains("pool[0].policy"));
         assert!(err("", &[("SLOGATE_TIME_COMPRESSION", "fast")]).contains("SLOGATE_TIME_COMPRESSION"));
         assert!(err("version = \"2\"\n", &[]).contains("version"));
+        let pool = "version = \"1\"\n[[pool]]\nname = \"a\"\npolicy = \"slogate\"\nclusters = [16]\n[pool.autoscale]\n";
+        assert!(err(&format!("{pool}trigger = \"psychic\"\n"), &[]).contains("pool[0].autoscale.trigger"));
+        assert!(err(&format!("{pool}sizes = []\n"), &[]).contains("pool[0].autoscale.sizes"));
+        assert!(err(&format!("{pool}target = 2.0\n"), &[]).contains("pool[0].autoscale.target"));
+        let round_robin = "version = \"1\"\n[[pool]]\nname = \"a\"\npolicy = \"round-robin\"\nclusters = [16]\n[pool.autoscale]\nenabled = true\n";
+        assert!(err(round_robin, &[]).contains("pool[0].autoscale.enabled"));
     }
 
     #[test]

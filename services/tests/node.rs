@@ -250,3 +250,72 @@ async fn the_slo_aware_router_serves_live_with_predictions_and_learns_from_compl
     node.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Polls `/v1/decisions?kind=scaling` (at most 400 times, 25 ms apart)
+/// until a decision of `kind` shows; returns the decisions last seen.
+async fn wait_for_scale_decision(addr: std::net::SocketAddr, kind: &str) -> Vec<serde_json::Value> {
+    let mut decisions = Vec::new();
+    for _ in 0..400 {
+        let (status, body) = admin_get(addr, "/v1/decisions?kind=scaling&limit=100").await;
+        assert_eq!(status, 200, "{body}");
+        decisions = serde_json::from_str::<serde_json::Value>(&body).unwrap().as_array().unwrap().clone();
+        if decisions.iter().any(|d| d["kind"] == kind) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    decisions
+}
+
+#[actix_rt::test]
+async fn a_burst_spins_a_cluster_up_and_an_idle_period_tears_one_down() {
+    let dir = scratch("autoscale");
+    // δ = 300 virtual seconds is 150 ms at this compression; T_idle and
+    // T_min_lifetime are 120 virtual seconds.
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 2000.0\n\
+         [[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [4]\n\
+         [pool.autoscale]\nenabled = true\nmin_observations = 8\nidle_teardown_s = 120\nmin_lifetime_s = 120\n",
+        dir.display()
+    );
+    let config = NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
+    let node = node::start(config).await.unwrap();
+    let addr = node.admin_addr;
+    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+
+    // A burst of 60 queries with 20 s SLOs on one 4-RPU cluster.
+    let mut tasks = Vec::new();
+    for i in 0..60u32 {
+        let mut client = client.clone();
+        tasks.push(tokio::spawn(async move { client.submit(request(&format!("burst{i}"), 1 + i, 20_000)).await }));
+    }
+    let decisions = wait_for_scale_decision(addr, "spin_up").await;
+    assert!(decisions.iter().any(|d| d["kind"] == "trigger_fired"), "{decisions:?}");
+    let selection = decisions.iter().find(|d| d["kind"] == "selection").expect("the selector ran");
+    let candidates = selection["selection"]["candidates"].as_array().unwrap();
+    assert_eq!(candidates.len(), 5, "do nothing and four sizes: {selection}");
+    assert!(candidates.iter().all(|c| c["violation_rate"].is_number() && c["cost_usd"].is_number()));
+    for task in tasks {
+        let reply = task.await.unwrap().unwrap().into_inner();
+        assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
+    }
+
+    // Then nothing arrives: an idle cluster goes, the last one stays.
+    let decisions = wait_for_scale_decision(addr, "tear_down").await;
+    assert!(decisions.iter().any(|d| d["kind"] == "tear_down"), "{decisions:?}");
+    let (_, body) = admin_get(addr, "/v1/actors").await;
+    let actors: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let autoscaler = &actors["autoscalers"]["default"];
+    assert!(autoscaler["stats"]["spinups"].as_u64().unwrap() >= 1 && autoscaler["stats"]["teardowns"].as_u64().unwrap() >= 1, "{autoscaler}");
+    assert_eq!(autoscaler["commands_failed"], 0, "{autoscaler}");
+    let (_, body) = admin_get(addr, "/v1/pools/default").await;
+    let pool: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let states: Vec<&str> = pool["clusters"].as_array().unwrap().iter().map(|c| c["state"].as_str().unwrap()).collect();
+    assert!(states.contains(&"ready") && states.iter().any(|s| *s == "draining" || *s == "gone"), "{states:?}");
+
+    let (status, body) = admin_get(addr, "/v1/decisions?kind=everything").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("kind"));
+    node.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}

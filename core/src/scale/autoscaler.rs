@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::billing::BillingConfig;
 use crate::model::{ClusterId, ClusterState, ExecutionOutcome, Pool, QueryId, Rpu, Slo, Target};
-use crate::route::RoutingPolicy;
+use crate::route::{PlanningRouter, RoutingPolicy};
 use crate::scale::AutoscalerConfig;
 use crate::scale::replay::{Selection, SelectorConfig, SelectorMode, select_spinup_size};
 use crate::scale::trigger::{SpinupTrigger, TriggerEvaluation, TriggerSignal, teardown_candidates, teardown_eligible_at};
@@ -164,6 +164,8 @@ pub struct Autoscaler {
     last_evaluation: Option<TriggerEvaluation>,
     stats: AutoscalerStats,
     next_wakeup: Option<Instant>,
+    defer_selections: bool,
+    pending: Option<(SelectorMode, BTreeSet<ClusterId>)>,
 }
 
 impl Autoscaler {
@@ -188,6 +190,8 @@ impl Autoscaler {
             last_evaluation: None,
             stats: AutoscalerStats::default(),
             next_wakeup: None,
+            defer_selections: false,
+            pending: None,
         }
     }
 
@@ -353,13 +357,44 @@ impl Autoscaler {
             ScaleAction::Select => SelectorMode::AddCluster,
             ScaleAction::Vertical => SelectorMode::Replace,
         };
+        let replaced: BTreeSet<ClusterId> = live.iter().map(|c| c.id).collect();
         let Some(planner) = router.fork_planner() else {
-            self.skip(now, format!("router {} cannot predict completions for the size selector", router.name()));
+            if self.defer_selections {
+                self.pending = Some((mode, replaced));
+            } else {
+                self.skip(now, format!("router {} cannot predict completions for the size selector", router.name()));
+            }
             return;
         };
-        let replaced: BTreeSet<ClusterId> = live.iter().map(|c| c.id).collect();
+        self.select(now, pool, planner.as_ref(), mode, replaced);
+    }
+
+    /// Whether a fired trigger waits for [`Autoscaler::run_pending_selection`].
+    pub fn pending_selection(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Runs the size selector a fired trigger left pending (see
+    /// [`Autoscaler::defer_selections`]) on `planner`, a fork of the live
+    /// router, from the pool as it is at `now`.
+    pub fn run_pending_selection(&mut self, now: Instant, pool: &Pool, planner: &dyn PlanningRouter) {
+        if let Some((mode, replaced)) = self.pending.take() {
+            self.select(now, pool, planner, mode, replaced);
+        }
+    }
+
+    /// Leaves selections pending instead of running them inline when the
+    /// router passed to the controller calls cannot fork: the live
+    /// autoscaler's view of the router is a snapshot, and it fetches a fork
+    /// from the router's actor off the routing path.
+    pub fn defer_selections(mut self) -> Self {
+        self.defer_selections = true;
+        self
+    }
+
+    fn select(&mut self, now: Instant, pool: &Pool, planner: &dyn PlanningRouter, mode: SelectorMode, replaced: BTreeSet<ClusterId>) {
         let window: Vec<ArrivalRecord> = self.windows.arrivals().cloned().collect();
-        let selection = select_spinup_size(now, pool, planner.as_ref(), &window, &self.selector_config(), mode);
+        let selection = select_spinup_size(now, pool, planner, &window, &self.selector_config(), mode);
         self.stats.selections += 1;
         let choice = selection.choice;
         self.record(ScaleDecision::Selection { at: now, mode, selection });

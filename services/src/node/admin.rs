@@ -10,6 +10,7 @@ use actix::Addr;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
+use slogate_actors::autoscaler::{self, AutoscalerActor};
 use slogate_actors::metrics::Histogram;
 use slogate_actors::provider;
 use slogate_actors::reservoir::{self, ReservoirActor};
@@ -36,6 +37,8 @@ pub struct AdminState {
     pub ready: Arc<AtomicBool>,
     /// Latency histograms.
     pub histograms: Histograms,
+    /// Each autoscaling pool's Autoscaler.
+    pub autoscalers: Vec<(PoolId, Addr<AutoscalerActor>)>,
 }
 
 /// A pool's backend actors.
@@ -241,8 +244,14 @@ async fn actors(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespo
             }
             trackers.insert(pool.0.clone(), serde_json::to_value(pool_trackers).expect("state serialises"));
         }
+        let mut autoscalers = serde_json::Map::new();
+        for (pool, actor) in &state.autoscalers {
+            let autoscaler = actor.send(autoscaler::GetState).await.map_err(mailbox)?;
+            autoscalers.insert(pool.0.clone(), serde_json::to_value(autoscaler).expect("state serialises"));
+        }
         Ok::<_, GatewayError>(serde_json::json!({
             "router_shard": router,
+            "autoscalers": autoscalers,
             "cluster_trackers": trackers,
             "providers": providers,
             "reservoir": reservoir,
@@ -312,19 +321,50 @@ async fn remove_cluster(request: HttpRequest, state: web::Data<AdminState>, path
 }
 
 /// `?limit=N`.
+/// `GET /v1/decisions` parameters.
 #[derive(Deserialize)]
-struct LimitQuery {
+#[serde(deny_unknown_fields)]
+struct DecisionsQuery {
     limit: Option<usize>,
+    /// `routing` (default) or `scaling`.
+    kind: Option<String>,
 }
 
+/// One pool's scaling decision.
+#[derive(Serialize)]
+struct PoolScaleDecision {
+    pool: PoolId,
+    #[serde(flatten)]
+    decision: slogate_core::scale::ScaleDecision,
+}
+
+/// `GET /v1/decisions?limit=N&kind=routing|scaling`: the newest routing
+/// decisions, or every autoscaling pool's newest scaling decisions (fired
+/// triggers, selections with each candidate, spinups, teardowns).
 async fn decisions(request: HttpRequest, state: web::Data<AdminState>) -> HttpResponse {
-    let params = match web::Query::<LimitQuery>::from_query(request.query_string()) {
+    let params = match web::Query::<DecisionsQuery>::from_query(request.query_string()) {
         Ok(q) => q.into_inner(),
         Err(e) => return error_response(&GatewayError::InvalidArgument(format!("query string: {e}"))),
     };
+    let limit = params.limit.unwrap_or(100).min(10_000);
     let result = async {
         authorised(&request, &state, false)?;
-        state.router.send(router::GetDecisions { limit: params.limit.unwrap_or(100).min(10_000) }).await.map_err(mailbox)
+        match params.kind.as_deref().unwrap_or("routing") {
+            "routing" => {
+                let decisions = state.router.send(router::GetDecisions { limit }).await.map_err(mailbox)?;
+                Ok(serde_json::to_value(decisions).expect("decisions serialise"))
+            }
+            "scaling" => {
+                let mut all = Vec::new();
+                for (pool, actor) in &state.autoscalers {
+                    for decision in actor.send(autoscaler::GetScaleDecisions { limit }).await.map_err(mailbox)? {
+                        all.push(PoolScaleDecision { pool: pool.clone(), decision });
+                    }
+                }
+                Ok(serde_json::to_value(all).expect("decisions serialise"))
+            }
+            other => Err(GatewayError::InvalidArgument(format!("kind `{other}` is not one of routing, scaling"))),
+        }
     }
     .await;
     match result {

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use actix::{Actor, Addr};
+use slogate_actors::autoscaler::AutoscalerActor;
 use slogate_actors::clock::VirtualClock;
 use slogate_actors::provider::EmulatedProvider;
 use slogate_actors::reservoir::{self, ReservoirActor, SledStore};
@@ -49,6 +50,7 @@ pub struct Node {
     grpc_task: tokio::task::JoinHandle<()>,
     admin_handle: actix_web::dev::ServerHandle,
     grace: std::time::Duration,
+    arbiters: Vec<actix::Arbiter>,
 }
 
 fn io(what: &str, error: std::io::Error) -> Error {
@@ -99,6 +101,28 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     let histograms = admin::Histograms { decision_time: router.decision_time(), added_latency: Arc::default() };
     let router = router.start();
 
+    // Autoscalers, each on its own thread: the size selector's replays run
+    // there, off the routing path.
+    let mut autoscalers = Vec::new();
+    let mut arbiters = Vec::new();
+    for (i, pool) in file.pool.iter().enumerate().filter(|(_, p)| p.autoscale.enabled) {
+        let (knobs, policy) = pool.autoscale.to_core(&format!("pool[{i}].autoscale"))?;
+        let core = slogate_core::scale::Autoscaler::new(knobs, policy, slogate_core::billing::BillingConfig::default());
+        let id = PoolId(pool.name.clone());
+        let arbiter = actix::Arbiter::new();
+        let actor = {
+            let (id, router) = (id.clone(), router.clone());
+            AutoscalerActor::start_in_arbiter(&arbiter.handle(), move |_| AutoscalerActor::new(id, core, router, clock, mailbox))
+        };
+        router
+            .send(router::AttachAutoscaler { pool: id.clone(), autoscaler: actor.clone().recipient() })
+            .await
+            .map_err(|e| Error::Node(e.to_string()))?
+            .map_err(|e| Error::Node(e.to_string()))?;
+        autoscalers.push((id, actor));
+        arbiters.push(arbiter);
+    }
+
     // gRPC.
     let listener = tokio::net::TcpListener::bind(config.grpc_addr).await.map_err(|e| io(&format!("cannot bind gRPC on {}", config.grpc_addr), e))?;
     let grpc_addr = listener.local_addr().map_err(|e| io("gRPC address", e))?;
@@ -135,6 +159,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         reads_require_token: file.node.reads_require_token,
         ready: ready.clone(),
         histograms,
+        autoscalers,
     };
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new().app_data(actix_web::web::Data::new(admin_state.clone())).configure(admin::routes)
@@ -159,6 +184,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         grpc_task,
         admin_handle,
         grace: std::time::Duration::from_secs(file.limits.shutdown_grace_s),
+        arbiters,
     })
 }
 
@@ -208,6 +234,9 @@ impl Node {
         let _ = self.grpc_task.await;
         self.admin_handle.stop(true).await;
         let _ = self.reservoir.send(reservoir::Shutdown).await;
+        for arbiter in self.arbiters {
+            arbiter.stop();
+        }
         in_flight
     }
 }

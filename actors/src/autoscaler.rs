@@ -1,0 +1,281 @@
+//! The Autoscaler actor: one per pool, a thin shell around core's
+//! [`Autoscaler`].
+//!
+//! The RouterShard sends it a [`ScaleNotice`] after every routing decision,
+//! every completion and every cluster becoming ready or gone, each with a
+//! snapshot of the pool and the router's current predictions for the
+//! running queries. The actor feeds core's autoscaler, which runs the
+//! teardown and spinup triggers on it. When a trigger fires, the actor asks
+//! the RouterShard for a fork of its router and the pool as it is, and runs
+//! the size selector on that fork here, on the actor's own thread, off the
+//! routing path. Core's commands become `RequestCluster` and
+//! `ReleaseCluster` messages to the RouterShard, which asks the Provider
+//! and keeps the trackers. A timer wakes it for teardowns that fall due
+//! while nothing happens.
+//!
+//! Every trigger that fires, every selection (each candidate's simulated
+//! VR and cost, and the choice) and every command is kept in core's
+//! bounded decision log, served with the latest trigger evaluation by
+//! [`GetState`] and [`GetScaleDecisions`].
+
+use std::collections::HashMap;
+
+use actix::prelude::*;
+use serde::Serialize;
+use slogate_core::model::{ClusterId, ExecutionReport, Pool, PoolId, Query, QueryId, Target};
+use slogate_core::route::{Routing, RoutingPolicy};
+use slogate_core::scale::autoscaler::AutoscalerStats;
+use slogate_core::scale::trigger::TriggerEvaluation;
+use slogate_core::scale::{Autoscaler, AutoscalerConfig, AutoscalerPolicy, ScaleDecision};
+use slogate_core::sim::{ClusterCommand, Controller, Observation};
+use slogate_core::time::Duration;
+
+use crate::clock::VirtualClock;
+use crate::router::{ForkPlanner, ReleaseCluster, RequestCluster, RouterShard};
+
+/// What happened in the pool.
+#[derive(Clone, Debug)]
+pub enum ScaleEvent {
+    /// A query arrived and was routed (or not).
+    Arrival {
+        /// The query.
+        query: Query,
+        /// Where it went.
+        target: Option<Target>,
+    },
+    /// An execution finished.
+    Finished(ExecutionReport),
+    /// A cluster became ready.
+    ClusterReady(ClusterId),
+    /// A cluster was released.
+    ClusterGone(ClusterId),
+}
+
+/// The pool as the router sees it, with its predictions for the running
+/// queries.
+#[derive(Clone, Debug)]
+pub struct PoolSnapshot {
+    /// The pool view.
+    pub pool: Pool,
+    /// The router's current predictions, per running query it placed.
+    pub predictions: Vec<(QueryId, Duration)>,
+}
+
+/// A notification from the RouterShard.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ScaleNotice {
+    /// What happened.
+    pub event: ScaleEvent,
+    /// The pool right after it.
+    pub snapshot: PoolSnapshot,
+}
+
+/// Reads the observable state.
+#[derive(Message)]
+#[rtype(result = "AutoscalerState")]
+pub struct GetState;
+
+/// Reads the recent scaling decisions, newest first.
+#[derive(Message)]
+#[rtype(result = "Vec<ScaleDecision>")]
+pub struct GetScaleDecisions {
+    /// At most this many.
+    pub limit: usize,
+}
+
+/// The Autoscaler's observable state.
+#[derive(Clone, Debug, Serialize)]
+pub struct AutoscalerState {
+    /// The pool.
+    pub pool: PoolId,
+    /// The strategy.
+    pub policy: AutoscalerPolicy,
+    /// The knobs.
+    pub config: AutoscalerConfig,
+    /// Counters.
+    pub stats: AutoscalerStats,
+    /// The latest spinup trigger evaluation, fired or not.
+    pub last_trigger_evaluation: Option<TriggerEvaluation>,
+    /// Whether a selection is running or waiting for the router's fork.
+    pub selection_pending: bool,
+    /// Commands (and router forks) that failed.
+    pub commands_failed: u64,
+    /// The last failure's reason.
+    pub last_command_error: Option<String>,
+}
+
+/// The router as a snapshot: predictions only. It cannot route or fork;
+/// the actor fetches a fork from the RouterShard when a selection needs one.
+struct SnapshotRouter {
+    predictions: HashMap<QueryId, Duration>,
+    by_cluster: HashMap<ClusterId, Vec<(QueryId, Duration)>>,
+}
+
+impl SnapshotRouter {
+    fn new(snapshot: &PoolSnapshot) -> Self {
+        let predictions: HashMap<QueryId, Duration> = snapshot.predictions.iter().copied().collect();
+        let mut by_cluster: HashMap<ClusterId, Vec<(QueryId, Duration)>> = HashMap::new();
+        for cluster in &snapshot.pool.clusters {
+            let here = cluster.running.iter().filter_map(|r| predictions.get(&r.id).map(|p| (r.id, *p))).collect();
+            by_cluster.insert(cluster.id, here);
+        }
+        SnapshotRouter { predictions, by_cluster }
+    }
+}
+
+impl RoutingPolicy for SnapshotRouter {
+    fn name(&self) -> &str {
+        "snapshot"
+    }
+    fn route(&mut self, _now: slogate_core::time::Instant, _query: &Query, _pool: &Pool) -> Routing {
+        Routing::Reject { reason: "a snapshot does not route".to_owned() }
+    }
+    fn predicted_latency(&self, query: QueryId) -> Option<Duration> {
+        self.predictions.get(&query).copied()
+    }
+    fn predicted_latencies(&self, cluster: ClusterId) -> Vec<(QueryId, Duration)> {
+        self.by_cluster.get(&cluster).cloned().unwrap_or_default()
+    }
+}
+
+/// The actor. See the module docs.
+pub struct AutoscalerActor {
+    pool: PoolId,
+    core: Autoscaler,
+    router: Addr<RouterShard>,
+    clock: VirtualClock,
+    last_snapshot: Option<PoolSnapshot>,
+    selecting: bool,
+    commands_failed: u64,
+    last_command_error: Option<String>,
+    mailbox_capacity: usize,
+}
+
+impl AutoscalerActor {
+    /// An autoscaler for `pool`, acting through `router`.
+    pub fn new(pool: PoolId, core: Autoscaler, router: Addr<RouterShard>, clock: VirtualClock, mailbox_capacity: usize) -> Self {
+        AutoscalerActor {
+            pool,
+            core: core.defer_selections(),
+            router,
+            clock,
+            last_snapshot: None,
+            selecting: false,
+            commands_failed: 0,
+            last_command_error: None,
+            mailbox_capacity,
+        }
+    }
+
+    /// Carries out core's commands, then starts a pending selection.
+    fn act(&mut self, ctx: &mut Context<Self>) {
+        while let Some(command) = self.core.poll_command() {
+            let router = self.router.clone();
+            let pool = self.pool.clone();
+            let sent = async move {
+                match command {
+                    ClusterCommand::SpinUp { size } => router.send(RequestCluster { pool, size }).await.map(|r| r.map(|_| ())),
+                    ClusterCommand::TearDown { cluster } => router.send(ReleaseCluster { pool, cluster }).await,
+                }
+            };
+            ctx.spawn(sent.into_actor(self).map(|reply, actor, _ctx| {
+                let error = match reply {
+                    Ok(Ok(())) => return,
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => "the router shard is not answering".to_owned(),
+                };
+                actor.commands_failed += 1;
+                actor.last_command_error = Some(error);
+            }));
+        }
+        if self.core.pending_selection() && !self.selecting {
+            self.selecting = true;
+            let request = self.router.send(ForkPlanner { pool: self.pool.clone() });
+            ctx.spawn(request.into_actor(self).map(|reply, actor, ctx| {
+                actor.selecting = false;
+                match reply {
+                    Ok(Ok((planner, pool))) => {
+                        let now = actor.clock.now();
+                        actor.core.run_pending_selection(now, &pool, planner.as_ref());
+                        actor.act(ctx);
+                    }
+                    Ok(Err(e)) => {
+                        actor.commands_failed += 1;
+                        actor.last_command_error = Some(format!("cannot fork the router: {e}"));
+                    }
+                    Err(_) => {
+                        actor.commands_failed += 1;
+                        actor.last_command_error = Some("the router shard is not answering".to_owned());
+                    }
+                }
+            }));
+        }
+    }
+}
+
+impl Actor for AutoscalerActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(self.mailbox_capacity);
+        // Teardowns fall due while nothing happens: check the core's timer
+        // every 50 ms of real time.
+        ctx.run_interval(std::time::Duration::from_millis(50), |actor, ctx| {
+            let now = actor.clock.now();
+            if actor.core.poll_timeout().is_some_and(|at| at <= now)
+                && let Some(snapshot) = actor.last_snapshot.clone()
+            {
+                let router = SnapshotRouter::new(&snapshot);
+                actor.core.handle_timeout(now, &snapshot.pool, &router);
+                actor.act(ctx);
+            }
+        });
+    }
+}
+
+impl Handler<ScaleNotice> for AutoscalerActor {
+    type Result = ();
+
+    fn handle(&mut self, notice: ScaleNotice, ctx: &mut Self::Context) {
+        let now = self.clock.now();
+        let router = SnapshotRouter::new(&notice.snapshot);
+        let pool = &notice.snapshot.pool;
+        match &notice.event {
+            ScaleEvent::Arrival { query, target } => {
+                self.core.handle_observation(now, Observation::Arrival { query, target: *target }, pool, &router);
+            }
+            ScaleEvent::Finished(report) => self.core.handle_observation(now, Observation::Finished(report), pool, &router),
+            ScaleEvent::ClusterReady(cluster) => self.core.handle_observation(now, Observation::ClusterReady(*cluster), pool, &router),
+            ScaleEvent::ClusterGone(cluster) => self.core.handle_observation(now, Observation::ClusterGone(*cluster), pool, &router),
+        }
+        self.last_snapshot = Some(notice.snapshot);
+        self.act(ctx);
+    }
+}
+
+impl Handler<GetState> for AutoscalerActor {
+    type Result = MessageResult<GetState>;
+
+    fn handle(&mut self, _message: GetState, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(AutoscalerState {
+            pool: self.pool.clone(),
+            policy: self.core.policy(),
+            config: self.core.config().clone(),
+            stats: self.core.stats().clone(),
+            last_trigger_evaluation: self.core.last_evaluation().cloned(),
+            selection_pending: self.core.pending_selection() || self.selecting,
+            commands_failed: self.commands_failed,
+            last_command_error: self.last_command_error.clone(),
+        })
+    }
+}
+
+impl Handler<GetScaleDecisions> for AutoscalerActor {
+    type Result = MessageResult<GetScaleDecisions>;
+
+    fn handle(&mut self, message: GetScaleDecisions, _ctx: &mut Self::Context) -> Self::Result {
+        let decisions: Vec<ScaleDecision> = self.core.decisions().cloned().collect();
+        MessageResult(decisions.into_iter().rev().take(message.limit).collect())
+    }
+}
