@@ -144,8 +144,13 @@ fn eval_output_matches_the_golden_files() {
     let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let scenarios = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios");
     let sizes = scenarios.join("sizes.toml");
-    let cases: [(&str, Vec<&str>); 2] =
-        [("eval-base-seed1.txt", vec!["eval", "base"]), ("eval-sizes-seed1.txt", vec!["eval", sizes.to_str().unwrap()])];
+    let cases: [(&str, Vec<&str>); 5] = [
+        ("eval-base-seed1.txt", vec!["eval", "base"]),
+        ("eval-sizes-seed1.txt", vec!["eval", sizes.to_str().unwrap()]),
+        ("eval-router-table2-seed1.txt", vec!["eval", "router-table2"]),
+        ("eval-size-table3-seed1.txt", vec!["eval", "size-table3"]),
+        ("eval-trigger-table4-seed1.txt", vec!["eval", "trigger-table4"]),
+    ];
     for (file, args) in cases {
         let out = slogate(&args);
         assert!(out.status.success());

@@ -491,3 +491,38 @@ impl Controller for Autoscaler {
         self.commands.pop_front()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::TemplateId;
+    use crate::predict::concurrency::ConcurrencyConfig;
+    use crate::predict::{ConcurrencyAware, LatencyPredictor, Observation as Execution};
+    use crate::route::slo::SloRouter;
+    use crate::time::Duration;
+
+    fn planner() -> SloRouter<ConcurrencyAware> {
+        let mut predictor = ConcurrencyAware::new(ConcurrencyConfig::default());
+        for n in [0u32, 2, 8] {
+            let latency = Duration::from_secs_f64(10.0 * (1.0 + f64::from(n) / 4.0));
+            predictor.observe(&Execution { template: TemplateId(1), size: Rpu(16), neighbours: n, latency, censored: false });
+        }
+        predictor.fit();
+        SloRouter::new("slogate", predictor, BillingConfig::default())
+    }
+
+    #[test]
+    fn a_router_that_cannot_predict_leaves_the_selection_skipped_or_pending() {
+        let pool = crate::scale::replay::pool_of(&[Rpu(16)]);
+        let router = crate::route::RoundRobin::default();
+        let mut skipping = Autoscaler::new(AutoscalerConfig::default(), AutoscalerPolicy::SLOGATE, BillingConfig::default());
+        skipping.act(Instant::ZERO, &pool, &router);
+        assert!(matches!(skipping.decisions().last(), Some(ScaleDecision::Skipped { .. })));
+        let mut deferring = Autoscaler::new(AutoscalerConfig::default(), AutoscalerPolicy::SLOGATE, BillingConfig::default()).defer_selections();
+        deferring.act(Instant::ZERO, &pool, &router);
+        assert!(deferring.pending_selection());
+        deferring.run_pending_selection(Instant::ZERO, &pool, &planner());
+        assert!(!deferring.pending_selection());
+        assert!(deferring.decisions().any(|d| matches!(d, ScaleDecision::Selection { .. })));
+    }
+}
