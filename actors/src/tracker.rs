@@ -75,6 +75,10 @@ pub struct ClusterTracker {
     cluster: ClusterId,
     size: Rpu,
     state: ClusterState,
+    /// Whether provisioning finished: the warehouse runs (and bills) the
+    /// queries it holds from then on, even on a cluster released while it
+    /// was starting.
+    provisioned: bool,
     billing: BillingTimer,
     /// The last instant given to `billing`, which takes inputs in time
     /// order: reports arrive a little after their virtual finish time.
@@ -118,6 +122,7 @@ impl ClusterTracker {
             cluster,
             size,
             state,
+            provisioned: state != ClusterState::Starting,
             billing: BillingTimer::new(billing, size),
             billing_clock: Instant::ZERO,
             running: Vec::new(),
@@ -212,9 +217,13 @@ impl Handler<ClusterUpdate> for ClusterTracker {
         if message.cluster != self.cluster {
             return;
         }
-        if message.state == ClusterState::Ready && self.state == ClusterState::Starting {
+        // "Ready" reports that provisioning finished. A cluster released
+        // while starting still runs (and is billed for) what it holds, but
+        // stays draining: it takes nothing new.
+        if message.state == ClusterState::Ready && !self.provisioned {
+            self.provisioned = true;
             let at = self.billing_instant(self.clock.now());
-            for running in &mut self.running {
+            for running in self.running.iter_mut().filter(|r| !r.billed) {
                 self.billing.handle_query_start(at);
                 running.billed = true;
             }

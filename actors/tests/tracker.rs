@@ -59,3 +59,36 @@ async fn tracker_runs_queries_and_estimates_the_bill_the_warehouse_charges() {
     let late = Query { id: QueryId(9), pool: PoolId::default(), template: TemplateId(3), slo: Slo { latency: Duration::from_secs(1) }, arrival: Instant::ZERO };
     assert!(tracker.send(Dispatch { query: late, reply }).await.unwrap().is_err());
 }
+
+#[actix_rt::test]
+async fn a_cluster_released_while_starting_still_bills_the_queries_it_holds() {
+    tokio::time::pause();
+    let clock = VirtualClock::start(1_000.0);
+    let backend = EmulatedWarehouse::new(WorldConfig::default(), clock, 256).start();
+    let cluster = backend.send(AddCluster { size: Rpu(16), warm: false }).await.unwrap();
+    let tracker = ClusterTracker::new(TrackerSetup {
+        pool: PoolId::default(),
+        cluster,
+        size: Rpu(16),
+        state: ClusterState::Starting,
+        billing: BillingConfig::default(),
+        backend: backend.clone(),
+        provider: EmulatedProvider::new(backend.clone(), clock, 64).start(),
+        clock,
+        mailbox_capacity: 256,
+    })
+    .start();
+    let (reply, report) = oneshot::channel();
+    let query = Query { id: QueryId(1), pool: PoolId::default(), template: TemplateId(3), slo: Slo { latency: Duration::from_secs(900) }, arrival: Instant::ZERO };
+    tracker.send(Dispatch { query, reply }).await.unwrap().unwrap();
+    // Released before δ = 300 virtual seconds (0.3 s here) pass: it runs
+    // what it holds once provisioned, then goes.
+    tracker.send(Release).await.unwrap().unwrap();
+    report.await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let state = tracker.send(GetState).await.unwrap();
+    assert_eq!(state.state, ClusterState::Gone, "{state:?}");
+    let billed = backend.send(warehouse::GetState).await.unwrap().clusters[0].billed_usd;
+    assert!(billed > 0.0);
+    assert!((state.billed_usd_estimate / billed - 1.0).abs() < 0.01, "estimate {} vs bill {billed}", state.billed_usd_estimate);
+}
