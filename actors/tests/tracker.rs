@@ -1,16 +1,32 @@
 //! The ClusterTracker on paused time: it runs queries through the backend
 //! and its own billing estimate matches the warehouse's bill.
 
-use actix::Actor;
+use actix::{Actor, Addr};
 use slogate_actors::clock::VirtualClock;
 use slogate_actors::provider::EmulatedProvider;
 use slogate_actors::tracker::{ClusterTracker, Dispatch, GetState, Release, TrackerSetup};
 use slogate_actors::warehouse::{self, AddCluster, EmulatedWarehouse};
 use slogate_core::billing::BillingConfig;
-use slogate_core::model::{ClusterState, PoolId, Query, QueryId, Rpu, Slo, TemplateId};
+use slogate_core::model::{ClusterId, ClusterState, PoolId, Query, QueryId, Rpu, Slo, TemplateId};
 use slogate_core::time::{Duration, Instant};
 use slogate_core::world::WorldConfig;
 use tokio::sync::oneshot;
+
+/// A tracker for a 16-RPU `cluster` of `backend`.
+fn tracker(backend: &Addr<EmulatedWarehouse>, cluster: ClusterId, state: ClusterState, clock: VirtualClock) -> Addr<ClusterTracker> {
+    ClusterTracker::new(TrackerSetup {
+        pool: PoolId::default(),
+        cluster,
+        size: Rpu(16),
+        state,
+        billing: BillingConfig::default(),
+        backend: backend.clone(),
+        provider: EmulatedProvider::new(backend.clone(), clock, 64).start(),
+        clock,
+        mailbox_capacity: 256,
+    })
+    .start()
+}
 
 #[actix_rt::test]
 async fn tracker_runs_queries_and_estimates_the_bill_the_warehouse_charges() {
@@ -18,18 +34,7 @@ async fn tracker_runs_queries_and_estimates_the_bill_the_warehouse_charges() {
     let clock = VirtualClock::start(1_000.0);
     let backend = EmulatedWarehouse::new(WorldConfig::default(), clock, 256).start();
     let cluster = backend.send(AddCluster { size: Rpu(16), warm: true }).await.unwrap();
-    let tracker = ClusterTracker::new(TrackerSetup {
-        pool: PoolId::default(),
-        cluster,
-        size: Rpu(16),
-        state: ClusterState::Ready,
-        billing: BillingConfig::default(),
-        backend: backend.clone(),
-        provider: EmulatedProvider::new(backend.clone(), clock, 64).start(),
-        clock,
-        mailbox_capacity: 256,
-    })
-    .start();
+    let tracker = tracker(&backend, cluster, ClusterState::Ready, clock);
     let mut reports = Vec::new();
     for id in 0..5 {
         let (reply, report) = oneshot::channel();
@@ -66,18 +71,7 @@ async fn a_cluster_released_while_starting_still_bills_the_queries_it_holds() {
     let clock = VirtualClock::start(1_000.0);
     let backend = EmulatedWarehouse::new(WorldConfig::default(), clock, 256).start();
     let cluster = backend.send(AddCluster { size: Rpu(16), warm: false }).await.unwrap();
-    let tracker = ClusterTracker::new(TrackerSetup {
-        pool: PoolId::default(),
-        cluster,
-        size: Rpu(16),
-        state: ClusterState::Starting,
-        billing: BillingConfig::default(),
-        backend: backend.clone(),
-        provider: EmulatedProvider::new(backend.clone(), clock, 64).start(),
-        clock,
-        mailbox_capacity: 256,
-    })
-    .start();
+    let tracker = tracker(&backend, cluster, ClusterState::Starting, clock);
     let (reply, report) = oneshot::channel();
     let query = Query { id: QueryId(1), pool: PoolId::default(), template: TemplateId(3), slo: Slo { latency: Duration::from_secs(900) }, arrival: Instant::ZERO };
     tracker.send(Dispatch { query, reply }).await.unwrap().unwrap();

@@ -17,6 +17,7 @@ use slogate_core::model::{QueryId, Rpu, Slo, TemplateId};
 use slogate_core::predict::concurrency::{ConcurrencyAware, ConcurrencyConfig};
 use slogate_core::predict::{LatencyPredictor, Observation};
 use slogate_core::route::slo::SloRouter;
+use slogate_core::scale::AutoscalerConfig;
 use slogate_core::scale::replay::{SelectorConfig, SelectorMode, pool_of, select_spinup_size};
 use slogate_core::scale::windows::ArrivalRecord;
 use slogate_core::time::{Duration, Instant};
@@ -55,17 +56,8 @@ fn window(rate_per_s: f64, decision: Instant) -> Vec<ArrivalRecord> {
 }
 
 fn config(sizes: &[u32]) -> SelectorConfig {
-    SelectorConfig {
-        sizes: sizes.iter().copied().map(Rpu).collect(),
-        spinup_delay: Duration::from_secs(300),
-        window: Duration::from_secs(300),
-        completions: 32,
-        max_replay_copies: 30,
-        horizon: Duration::from_secs(600),
-        target: 0.1,
-        threads: 2,
-        billing: BillingConfig::default(),
-    }
+    let knobs = AutoscalerConfig { sizes: sizes.iter().copied().map(Rpu).collect(), selector_threads: 2, ..AutoscalerConfig::default() };
+    knobs.selector_config(BillingConfig::default())
 }
 
 fn bench(c: &mut Criterion) {

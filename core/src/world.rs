@@ -397,6 +397,19 @@ impl World {
         World { config, template_index, clusters: Vec::new(), events: VecDeque::new(), now: Instant::ZERO }
     }
 
+    /// The default warehouse with noise seeded by `seed` and one warm,
+    /// ready cluster of each size in `sizes_rpu` (a scenario's starting
+    /// fleet).
+    pub fn seeded_with_ready(seed: u64, sizes_rpu: &[u32]) -> Self {
+        let mut config = WorldConfig::default();
+        config.seed(seed);
+        let mut world = World::new(config);
+        for &size in sizes_rpu {
+            world.add_cluster(Instant::ZERO, Rpu(size), true);
+        }
+        world
+    }
+
     /// The configuration.
     pub fn config(&self) -> &WorldConfig {
         &self.config

@@ -14,16 +14,10 @@ use slogate_core::route::slo::SloRouter;
 use slogate_core::scale::{Autoscaler, AutoscalerConfig, AutoscalerPolicy};
 use slogate_core::sim::{ClusterCommand, Controller, Observation, QueryOutcome, Simulation};
 use slogate_core::time::{Duration, Instant};
-use slogate_core::world::{World, WorldConfig};
+use slogate_core::world::World;
 
 fn world(seed: u64, sizes: &[u32]) -> World {
-    let mut config = WorldConfig::default();
-    config.seed(seed);
-    let mut world = World::new(config);
-    for &size in sizes {
-        world.add_cluster(Instant::ZERO, Rpu(size), true);
-    }
-    world
+    World::seeded_with_ready(seed, sizes)
 }
 
 /// `count` queries every `1 / rate` seconds, templates cycling.

@@ -227,17 +227,7 @@ impl Autoscaler {
 
     /// The selector's settings, derived from the knobs.
     pub fn selector_config(&self) -> SelectorConfig {
-        SelectorConfig {
-            sizes: self.config.sizes.clone(),
-            spinup_delay: self.config.spinup_delay,
-            window: self.config.window,
-            completions: self.config.completions,
-            max_replay_copies: self.config.max_replay_copies,
-            horizon: self.config.replay_horizon,
-            target: self.config.target,
-            threads: self.config.selector_threads,
-            billing: self.billing.clone(),
-        }
+        self.config.selector_config(self.billing.clone())
     }
 
     fn record(&mut self, decision: ScaleDecision) {

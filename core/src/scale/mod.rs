@@ -23,8 +23,10 @@ pub mod windows;
 
 use serde::{Deserialize, Serialize};
 
+use crate::billing::BillingConfig;
 use crate::model::Rpu;
 use crate::time::Duration;
+use replay::SelectorConfig;
 
 pub use autoscaler::{Autoscaler, AutoscalerPolicy, ScaleAction, ScaleDecision, SpinupPolicy};
 
@@ -66,6 +68,24 @@ pub struct AutoscalerConfig {
     pub replay_horizon: Duration,
     /// Threads the size selector evaluates candidates on.
     pub selector_threads: usize,
+}
+
+impl AutoscalerConfig {
+    /// The size selector's settings from these knobs, with the billing
+    /// terms its cost estimates use.
+    pub fn selector_config(&self, billing: BillingConfig) -> SelectorConfig {
+        SelectorConfig {
+            sizes: self.sizes.clone(),
+            spinup_delay: self.spinup_delay,
+            window: self.window,
+            completions: self.completions,
+            max_replay_copies: self.max_replay_copies,
+            horizon: self.replay_horizon,
+            target: self.target,
+            threads: self.selector_threads,
+            billing,
+        }
+    }
 }
 
 impl Default for AutoscalerConfig {

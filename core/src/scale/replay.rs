@@ -520,17 +520,8 @@ mod tests {
     }
 
     fn config() -> SelectorConfig {
-        SelectorConfig {
-            sizes: vec![Rpu(8), Rpu(16), Rpu(32)],
-            spinup_delay: Duration::from_secs(300),
-            window: Duration::from_secs(300),
-            completions: 32,
-            max_replay_copies: 30,
-            horizon: Duration::from_secs(600),
-            target: 0.1,
-            threads: 2,
-            billing: BillingConfig::default(),
-        }
+        let knobs = crate::scale::AutoscalerConfig { sizes: vec![Rpu(8), Rpu(16), Rpu(32)], ..crate::scale::AutoscalerConfig::default() };
+        knobs.selector_config(BillingConfig::default())
     }
 
     #[test]

@@ -3,7 +3,6 @@ use rand::{Rng, SeedableRng, rngs::SmallRng};
 use super::*;
 use crate::model::PoolId;
 use crate::route::{LeastLoaded, RoundRobin};
-use crate::world::WorldConfig;
 
 fn arrivals(seed: u64, count: u64, rate_per_s: f64) -> Vec<Query> {
     let mut rng = SmallRng::seed_from_u64(seed);
@@ -23,13 +22,7 @@ fn arrivals(seed: u64, count: u64, rate_per_s: f64) -> Vec<Query> {
 }
 
 fn world(seed: u64, sizes: &[u32]) -> World {
-    let mut config = WorldConfig::default();
-    config.seed(seed);
-    let mut world = World::new(config);
-    for &size in sizes {
-        world.add_cluster(Instant::ZERO, Rpu(size), true);
-    }
-    world
+    World::seeded_with_ready(seed, sizes)
 }
 
 /// Runs `SIM_RUNS` (default 8) seeds; on failure the panic names the seed.

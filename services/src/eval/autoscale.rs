@@ -29,13 +29,13 @@ use std::time::Instant as WallInstant;
 
 use serde::{Deserialize, Serialize};
 use slogate_core::billing::BillingConfig;
-use slogate_core::model::{Pool, PoolId, Query, Rpu};
+use slogate_core::model::{Pool, PoolId, Query};
 use slogate_core::route::RoutingPolicy;
 use slogate_core::scale::{Autoscaler, AutoscalerPolicy, ScaleAction, ScaleDecision, SpinupPolicy};
 use slogate_core::scale::AutoscalerConfig;
 use slogate_core::sim::{ClusterCommand, Controller, Observation as SimObservation, Simulation};
 use slogate_core::time::Instant;
-use slogate_core::world::{World, WorldConfig};
+use slogate_core::world::World;
 use slogate_loadgen::workload::{assign_slos, base_workload, to_queries};
 
 use super::{Scenario, build_policy, training_observations};
@@ -216,10 +216,7 @@ fn run_case(
     history: &[slogate_core::predict::Observation],
     seed: u64,
 ) -> Result<AutoscaleResult> {
-    let mut world_config = WorldConfig::default();
-    world_config.seed(seed);
-    let mut world = World::new(world_config);
-    world.add_cluster(Instant::ZERO, Rpu(case.start_rpu), true);
+    let world = World::seeded_with_ready(seed, &[case.start_rpu]);
     let router = build_policy("slogate", history)?;
     let autoscaler =
         Rc::new(RefCell::new(Autoscaler::new(AutoscalerConfig::default(), experiment.policy(policy, queries.len())?, BillingConfig::default())));

@@ -30,7 +30,7 @@ use slogate_core::sim::Simulation;
 use slogate_core::stats::percentile;
 use slogate_core::time::Instant;
 use slogate_core::model::ExecutionReport;
-use slogate_core::world::{World, WorldConfig};
+use slogate_core::world::World;
 use slogate_loadgen::workload::to_queries;
 
 pub use scenario::{Scenario, WorkloadSpec};
@@ -68,10 +68,7 @@ pub fn training_observations(sizes: &[u32], seed: u64) -> Vec<Observation> {
             let mut entries = slogate_loadgen::workload::base_workload(&templates, rate, run_seed).expect("valid rate");
             slogate_loadgen::workload::assign_slos(&mut entries, &templates, 4.0).expect("valid kappa");
             let queries = to_queries(&entries, &PoolId::default()).expect("slos assigned");
-            let mut config = WorldConfig::default();
-            config.seed(run_seed);
-            let mut world = World::new(config);
-            world.add_cluster(Instant::ZERO, Rpu(size), true);
+            let world = World::seeded_with_ready(run_seed, &[size]);
             let mut sim = Simulation::new(world, slogate_core::route::RoundRobin::default(), queries);
             sim.drive_until_idle();
             let records = sim.records();
@@ -270,12 +267,7 @@ pub fn run_explained(scenario: &Scenario, policies: &[String], seed: u64, explai
 }
 
 fn run_case(case: &Case, policy: &str, history: &[Observation], queries: &[Query], seed: u64, explain: usize) -> Result<PolicyResult> {
-    let mut config = WorldConfig::default();
-    config.seed(seed);
-    let mut world = World::new(config);
-    for &size in &case.clusters {
-        world.add_cluster(Instant::ZERO, Rpu(size), true);
-    }
+    let world = World::seeded_with_ready(seed, &case.clusters);
     let timed =
         Timed { inner: build_policy(policy, history)?, samples_us: Vec::with_capacity(queries.len()), explained: Vec::new(), explain };
     let mut sim = Simulation::new(world, timed, queries.to_vec());
