@@ -149,6 +149,9 @@ pub struct AutoscaleSection {
     pub queue_threshold: usize,
     /// Whether idle clusters are torn down.
     pub teardown: bool,
+    /// Never tear down the last ready cluster (off lets an idle pool scale
+    /// to zero: queries then fail with a reason until a spinup is ready).
+    pub keep_last_cluster: bool,
     /// T_idle, seconds.
     pub idle_teardown_s: u64,
     /// T_min_lifetime, seconds.
@@ -188,6 +191,7 @@ impl Default for AutoscaleSection {
             trigger: "projected".into(),
             queue_threshold: 32,
             teardown: true,
+            keep_last_cluster: core.keep_last_cluster,
             idle_teardown_s: core.idle_teardown.as_micros() / 1_000_000,
             min_lifetime_s: core.min_lifetime.as_micros() / 1_000_000,
             trigger_target: core.trigger_target,
@@ -246,7 +250,7 @@ impl AutoscaleSection {
         let config = AutoscalerConfig {
             idle_teardown: Duration::from_secs(self.idle_teardown_s),
             min_lifetime: Duration::from_secs(self.min_lifetime_s),
-            keep_last_cluster: true,
+            keep_last_cluster: self.keep_last_cluster,
             trigger_target: self.trigger_target,
             min_observations: self.min_observations,
             trigger_slo_tightening: self.trigger_slo_tightening,
