@@ -12,10 +12,15 @@
 //! - [`model`]: queries, templates, SLOs, clusters, pools and targets.
 //! - [`fingerprint`]: template ids for queries submitted as SQL text.
 //! - [`billing`]: the usage-based billing timer (AutoSLO §2).
+//! - [`elastic`]: the elastic (serverless) tier: cold starts, keep-alive,
+//!   concurrency limit, FaaS prices; provisioned-instance billing.
 //! - [`objective`]: BestWithTarget(V, K, τ).
 //! - [`predict`]: latency predictors learned from observed executions.
 //! - [`reservoir`]: the workload reservoir's count and arrivals tables.
-//! - [`route`]: the `RoutingPolicy` trait and baseline routers.
+//! - [`route`]: the `RoutingPolicy` trait, baseline routers and the
+//!   SLO-aware router.
+//! - [`scale`]: the autoscaler: observation windows, triggers, the
+//!   planner's replay and the spinup size selector.
 //! - [`world`]: the emulated warehouse (ground truth), fitted to
 //!   [`catalog`], the embedded Redshift measurements.
 //! - [`sim`]: the discrete-event engine that drives a routing policy (and
@@ -60,6 +65,7 @@
 
 pub mod billing;
 pub mod catalog;
+pub mod elastic;
 pub mod fingerprint;
 pub mod invariants;
 pub mod model;
