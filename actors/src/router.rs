@@ -726,12 +726,16 @@ impl Handler<CompletionUpdate> for RouterShard {
                 if !slo_met {
                     pool.stats.violations += 1;
                 }
-                if let Some(reservoir) = &self.reservoir {
-                    let size = pool.view.clusters.iter().find(|c| c.id == report.cluster).map_or(Rpu(0), |c| c.size);
+                // The execution log teaches the cluster predictors: elastic
+                // executions are not cluster executions.
+                if let Some(reservoir) = &self.reservoir
+                    && let Target::Cluster(cluster) = report.target
+                {
+                    let size = pool.view.clusters.iter().find(|c| c.id == cluster).map_or(Rpu(0), |c| c.size);
                     let record = ExecutionRecord {
                         query: message.query,
                         template: flight.template,
-                        cluster: report.cluster,
+                        cluster,
                         size,
                         neighbours_at_dispatch: flight.neighbours_at_dispatch,
                         latency,

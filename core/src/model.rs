@@ -225,8 +225,8 @@ pub enum ExecutionOutcome {
 pub struct ExecutionReport {
     /// The query.
     pub query: QueryId,
-    /// The cluster it ran on.
-    pub cluster: ClusterId,
+    /// Where it ran: a cluster or the elastic tier.
+    pub target: Target,
     /// When it arrived at the gateway.
     pub arrival: Instant,
     /// When it was sent to the cluster.

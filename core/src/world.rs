@@ -59,7 +59,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::billing::{BillingConfig, BillingTimer};
 use crate::catalog::{self, ExecutionMeasurement};
-use crate::model::{ClusterId, ClusterState, ExecutionOutcome, ExecutionReport, Query, QueryId, Rpu, TemplateId};
+use crate::elastic::{ElasticConfig, ElasticPool};
+use crate::model::{ClusterId, ClusterState, ExecutionOutcome, ExecutionReport, Query, QueryId, Rpu, Target, TemplateId};
 use crate::stats::median;
 use crate::time::{Duration, Instant};
 
@@ -131,6 +132,9 @@ pub struct WorldConfig {
     pub query_timeout: Duration,
     /// The billing timer's parameters.
     pub billing: BillingConfig,
+    /// The elastic tier, if the scenario has one.
+    #[serde(default)]
+    pub elastic: Option<ElasticConfig>,
 }
 
 impl Default for WorldConfig {
@@ -202,6 +206,7 @@ impl WorldConfig {
             teardown_delay: Duration::from_secs(60),
             query_timeout: Duration::from_secs(3_600),
             billing: BillingConfig::default(),
+            elastic: None,
         }
     }
 
@@ -386,15 +391,31 @@ pub struct World {
     /// Position of each template's profile in `config.templates`.
     template_index: HashMap<TemplateId, usize>,
     clusters: Vec<ClusterSim>,
+    elastic: ElasticSim,
     events: VecDeque<WorldEvent>,
     now: Instant,
+}
+
+/// The elastic tier's ground truth: its warm pool, running and waiting
+/// invocations, and its bill.
+#[derive(Clone, Debug, Default)]
+struct ElasticSim {
+    pool: ElasticPool,
+    /// `(finish, query, arrival, dispatched, started)`, unordered.
+    running: Vec<(Instant, QueryId, Instant, Instant, Instant)>,
+    /// Throttled at the concurrency limit: `(query, template, arrival,
+    /// dispatched)`, first come first served.
+    waiting: VecDeque<(QueryId, TemplateId, Instant, Instant)>,
+    cost_usd: f64,
+    invocations: u64,
+    cold_starts: u64,
 }
 
 impl World {
     /// An empty warehouse.
     pub fn new(config: WorldConfig) -> Self {
         let template_index = config.templates.iter().enumerate().map(|(i, p)| (p.template, i)).collect();
-        World { config, template_index, clusters: Vec::new(), events: VecDeque::new(), now: Instant::ZERO }
+        World { config, template_index, clusters: Vec::new(), elastic: ElasticSim::default(), events: VecDeque::new(), now: Instant::ZERO }
     }
 
     /// The default warehouse with noise seeded by `seed` and one warm,
@@ -480,6 +501,74 @@ impl World {
         Self::process(&self.config, c, now, &mut self.events);
     }
 
+    /// Sends `query` to the elastic tier at `now`. It starts at once if the
+    /// tier is under its concurrency limit (after a cold start unless a warm
+    /// instance is idle), or waits for a slot; it runs at the configured
+    /// speed relative to the reference size, alone (no interference).
+    ///
+    /// # Panics
+    ///
+    /// If the world has no elastic tier: routing there is a policy bug.
+    pub fn dispatch_elastic(&mut self, now: Instant, query: &Query) {
+        self.advance(now);
+        assert!(self.config.elastic.is_some(), "dispatch of {} to an elastic tier the world does not have", query.id);
+        self.elastic.waiting.push_back((query.id, query.template, query.arrival, now));
+        self.start_elastic(now);
+    }
+
+    /// Starts waiting invocations while there is capacity.
+    fn start_elastic(&mut self, now: Instant) {
+        let Some(config) = self.config.elastic.clone() else { return };
+        let reference = self.config.size_profile(config.reference_size);
+        while self.elastic.pool.has_capacity(&config) {
+            let Some((query, template, arrival, dispatched)) = self.elastic.waiting.pop_front() else { break };
+            let warm = self.elastic.pool.start(now, &config);
+            self.elastic.invocations += 1;
+            self.elastic.cold_starts += u64::from(!warm);
+            let isolated_s = Self::isolated_s(&self.config, &self.template_index, template, &reference);
+            let run = config.execution_time(Duration::from_secs_f64(isolated_s * noise_factor(self.config.seed, query, self.config.noise_sigma)));
+            let cold = if warm { Duration::ZERO } else { config.cold_start };
+            self.elastic.running.push((now + cold + run, query, arrival, dispatched, now));
+        }
+    }
+
+    /// Completes elastic invocations due by `now`, in time order.
+    fn advance_elastic(&mut self, now: Instant) {
+        let Some(config) = self.config.elastic.clone() else { return };
+        loop {
+            let timeout = self.config.query_timeout;
+            let end = |r: &(Instant, QueryId, Instant, Instant, Instant)| r.0.min(r.2 + timeout);
+            let due = self.elastic.running.iter().enumerate().filter(|(_, r)| end(r) <= now).min_by_key(|(_, r)| (end(r), r.1)).map(|(i, _)| i);
+            let Some(index) = due else { return };
+            let (finish, query, arrival, dispatched, started) = self.elastic.running.swap_remove(index);
+            let deadline = arrival + self.config.query_timeout;
+            let (finished, outcome) =
+                if finish > deadline { (deadline, ExecutionOutcome::TimedOut) } else { (finish, ExecutionOutcome::Completed) };
+            self.elastic.pool.finish(finished, &config);
+            self.elastic.cost_usd += config.invocation_cost_usd(finished - started);
+            self.events.push_back(WorldEvent::QueryFinished(ExecutionReport {
+                query,
+                target: Target::Elastic,
+                arrival,
+                dispatched,
+                started: Some(started),
+                finished,
+                outcome,
+            }));
+            self.start_elastic(finished);
+        }
+    }
+
+    /// The elastic tier's bill so far, dollars.
+    pub fn elastic_cost_usd(&self) -> f64 {
+        self.elastic.cost_usd
+    }
+
+    /// Elastic invocations started so far, and how many were cold.
+    pub fn elastic_invocations(&self) -> (u64, u64) {
+        (self.elastic.invocations, self.elastic.cold_starts)
+    }
+
     /// Tears `cluster` down at `now`: it accepts nothing more, finishes
     /// what it runs, and is gone ζ after its last query.
     pub fn tear_down(&mut self, now: Instant, cluster: ClusterId) {
@@ -500,7 +589,8 @@ impl World {
 
     /// The next instant at which something happens without further input.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.clusters.iter().filter_map(|c| c.next_event).min()
+        let elastic = self.elastic.running.iter().map(|r| r.0.min(r.2 + self.config.query_timeout)).min();
+        self.clusters.iter().filter_map(|c| c.next_event).chain(elastic).min()
     }
 
     /// Advances every cluster to `now`, emitting what happened.
@@ -562,6 +652,7 @@ impl World {
                 Self::process(&self.config, c, at, &mut self.events);
             }
         }
+        self.advance_elastic(now);
     }
 
     /// Brings one cluster's state to `now` and recomputes its next event.
@@ -595,7 +686,7 @@ impl World {
             if done || timed_out {
                 finished.push(ExecutionReport {
                     query: e.query,
-                    cluster: c.id,
+                    target: Target::Cluster(c.id),
                     arrival: e.arrival,
                     dispatched: e.dispatched,
                     started: Some(e.started),
@@ -610,7 +701,7 @@ impl World {
             if timed_out {
                 finished.push(ExecutionReport {
                     query: w.query,
-                    cluster: c.id,
+                    target: Target::Cluster(c.id),
                     arrival: w.arrival,
                     dispatched: w.dispatched,
                     started: None,
@@ -746,6 +837,30 @@ mod tests {
             slo: Slo { latency: Duration::from_secs(1_000) },
             arrival: Instant::from_secs_f64(arrival_s),
         }
+    }
+
+    #[test]
+    fn the_elastic_tier_runs_alone_pays_cold_starts_and_queues_at_its_limit() {
+        let elastic = ElasticConfig { concurrency_limit: 2, keep_alive: Duration::from_secs(600), ..ElasticConfig::default() };
+        let mut config = quiet_config();
+        config.elastic = Some(elastic.clone());
+        let mut world = World::new(config.clone());
+        let reference = config.isolated_latency(TemplateId(3), elastic.reference_size);
+        let run = elastic.execution_time(reference);
+        for id in 0..3 {
+            world.dispatch_elastic(Instant::ZERO, &query(id, 3, 0.0));
+        }
+        let reports = drain(&mut world);
+        assert!(reports.iter().all(|r| r.target == Target::Elastic && r.outcome == ExecutionOutcome::Completed));
+        let latency = |id: u64| reports.iter().find(|r| r.query == QueryId(id)).expect("finished").latency();
+        // Two start cold at once; the third waits for a slot and reuses the
+        // first instance, warm.
+        assert_eq!(latency(0), elastic.cold_start + run);
+        assert_eq!(latency(1), elastic.cold_start + run);
+        assert_eq!(latency(2), elastic.cold_start + run + run);
+        assert_eq!(world.elastic_invocations(), (3, 2));
+        let expected = 2.0 * elastic.invocation_cost_usd(elastic.cold_start + run) + elastic.invocation_cost_usd(run);
+        assert!((world.elastic_cost_usd() - expected).abs() < 1e-9, "{} vs {expected}", world.elastic_cost_usd());
     }
 
     fn drain(world: &mut World) -> Vec<ExecutionReport> {

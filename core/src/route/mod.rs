@@ -20,6 +20,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod elastic;
 pub mod slo;
 
 use crate::model::{ClusterId, ClusterState, ClusterView, Pool, Query, QueryId, Target};
@@ -96,6 +97,10 @@ pub trait PlanningRouter: RoutingPolicy + Send {
 
     /// Another independent copy, for evaluating one more candidate.
     fn fork(&self) -> Box<dyn PlanningRouter>;
+
+    /// The estimated bill of an elastic offload running `duration`; zero
+    /// for a router without an elastic tier.
+    fn elastic_cost_estimate_usd(&self, duration: Duration) -> f64;
 
     /// The query on `cluster` predicted to complete first, and when
     /// (arrival plus its guarded prediction; ties to the lower id).

@@ -40,6 +40,7 @@ use crate::billing::{BillingConfig, BillingTimer};
 use crate::model::{ClusterId, ClusterView, Pool, Query, QueryId, Rpu, Target};
 use crate::objective::{Outcome, best_with_target};
 use crate::predict::{LatencyPredictor, Observation, Placement, QueryState, guard};
+use crate::route::elastic::{ElasticOptions, ElasticRouting};
 use crate::route::{PlanningRouter, RouteDecision, Routing, RoutingPolicy};
 use crate::time::{Duration, Instant};
 use crate::model::{ExecutionOutcome, ExecutionReport};
@@ -82,6 +83,7 @@ pub struct SloRouter<P: LatencyPredictor> {
     clusters: HashMap<ClusterId, ClusterState>,
     where_placed: HashMap<QueryId, ClusterId>,
     last_scores: Vec<CandidateScore>,
+    elastic: Option<ElasticRouting>,
 }
 
 impl<P: LatencyPredictor> SloRouter<P> {
@@ -94,7 +96,19 @@ impl<P: LatencyPredictor> SloRouter<P> {
             clusters: HashMap::new(),
             where_placed: HashMap::new(),
             last_scores: Vec::new(),
+            elastic: None,
         }
+    }
+
+    /// Adds the elastic tier as a candidate (see [`super::elastic`]).
+    pub fn with_elastic(mut self, options: ElasticOptions) -> Self {
+        self.elastic = Some(ElasticRouting::new(options));
+        self
+    }
+
+    /// The router's view of the elastic tier, if it has one.
+    pub fn elastic(&self) -> Option<&ElasticRouting> {
+        self.elastic.as_ref()
     }
 
     /// The predictor (to warm it up, or to read it).
@@ -161,11 +175,20 @@ impl<P: LatencyPredictor> SloRouter<P> {
 
 impl<P: LatencyPredictor + Clone + Send + 'static> PlanningRouter for SloRouter<P> {
     fn release(&mut self, now: Instant, query: QueryId) {
+        if let Some(tier) = &mut self.elastic
+            && tier.release(now, query)
+        {
+            return;
+        }
         self.remove_placed(now, query);
     }
 
     fn fork(&self) -> Box<dyn PlanningRouter> {
         Box::new(self.clone())
+    }
+
+    fn elastic_cost_estimate_usd(&self, duration: Duration) -> f64 {
+        self.elastic.as_ref().map_or(0.0, |tier| tier.options().config.invocation_cost_usd(duration))
     }
 
     fn earliest_completion(&self, cluster: ClusterId) -> Option<(Instant, QueryId)> {
@@ -180,21 +203,63 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
 
     fn route(&mut self, now: Instant, query: &Query, pool: &Pool) -> Routing {
         let mut candidates: Vec<&ClusterView> = pool.ready_clusters().collect();
-        if candidates.is_empty() {
-            return super::fallback(pool);
-        }
         candidates.sort_by_key(|c| c.id);
         let (scores, mut placements): (Vec<CandidateScore>, Vec<Placement>) =
             candidates.iter().map(|c| self.score(now, query, c)).unzip();
         self.last_scores = scores;
-        let outcomes: Vec<Outcome> = self
+        let mut outcomes: Vec<Outcome> = self
             .last_scores
             .iter()
             .map(|s| Outcome { violations: s.marginal_violations as f64, cost_usd: s.marginal_cost_usd })
             .collect();
-        let best = best_with_target(&outcomes, 0.0).expect("at least one candidate");
+
+        // The elastic tier competes only when no ready cluster can take the
+        // query without a new violation.
+        let fits_a_cluster = self.last_scores.iter().any(|s| s.marginal_violations <= 0);
+        let elastic = match &self.elastic {
+            Some(tier) if !fits_a_cluster => match tier.unavailable(now, query.template) {
+                None => {
+                    let reference = self.predictor.isolated(query.template, tier.reference_size());
+                    let score = tier.score(now, reference);
+                    let violations = i64::from(score.predicted_latency > query.slo.latency);
+                    outcomes.push(Outcome { violations: violations as f64, cost_usd: score.cost_usd });
+                    Some(Ok((score, violations)))
+                }
+                Some(reason) => Some(Err(reason)),
+            },
+            _ => None,
+        };
+        let Some(best) = best_with_target(&outcomes, 0.0) else {
+            return match elastic {
+                Some(Err(reason)) => Routing::Reject { reason: format!("no ready cluster, and {reason}") },
+                _ => super::fallback(pool),
+            };
+        };
+        if best == self.last_scores.len() {
+            let Some(Ok((score, violations))) = elastic else { unreachable!("the last outcome is the elastic one") };
+            let tier = self.elastic.as_mut().expect("scored above");
+            tier.place(now, query.id, score.cost_usd);
+            let versus = self.last_scores.iter().map(|s| s.marginal_violations).min().map_or_else(
+                || "no ready cluster".to_owned(),
+                |v| format!("the best cluster adds {v} violations"),
+            );
+            return Routing::Dispatch(RouteDecision {
+                target: Target::Elastic,
+                explanation: format!(
+                    "offloaded: predicted {:.1}s elastic vs SLO {:.1}s, +{violations} violations, +${:.4}; {versus}",
+                    score.predicted_latency.as_secs_f64(),
+                    query.slo.latency.as_secs_f64(),
+                    score.cost_usd
+                ),
+                predicted_latency: Some(score.predicted_latency),
+            });
+        }
+        let elastic_note = match elastic {
+            Some(Err(reason)) => format!("; not offloaded: {reason}"),
+            _ => String::new(),
+        };
         let chosen = self.last_scores[best].clone();
-        let runner_up = (0..outcomes.len())
+        let runner_up = (0..self.last_scores.len())
             .filter(|&i| i != best)
             .min_by(|&a, &b| outcomes[a].cmp_with_target(&outcomes[b], 0.0).then(a.cmp(&b)))
             .map(|i| &self.last_scores[i]);
@@ -217,18 +282,24 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         Routing::Dispatch(RouteDecision {
             target: Target::Cluster(chosen.cluster),
             explanation: format!(
-                "predicted {:.1}s vs SLO {:.1}s, +{} violations, +${:.4}{}",
+                "predicted {:.1}s vs SLO {:.1}s, +{} violations, +${:.4}{}{}",
                 chosen.predicted_latency.as_secs_f64(),
                 query.slo.latency.as_secs_f64(),
                 chosen.marginal_violations,
                 chosen.marginal_cost_usd,
-                runner_up
+                runner_up,
+                elastic_note
             ),
             predicted_latency: Some(chosen.predicted_latency),
         })
     }
 
     fn handle_completion(&mut self, now: Instant, report: &ExecutionReport) {
+        if let Some(tier) = &mut self.elastic
+            && tier.complete(now, report)
+        {
+            return;
+        }
         let Some((placed, size)) = self.remove_placed(now, report.query) else { return };
         self.predictor.observe(&Observation {
             template: placed.template,
@@ -353,7 +424,7 @@ mod tests {
         router.route(Instant::ZERO, &query(1, 5, 100.0, 0.0), &pool);
         let report = ExecutionReport {
             query: QueryId(1),
-            cluster: ClusterId(0),
+            target: Target::Cluster(ClusterId(0)),
             arrival: Instant::ZERO,
             dispatched: Instant::ZERO,
             started: Some(Instant::ZERO),

@@ -137,10 +137,15 @@ struct Replay<'a> {
     completed: usize,
     violations: usize,
     arrivals: usize,
+    /// Offloads to the elastic tier: `(predicted end, query)` and their
+    /// placement.
+    offloaded: Vec<(Instant, QueryId, Placed)>,
+    elastic_cost_usd: f64,
 }
 
 enum Event {
     Completion(usize),
+    Offload(usize),
     Ready(usize),
     Arrival,
 }
@@ -183,6 +188,8 @@ impl<'a> Replay<'a> {
             completed: 0,
             violations: 0,
             arrivals: 0,
+            offloaded: Vec::new(),
+            elastic_cost_usd: 0.0,
         };
         for cluster in 0..clusters {
             replay.refresh(cluster);
@@ -216,6 +223,8 @@ impl<'a> Replay<'a> {
             completed: self.completed,
             violations: self.violations,
             arrivals: self.arrivals,
+            offloaded: self.offloaded.clone(),
+            elastic_cost_usd: self.elastic_cost_usd,
         }
     }
 
@@ -247,11 +256,12 @@ impl<'a> Replay<'a> {
             .min()
             .map(|(at, i)| (at, Event::Ready(i)));
         let arrival = self.next_arrival_at().map(|at| (at.max(self.now), Event::Arrival));
-        [completion, ready, arrival].into_iter().flatten().min_by_key(|(at, event)| {
+        let offload = self.offloaded.iter().enumerate().map(|(i, (end, id, _))| (*end, *id, i)).min().map(|(at, _, i)| (at, Event::Offload(i)));
+        [completion, offload, ready, arrival].into_iter().flatten().min_by_key(|(at, event)| {
             (
                 *at,
                 match event {
-                    Event::Completion(_) => 0,
+                    Event::Completion(_) | Event::Offload(_) => 0,
                     Event::Ready(_) => 1,
                     Event::Arrival => 2,
                 },
@@ -269,6 +279,14 @@ impl<'a> Replay<'a> {
             self.now = at;
             match event {
                 Event::Completion(index) => self.complete(index),
+                Event::Offload(index) => {
+                    let (_, id, placed) = self.offloaded.swap_remove(index);
+                    if placed.measured {
+                        self.completed += 1;
+                        self.violations += usize::from(!placed.slo.is_met_by(self.now - placed.arrival));
+                    }
+                    self.router.release(self.now, id);
+                }
                 Event::Ready(index) => self.make_ready(index),
                 Event::Arrival => self.arrive(),
             }
@@ -325,7 +343,15 @@ impl<'a> Replay<'a> {
         let target = match self.router.route(self.now, &query, &self.pool) {
             Routing::Dispatch(decision) => match decision.target {
                 Target::Cluster(id) => self.pool.clusters.iter().position(|c| c.id == id),
-                Target::Elastic => None,
+                Target::Elastic => {
+                    // The tier runs it alone: it completes when predicted,
+                    // and bills what the router estimated.
+                    let predicted = decision.predicted_latency.unwrap_or(Duration::ZERO);
+                    let placed = Placed { id: query.id, arrival: query.arrival, slo: query.slo, measured };
+                    self.offloaded.push((self.now + predicted, query.id, placed));
+                    self.elastic_cost_usd += self.router.elastic_cost_estimate_usd(predicted);
+                    return;
+                }
             },
             Routing::Reject { .. } => None,
         };
@@ -380,8 +406,15 @@ impl<'a> Replay<'a> {
                 }
             }
         }
+        for (end, _, placed) in &self.offloaded {
+            if placed.measured {
+                outstanding += 1;
+                violations += usize::from(!placed.slo.is_met_by(*end - placed.arrival));
+            }
+        }
         let measured = self.completed + outstanding;
-        let cost_usd = self.billing.iter().zip(&drain).map(|(b, d)| b.cost_usd(self.now) + b.cost_until_drained_usd(self.now, *d)).sum();
+        let cost_usd = self.elastic_cost_usd
+            + self.billing.iter().zip(&drain).map(|(b, d)| b.cost_usd(self.now) + b.cost_until_drained_usd(self.now, *d)).sum::<f64>();
         CandidateOutcome {
             size,
             violation_rate: if measured == 0 { 0.0 } else { violations as f64 / measured as f64 },

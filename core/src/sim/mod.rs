@@ -164,8 +164,12 @@ pub struct SimSummary {
     pub violations: usize,
     /// `violations / queries` (0 for an empty run).
     pub violation_rate: f64,
-    /// Total billed cost of all clusters, in dollars.
+    /// Total billed cost, clusters and elastic tier, in dollars.
     pub cost_usd: f64,
+    /// Of which the elastic tier's.
+    pub elastic_cost_usd: f64,
+    /// Queries that ran on the elastic tier.
+    pub offloaded: usize,
     /// Billed active time summed over clusters, in hours.
     pub cluster_hours: f64,
     /// Billed RPU-hours.
@@ -321,6 +325,9 @@ impl<P: RoutingPolicy> Simulation<P> {
             cluster_hours += hours;
             rpu_hours += hours * f64::from(self.world.cluster_size(id).0);
         }
+        let elastic_cost_usd = self.world.elastic_cost_usd();
+        cost_usd += elastic_cost_usd;
+        let offloaded = count(&|r| r.target == Some(Target::Elastic));
         let mut latencies: Vec<f64> = self
             .records
             .iter()
@@ -336,6 +343,8 @@ impl<P: RoutingPolicy> Simulation<P> {
             violations,
             violation_rate: if queries == 0 { 0.0 } else { violations as f64 / queries as f64 },
             cost_usd,
+            elastic_cost_usd,
+            offloaded,
             cluster_hours,
             rpu_hours,
             latency_s_p50: percentile(&latencies, 0.50),
@@ -369,6 +378,7 @@ impl<P: RoutingPolicy> Simulation<P> {
                         None => Err(format!("{} chose unknown cluster {id}", self.policy.name())),
                     }
                 }
+                Target::Elastic if self.world.config().elastic.is_some() => Ok(Target::Elastic),
                 Target::Elastic => Err("no elastic tier is configured for this pool".to_owned()),
             },
             Routing::Reject { reason } => Err(reason),
@@ -387,7 +397,12 @@ impl<P: RoutingPolicy> Simulation<P> {
                 self.pending.insert(query.id, (query.template, query.slo, Target::Cluster(id)));
                 self.observe(Observation::Arrival { query, target: Some(Target::Cluster(id)) });
             }
-            Ok(Target::Elastic) => unreachable!("elastic targets are rejected above"),
+            Ok(Target::Elastic) => {
+                self.hash(&[8, query.id.0]);
+                self.world.dispatch_elastic(self.now, query);
+                self.pending.insert(query.id, (query.template, query.slo, Target::Elastic));
+                self.observe(Observation::Arrival { query, target: Some(Target::Elastic) });
+            }
             Err(reason) => {
                 self.hash(&[2, query.id.0]);
                 self.records.push(QueryRecord {
@@ -411,9 +426,11 @@ impl<P: RoutingPolicy> Simulation<P> {
                 WorldEvent::QueryFinished(report) => {
                     let (template, slo, target) =
                         self.pending.remove(&report.query).expect("world reports only dispatched queries");
-                    let running = &mut self.pool.clusters[report.cluster.0 as usize].running;
-                    let index = running.iter().position(|r| r.id == report.query).expect("finished query was running");
-                    running.remove(index);
+                    if let Target::Cluster(cluster) = report.target {
+                        let running = &mut self.pool.clusters[cluster.0 as usize].running;
+                        let index = running.iter().position(|r| r.id == report.query).expect("finished query was running");
+                        running.remove(index);
+                    }
                     let outcome = match report.outcome {
                         ExecutionOutcome::Completed => QueryOutcome::Completed,
                         ExecutionOutcome::TimedOut => QueryOutcome::TimedOut,
