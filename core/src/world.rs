@@ -501,6 +501,11 @@ impl World {
         Self::process(&self.config, c, now, &mut self.events);
     }
 
+    /// Gives the warehouse an elastic tier (before any query runs).
+    pub fn set_elastic(&mut self, elastic: ElasticConfig) {
+        self.config.elastic = Some(elastic);
+    }
+
     /// Sends `query` to the elastic tier at `now`. It starts at once if the
     /// tier is under its concurrency limit (after a cold start unless a warm
     /// instance is idle), or waits for a slot; it runs at the configured

@@ -110,6 +110,10 @@ struct EvalArgs {
     /// explanations.
     #[arg(long, default_value_t = 0)]
     explain: usize,
+    /// `on` gives the world an elastic (serverless) tier and the learned
+    /// policies the option to offload to it.
+    #[arg(long, value_parser = ["on", "off"], default_value = "off")]
+    elastic: String,
     /// `calibrate` only: repetitions of the experiment design.
     #[arg(long, default_value_t = 3)]
     repetitions: u64,
@@ -197,7 +201,11 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
         return Err(Error::Scenario("--policies needs at least one policy".into()));
     }
     let seed = args.seed.unwrap_or(scenario.seed);
-    let report = eval::run_explained(&scenario, &policies, seed, args.explain)?;
+    let options = eval::EvalOptions {
+        explain: args.explain,
+        elastic: (args.elastic == "on").then(slogate_core::route::elastic::ElasticOptions::default),
+    };
+    let report = eval::run_with(&scenario, &policies, seed, &options)?;
     print(&eval::render_table(&report));
     if let Some(path) = &args.json {
         write_json(path, &report)?;

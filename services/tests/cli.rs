@@ -78,6 +78,7 @@ fn bad_input_exits_2_with_a_message_naming_the_problem() {
         (vec!["eval", "base", "--policies", "fastest"], "unknown policy `fastest`"),
         (vec!["eval", "base", "--seed", "minus-one"], "invalid value"),
         (vec!["eval"], "SCENARIO"),
+        (vec!["eval", "base", "--elastic", "maybe"], "--elastic"),
     ];
     for (args, message) in cases {
         let out = slogate(&args);
@@ -144,10 +145,11 @@ fn eval_output_matches_the_golden_files() {
     let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let scenarios = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios");
     let sizes = scenarios.join("sizes.toml");
-    let cases: [(&str, Vec<&str>); 5] = [
+    let cases: [(&str, Vec<&str>); 6] = [
         ("eval-base-seed1.txt", vec!["eval", "base"]),
         ("eval-sizes-seed1.txt", vec!["eval", sizes.to_str().unwrap()]),
         ("eval-router-table2-seed1.txt", vec!["eval", "router-table2"]),
+        ("eval-router-table2-elastic-seed1.txt", vec!["eval", "router-table2", "--elastic", "on"]),
         ("eval-size-table3-seed1.txt", vec!["eval", "size-table3"]),
         ("eval-trigger-table4-seed1.txt", vec!["eval", "trigger-table4"]),
     ];

@@ -24,6 +24,7 @@ use slogate_core::model::{PoolId, Pool, Query, Rpu};
 use slogate_core::predict::concurrency::ConcurrencyConfig;
 use slogate_core::predict::isolated::IsolatedConfig;
 use slogate_core::predict::{ConcurrencyAware, LatencyPredictor, Observation, StageLike};
+use slogate_core::route::elastic::ElasticOptions;
 use slogate_core::route::slo::SloRouter;
 use slogate_core::route::{BaselinePolicy, Routing, RoutingPolicy};
 use slogate_core::sim::Simulation;
@@ -98,6 +99,12 @@ pub fn training_observations(sizes: &[u32], seed: u64) -> Vec<Observation> {
 /// execution log they would have in production. Used by `eval` (history
 /// from a training run) and by the live node (history from the reservoir).
 pub fn build_policy(name: &str, history: &[Observation]) -> Result<Box<dyn RoutingPolicy>> {
+    build_policy_with(name, history, None)
+}
+
+/// [`build_policy`], giving the learned policies the elastic tier when
+/// `elastic` is set (the baselines never offload).
+pub fn build_policy_with(name: &str, history: &[Observation], elastic: Option<ElasticOptions>) -> Result<Box<dyn RoutingPolicy>> {
     policy_by_name(name)?;
     if let Some(baseline) = BaselinePolicy::from_name(name) {
         return Ok(baseline.build());
@@ -105,10 +112,16 @@ pub fn build_policy(name: &str, history: &[Observation]) -> Result<Box<dyn Routi
     let billing = slogate_core::billing::BillingConfig::default();
     if name == "stage-cost" {
         let mut router = SloRouter::new(name, StageLike::new(IsolatedConfig::default()), billing);
+        if let Some(options) = elastic {
+            router = router.with_elastic(options);
+        }
         history.iter().for_each(|o| router.predictor_mut().observe(o));
         return Ok(Box::new(router));
     }
     let mut router = SloRouter::new(name, ConcurrencyAware::new(ConcurrencyConfig::default()), billing);
+    if let Some(options) = elastic {
+        router = router.with_elastic(options);
+    }
     history.iter().for_each(|o| router.predictor_mut().observe(o));
     router.predictor_mut().fit();
     Ok(Box::new(router))
@@ -199,8 +212,12 @@ pub struct PolicyResult {
     pub policy: String,
     /// SLO violations / queries (timeouts and rejections count).
     pub violation_rate: f64,
-    /// Billed cost, dollars.
+    /// Billed cost, dollars (clusters and elastic tier).
     pub cost_usd: f64,
+    /// Of which the elastic tier's.
+    pub elastic_cost_usd: f64,
+    /// Queries offloaded to the elastic tier.
+    pub offloaded: usize,
     /// Queries submitted.
     pub queries: usize,
     /// Queries that completed.
@@ -227,17 +244,29 @@ pub struct EvalReport {
     pub scenario: String,
     /// The seed used.
     pub seed: u64,
+    /// Whether the world had an elastic tier.
+    pub elastic: bool,
     /// One entry per case and policy, cases outermost.
     pub results: Vec<PolicyResult>,
 }
 
-/// Runs every case of `scenario` with `policies`, seeded by `seed`.
-pub fn run(scenario: &Scenario, policies: &[String], seed: u64) -> Result<EvalReport> {
-    run_explained(scenario, policies, seed, 0)
+/// How to run an evaluation beyond its scenario.
+#[derive(Clone, Debug, Default)]
+pub struct EvalOptions {
+    /// Keep each policy's first this many decisions with their reasons.
+    pub explain: usize,
+    /// Give the world an elastic tier and the learned policies the option
+    /// to offload to it.
+    pub elastic: Option<ElasticOptions>,
 }
 
-/// [`run`], keeping each policy's first `explain` decisions.
-pub fn run_explained(scenario: &Scenario, policies: &[String], seed: u64, explain: usize) -> Result<EvalReport> {
+/// Runs every case of `scenario` with `policies`, seeded by `seed`.
+pub fn run(scenario: &Scenario, policies: &[String], seed: u64) -> Result<EvalReport> {
+    run_with(scenario, policies, seed, &EvalOptions::default())
+}
+
+/// [`run`] with `options`.
+pub fn run_with(scenario: &Scenario, policies: &[String], seed: u64, options: &EvalOptions) -> Result<EvalReport> {
     for policy in policies {
         policy_by_name(policy)?;
     }
@@ -258,18 +287,21 @@ pub fn run_explained(scenario: &Scenario, policies: &[String], seed: u64, explai
                     &[]
                 };
                 for policy in policies {
-                    results.push(run_case(&case, policy, history, &queries, seed, explain)?);
+                    results.push(run_case(&case, policy, history, &queries, seed, options)?);
                 }
             }
         }
     }
-    Ok(EvalReport { scenario: scenario.name.clone(), seed, results })
+    Ok(EvalReport { scenario: scenario.name.clone(), seed, elastic: options.elastic.is_some(), results })
 }
 
-fn run_case(case: &Case, policy: &str, history: &[Observation], queries: &[Query], seed: u64, explain: usize) -> Result<PolicyResult> {
-    let world = World::seeded_with_ready(seed, &case.clusters);
-    let timed =
-        Timed { inner: build_policy(policy, history)?, samples_us: Vec::with_capacity(queries.len()), explained: Vec::new(), explain };
+fn run_case(case: &Case, policy: &str, history: &[Observation], queries: &[Query], seed: u64, options: &EvalOptions) -> Result<PolicyResult> {
+    let mut world = World::seeded_with_ready(seed, &case.clusters);
+    if let Some(elastic) = &options.elastic {
+        world.set_elastic(elastic.config.clone());
+    }
+    let inner = build_policy_with(policy, history, options.elastic.clone())?;
+    let timed = Timed { inner, samples_us: Vec::with_capacity(queries.len()), explained: Vec::new(), explain: options.explain };
     let mut sim = Simulation::new(world, timed, queries.to_vec());
     sim.drive_until_idle();
     let summary = sim.summary();
@@ -280,6 +312,8 @@ fn run_case(case: &Case, policy: &str, history: &[Observation], queries: &[Query
         policy: policy.to_owned(),
         violation_rate: summary.violation_rate,
         cost_usd: summary.cost_usd,
+        elastic_cost_usd: summary.elastic_cost_usd,
+        offloaded: summary.offloaded,
         queries: summary.queries,
         completed: summary.completed,
         timed_out: summary.timed_out,
@@ -326,22 +360,27 @@ pub fn mean_delta_vs_round_robin(report: &EvalReport) -> Vec<(String, Option<f64
 /// The human-readable table (deterministic: no wall-clock figures).
 pub fn render_table(report: &EvalReport) -> String {
     let mut out = String::new();
-    writeln!(out, "scenario {}  seed {}", report.scenario, report.seed).expect("write to String");
+    let elastic = if report.elastic { "  elastic tier on" } else { "" };
+    writeln!(out, "scenario {}  seed {}{elastic}", report.scenario, report.seed).expect("write to String");
     let mut last_case: Option<&Case> = None;
     for r in &report.results {
         if last_case != Some(&r.case) {
             let clusters: Vec<String> = r.case.clusters.iter().map(u32::to_string).collect();
             writeln!(out, "\ncase: workload {}, κ={}, clusters [{}]", r.case.workload, r.case.kappa, clusters.join(","))
                 .expect("write to String");
-            writeln!(
+            write!(
                 out,
                 "{:<14} {:>7} {:>10} {:>9} {:>9} {:>9} {:>11} {:>10}",
                 "policy", "VR", "cost $", "p50 s", "p95 s", "p99 s", "completed", "cluster-h"
             )
             .expect("write to String");
+            if report.elastic {
+                write!(out, " {:>8} {:>10}", "offload", "elastic $").expect("write to String");
+            }
+            writeln!(out).expect("write to String");
             last_case = Some(&r.case);
         }
-        writeln!(
+        write!(
             out,
             "{:<14} {:>6.1}% {:>10.3} {:>9.2} {:>9.2} {:>9.2} {:>5}/{:<5} {:>10.3}",
             r.policy,
@@ -355,6 +394,11 @@ pub fn render_table(report: &EvalReport) -> String {
             r.cluster_hours
         )
         .expect("write to String");
+        if report.elastic {
+            let fraction = r.offloaded as f64 / r.queries.max(1) as f64;
+            write!(out, " {:>7.1}% {:>10.3}", fraction * 100.0, r.elastic_cost_usd).expect("write to String");
+        }
+        writeln!(out).expect("write to String");
         for decision in &r.decisions {
             writeln!(out, "    {decision}").expect("write to String");
         }
