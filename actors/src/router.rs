@@ -33,7 +33,7 @@ use crate::clock::VirtualClock;
 use crate::reservoir::{ArrivalUpdate, ExecutionUpdate, ReservoirActor};
 use crate::tracker::{ClusterTracker, Dispatch, Release, TrackerSetup};
 use crate::provider::{EmulatedProvider, SpinUp};
-use crate::warehouse::{ClusterUpdate, EmulatedWarehouse, WatchClusters};
+use crate::warehouse::{ClusterUpdate, EmulatedWarehouse, ExecuteElastic, WatchClusters};
 use crate::{Error, Result};
 
 /// How a submitted query ended.
@@ -211,6 +211,8 @@ pub struct PoolSetup {
     pub clusters: Vec<(ClusterId, Rpu, ClusterState)>,
     /// The most queries in flight before submissions are refused.
     pub in_flight_max: usize,
+    /// Whether the backend's elastic tier takes offloaded queries.
+    pub elastic: bool,
 }
 
 struct InFlight {
@@ -240,6 +242,7 @@ struct PoolRuntime {
     recent: VecDeque<SubmitOutcome>,
     stats: PoolStats,
     autoscaler: Option<Recipient<ScaleNotice>>,
+    elastic: bool,
 }
 
 impl PoolRuntime {
@@ -379,6 +382,7 @@ impl RouterShard {
                     recent: VecDeque::new(),
                     stats: PoolStats::default(),
                     autoscaler: None,
+                    elastic: setup.elastic,
                 };
                 (setup.id, runtime)
             })
@@ -623,8 +627,9 @@ impl Handler<Submit> for RouterShard {
             target,
             explanation: explanation.clone(),
         };
-        let cluster = match target {
-            Some(Target::Cluster(cluster)) if pool.view.clusters.iter().any(|c| c.id == cluster) => cluster,
+        let chosen = match target {
+            Some(Target::Cluster(cluster)) if pool.view.clusters.iter().any(|c| c.id == cluster) => Target::Cluster(cluster),
+            Some(Target::Elastic) if pool.elastic => Target::Elastic,
             other => {
                 let reason = match other {
                     Some(Target::Elastic) => "no elastic tier is configured for this pool".to_owned(),
@@ -651,9 +656,12 @@ impl Handler<Submit> for RouterShard {
                 return Ok(resolved(outcome));
             }
         };
-        let view = pool.view.clusters.iter_mut().find(|c| c.id == cluster).expect("checked above");
-        let neighbours_at_dispatch = view.running.len() as u32;
-        view.running.push(RunningQuery { id, template: query.template, slo: query.slo, arrival: now, dispatched: now });
+        let mut neighbours_at_dispatch = 0;
+        if let Target::Cluster(cluster) = chosen {
+            let view = pool.view.clusters.iter_mut().find(|c| c.id == cluster).expect("checked above");
+            neighbours_at_dispatch = view.running.len() as u32;
+            view.running.push(RunningQuery { id, template: query.template, slo: query.slo, arrival: now, dispatched: now });
+        }
         if client_supplied {
             pool.by_client_id.insert(client_query_id.clone(), id);
         }
@@ -664,7 +672,7 @@ impl Handler<Submit> for RouterShard {
                 template: query.template,
                 slo: query.slo,
                 arrival: now,
-                target: Target::Cluster(cluster),
+                target: chosen,
                 neighbours_at_dispatch,
                 explanation,
                 predicted,
@@ -672,21 +680,29 @@ impl Handler<Submit> for RouterShard {
                 waiters: vec![sender],
             },
         );
-        if !pool.notify(ScaleEvent::Arrival { query: query.clone(), target: Some(Target::Cluster(cluster)) }) {
+        if !pool.notify(ScaleEvent::Arrival { query: query.clone(), target: Some(chosen) }) {
             self.scale_notices_dropped += 1;
         }
         let (reply, report) = oneshot::channel();
-        let tracker = pool.trackers.get(&cluster).expect("every cluster in the view has a tracker").clone();
         let pool_id = message.pool;
-        self.record_decision(decision);
         let me = ctx.address();
+        // Clusters run through their tracker; the elastic tier is the
+        // backend's own.
+        let sent_to_backend: std::pin::Pin<Box<dyn std::future::Future<Output = bool>>> = match chosen {
+            Target::Cluster(cluster) => {
+                let tracker = pool.trackers.get(&cluster).expect("every cluster in the view has a tracker").clone();
+                Box::pin(async move { matches!(tracker.send(Dispatch { query, reply }).await, Ok(Ok(()))) })
+            }
+            Target::Elastic => {
+                let warehouse = pool.warehouse.clone();
+                Box::pin(async move { matches!(warehouse.send(ExecuteElastic { query, reply }).await, Ok(Ok(()))) })
+            }
+        };
+        self.record_decision(decision);
         ctx.spawn(
             async move {
                 let sent = std::time::Instant::now();
-                let report = match tracker.send(Dispatch { query, reply }).await {
-                    Ok(Ok(())) => report.await.ok(),
-                    _ => None,
-                };
+                let report = if sent_to_backend.await { report.await.ok() } else { None };
                 me.do_send(CompletionUpdate { pool: pool_id, query: id, report, backend_wall: sent.elapsed() });
             }
             .into_actor(self),

@@ -47,6 +47,16 @@ pub struct Execute {
     pub reply: oneshot::Sender<ExecutionReport>,
 }
 
+/// Runs a query on the elastic tier; the report arrives on `reply`.
+#[derive(Message)]
+#[rtype(result = "Result<(), ExecuteError>")]
+pub struct ExecuteElastic {
+    /// The query (its id keys the reply).
+    pub query: Query,
+    /// Receives the report.
+    pub reply: oneshot::Sender<ExecutionReport>,
+}
+
 /// Why a dispatch was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ExecuteError {
@@ -59,6 +69,9 @@ pub enum ExecuteError {
     /// The query id is already running.
     #[error("query {0} is already running")]
     Duplicate(QueryId),
+    /// The backend has no elastic tier.
+    #[error("this backend has no elastic tier")]
+    NoElasticTier,
     /// The backend or platform is not answering.
     #[error("unavailable: {0}")]
     Unavailable(String),
@@ -124,6 +137,12 @@ pub struct WarehouseState {
     pub in_flight: usize,
     /// Queries finished since start.
     pub finished: u64,
+    /// The elastic tier's bill so far, dollars (zero without one).
+    pub elastic_billed_usd: f64,
+    /// Elastic invocations so far.
+    pub elastic_invocations: u64,
+    /// Of which cold starts.
+    pub elastic_cold_starts: u64,
 }
 
 /// The actor. See the module docs.
@@ -235,6 +254,24 @@ impl Handler<Execute> for EmulatedWarehouse {
     }
 }
 
+impl Handler<ExecuteElastic> for EmulatedWarehouse {
+    type Result = Result<(), ExecuteError>;
+
+    fn handle(&mut self, message: ExecuteElastic, ctx: &mut Self::Context) -> Self::Result {
+        if self.world.config().elastic.is_none() {
+            return Err(ExecuteError::NoElasticTier);
+        }
+        if self.pending.contains_key(&message.query.id) {
+            return Err(ExecuteError::Duplicate(message.query.id));
+        }
+        let now = self.now();
+        self.pending.insert(message.query.id, message.reply);
+        self.world.dispatch_elastic(now, &message.query);
+        self.pump(ctx);
+        Ok(())
+    }
+}
+
 impl Handler<TearDown> for EmulatedWarehouse {
     type Result = Result<(), ExecuteError>;
 
@@ -279,6 +316,9 @@ impl Handler<GetState> for EmulatedWarehouse {
             clusters,
             in_flight: self.pending.len(),
             finished: self.finished,
+            elastic_billed_usd: self.world.elastic_cost_usd(),
+            elastic_invocations: self.world.elastic_invocations().0,
+            elastic_cold_starts: self.world.elastic_invocations().1,
         })
     }
 }

@@ -27,6 +27,7 @@ async fn node(in_flight_max: usize) -> Addr<RouterShard> {
         warehouse,
         clusters,
         in_flight_max,
+        elastic: false,
     };
     let limits = RouterLimits {
         billing: slogate_core::billing::BillingConfig::default(),

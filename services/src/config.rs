@@ -132,6 +132,106 @@ pub struct PoolSection {
     /// The pool's autoscaler.
     #[serde(default)]
     pub autoscale: AutoscaleSection,
+    /// The pool's elastic tier.
+    #[serde(default)]
+    pub elastic: ElasticSection,
+}
+
+/// `[pool.elastic]`: the elastic (serverless) tier and offload options.
+/// Defaults: `core::elastic::ElasticConfig` (AWS Lambda's x86 prices).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ElasticSection {
+    /// Whether queries may be offloaded (needs slogate or stage-cost).
+    pub enabled: bool,
+    /// Elastic spend per rolling hour at most, dollars; 0 for no cap.
+    pub spend_cap_usd_per_hour: f64,
+    /// Templates that may run elastically; empty for all.
+    pub templates: Vec<u32>,
+    /// Extra latency without a warm instance, milliseconds.
+    pub cold_start_ms: u64,
+    /// How long an idle instance stays warm, seconds.
+    pub keep_alive_s: u64,
+    /// The cluster size the tier's speed is relative to, RPU.
+    pub reference_rpu: u32,
+    /// Speed relative to that size (0.5: twice as long).
+    pub speed_factor: f64,
+    /// Invocations running at once at most.
+    pub concurrency_limit: u32,
+    /// Workers one query fans out to.
+    pub workers_per_query: u32,
+    /// Memory per worker, MB.
+    pub memory_mb: u32,
+    /// Price per request, dollars.
+    pub price_per_request_usd: f64,
+    /// Price per GB-second, dollars.
+    pub price_per_gb_second_usd: f64,
+}
+
+impl Default for ElasticSection {
+    fn default() -> Self {
+        let core = slogate_core::elastic::ElasticConfig::default();
+        ElasticSection {
+            enabled: false,
+            spend_cap_usd_per_hour: 0.0,
+            templates: Vec::new(),
+            cold_start_ms: core.cold_start.as_micros() / 1_000,
+            keep_alive_s: core.keep_alive.as_micros() / 1_000_000,
+            reference_rpu: core.reference_size.0,
+            speed_factor: core.speed_factor,
+            concurrency_limit: core.concurrency_limit,
+            workers_per_query: core.workers_per_query,
+            memory_mb: core.memory_mb,
+            price_per_request_usd: core.price_per_request_usd,
+            price_per_gb_second_usd: core.price_per_gb_second_usd,
+        }
+    }
+}
+
+impl ElasticSection {
+    /// Core's options; an error names the key (`prefix` is the section's
+    /// path).
+    pub fn to_core(&self, prefix: &str) -> Result<slogate_core::route::elastic::ElasticOptions> {
+        use slogate_core::elastic::ElasticConfig;
+        use slogate_core::model::{Rpu, TemplateId};
+        use slogate_core::time::Duration;
+        let key = |name: &str| format!("{prefix}.{name}");
+        if !(self.speed_factor.is_finite() && self.speed_factor > 0.0) {
+            return Err(invalid(&key("speed_factor"), format!("must be positive, got {}", self.speed_factor)));
+        }
+        for (name, value) in [("concurrency_limit", self.concurrency_limit), ("workers_per_query", self.workers_per_query), ("memory_mb", self.memory_mb)] {
+            if value == 0 {
+                return Err(invalid(&key(name), "must be at least 1"));
+            }
+        }
+        if self.reference_rpu == 0 || self.reference_rpu > 1_024 {
+            return Err(invalid(&key("reference_rpu"), "must be in 1–1024 RPU"));
+        }
+        for (name, value) in [
+            ("spend_cap_usd_per_hour", self.spend_cap_usd_per_hour),
+            ("price_per_request_usd", self.price_per_request_usd),
+            ("price_per_gb_second_usd", self.price_per_gb_second_usd),
+        ] {
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(invalid(&key(name), format!("must be a non-negative amount, got {value}")));
+            }
+        }
+        Ok(slogate_core::route::elastic::ElasticOptions {
+            config: ElasticConfig {
+                cold_start: Duration::from_millis(self.cold_start_ms),
+                keep_alive: Duration::from_secs(self.keep_alive_s),
+                reference_size: Rpu(self.reference_rpu),
+                speed_factor: self.speed_factor,
+                concurrency_limit: self.concurrency_limit,
+                workers_per_query: self.workers_per_query,
+                memory_mb: self.memory_mb,
+                price_per_request_usd: self.price_per_request_usd,
+                price_per_gb_second_usd: self.price_per_gb_second_usd,
+            },
+            spend_cap_usd_per_hour: (self.spend_cap_usd_per_hour > 0.0).then_some(self.spend_cap_usd_per_hour),
+            templates: (!self.templates.is_empty()).then(|| self.templates.iter().copied().map(TemplateId).collect()),
+        })
+    }
 }
 
 /// `[pool.autoscale]`: the knobs of AutoSLO §6, defaults from its reference
@@ -318,6 +418,7 @@ impl Default for ConfigV1 {
                 policy: default_policy(),
                 clusters: vec![16, 16],
                 autoscale: AutoscaleSection::default(),
+                elastic: ElasticSection::default(),
             }],
         }
     }
@@ -436,6 +537,13 @@ impl NodeConfig {
                 return Err(invalid(&format!("pool[{i}].clusters"), "needs one or more sizes in 1–1024 RPU"));
             }
             pool.autoscale.to_core(&format!("pool[{i}].autoscale"))?;
+            pool.elastic.to_core(&format!("pool[{i}].elastic"))?;
+            if pool.elastic.enabled && !crate::eval::LEARNED_POLICIES.contains(&pool.policy.as_str()) {
+                return Err(invalid(
+                    &format!("pool[{i}].elastic.enabled"),
+                    format!("offloading needs a predicting routing policy (slogate or stage-cost), not `{}`", pool.policy),
+                ));
+            }
             if pool.autoscale.enabled && !crate::eval::LEARNED_POLICIES.contains(&pool.policy.as_str()) {
                 return Err(invalid(
                     &format!("pool[{i}].autoscale.enabled"),

@@ -319,3 +319,41 @@ async fn a_burst_spins_a_cluster_up_and_an_idle_period_tears_one_down() {
     node.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[actix_rt::test]
+async fn queries_no_cluster_can_serve_in_time_are_offloaded_to_the_elastic_tier() {
+    let dir = scratch("elastic");
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 2000.0\n\
+         [[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [4]\n\
+         [pool.elastic]\nenabled = true\nspeed_factor = 4.0\ncold_start_ms = 100\n",
+        dir.display()
+    );
+    let config = NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
+    let node = node::start(config).await.unwrap();
+    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    // A burst of 40 queries with 30 s SLOs on one 4-RPU cluster: the
+    // cluster cannot serve them all in time.
+    let mut tasks = Vec::new();
+    for i in 0..40u32 {
+        let mut client = client.clone();
+        tasks.push(tokio::spawn(async move { client.submit(request(&format!("e{i}"), 1 + i, 30_000)).await }));
+    }
+    let mut offloaded = 0;
+    for task in tasks {
+        let reply = task.await.unwrap().unwrap().into_inner();
+        assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
+        if reply.target == "elastic" {
+            offloaded += 1;
+            assert!(reply.explanation.starts_with("offloaded"), "{}", reply.explanation);
+        }
+    }
+    assert!(offloaded > 0, "nothing was offloaded");
+    let (_, body) = admin_get(node.admin_addr, "/v1/actors").await;
+    let actors: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let warehouse = &actors["warehouses"]["default"];
+    assert_eq!(warehouse["elastic_invocations"].as_u64().unwrap(), offloaded, "{warehouse}");
+    assert!(warehouse["elastic_billed_usd"].as_f64().unwrap() > 0.0);
+    node.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}

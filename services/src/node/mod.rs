@@ -76,20 +76,30 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
 
     let mut pools = Vec::new();
     let mut warehouses = Vec::new();
-    for pool in &file.pool {
+    for (i, pool) in file.pool.iter().enumerate() {
         let mut world = WorldConfig::default();
         world.seed(file.node.seed);
+        let elastic = if pool.elastic.enabled { Some(pool.elastic.to_core(&format!("pool[{i}].elastic"))?) } else { None };
+        world.elastic = elastic.as_ref().map(|e| e.config.clone());
         let warehouse = EmulatedWarehouse::new(world, clock, mailbox).start();
         let mut clusters = Vec::new();
         for &size in &pool.clusters {
             let id = warehouse.send(AddCluster { size: Rpu(size), warm: true }).await.map_err(|e| Error::Node(e.to_string()))?;
             clusters.push((id, Rpu(size), ClusterState::Ready));
         }
-        let policy = crate::eval::build_policy(&pool.policy, &history).map_err(|e| Error::Config(e.to_string()))?;
+        let policy = crate::eval::build_policy_with(&pool.policy, &history, elastic.clone()).map_err(|e| Error::Config(e.to_string()))?;
         let id = PoolId(pool.name.clone());
         let provider = EmulatedProvider::new(warehouse.clone(), clock, mailbox).start();
         warehouses.push(admin::PoolBackends { pool: id.clone(), warehouse: warehouse.clone(), provider: provider.clone() });
-        pools.push(PoolSetup { id, policy, warehouse, provider, clusters, in_flight_max: file.limits.in_flight_per_pool_max });
+        pools.push(PoolSetup {
+            id,
+            policy,
+            warehouse,
+            provider,
+            clusters,
+            in_flight_max: file.limits.in_flight_per_pool_max,
+            elastic: elastic.is_some(),
+        });
     }
     let limits = RouterLimits {
         billing: slogate_core::billing::BillingConfig::default(),
