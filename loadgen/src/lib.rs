@@ -10,6 +10,9 @@
 //! - [`workload`]: BaseWorkload(λ), the phased mixes, the multi-day diurnal
 //!   workload, `SLO = κ × ℓ_baseline`, and conversion to queries.
 //! - [`replay`]: the gRPC replayer behind the `slogate-loadgen` binary.
+//! - [`service`]: request-level workloads (Spandana): millisecond
+//!   services, fluctuating per-second rate traces, a load spike, rate-trace
+//!   import, and Poisson arrivals within each second.
 //! - [`trace`]: CSV import and export (`arrival_s,template,slo_s`, optional
 //!   `pool,query_id`) with line-numbered errors.
 //!
@@ -30,6 +33,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod replay;
+pub mod service;
 pub mod trace;
 pub mod workload;
 
