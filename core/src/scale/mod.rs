@@ -9,6 +9,8 @@
 //! - [`replay`]: the planner's replay (completions from the router's
 //!   predictor, never from the world) and the spinup size selector
 //!   (Algorithm 3).
+//! - [`sro`]: Spandana's Resource Optimizer: the instance count that
+//!   minimises provisioned plus elastic cost over a load profile.
 //! - [`autoscaler`]: the [`Autoscaler`], which wires them together behind
 //!   the simulator's `Controller` interface, with the §8.5–8.6 baselines as
 //!   [`AutoscalerPolicy`] values.
@@ -18,6 +20,7 @@
 
 pub mod autoscaler;
 pub mod replay;
+pub mod sro;
 pub mod trigger;
 pub mod windows;
 
