@@ -66,6 +66,7 @@
 pub mod billing;
 pub mod catalog;
 pub mod elastic;
+pub mod fleet;
 pub mod fingerprint;
 pub mod invariants;
 pub mod model;
