@@ -14,8 +14,9 @@
 //! - [`Offload`]: when it goes to the elastic tier instead (never; when the
 //!   instance's bounded queue is full, Spandana's SLO Director; when the
 //!   instance's served rate this second passes a fixed share of its
-//!   capacity, Libra-style; or when its predicted latency on the instance
-//!   misses the SLO and the tier's meets it, slogate);
+//!   capacity, Libra-style; or when its predicted latency on the instance,
+//!   from what an operator sees (idle workers, queue length), exceeds a
+//!   margin of the SLO and the tier's warm latency meets it, slogate);
 //! - [`Scaling`]: how many instances run (fixed; Kubernetes' HPA on a
 //!   utilisation target with its scale-down stabilisation window; or
 //!   Spandana's SRO cost minimiser over the recent per-second load).
@@ -130,10 +131,14 @@ pub enum Offload {
         /// The share, e.g. 0.8.
         share: f64,
     },
-    /// When the request's predicted latency on the instance (its wait plus
-    /// the idle service time) misses the SLO and the tier's predicted
-    /// latency (cold start included) meets it (slogate).
-    PredictedSlo,
+    /// When the request's predicted latency on the instance (its queue's
+    /// wait plus the idle service time) exceeds `margin` of the SLO and the
+    /// tier's warm latency meets it (slogate). The margin leaves room for
+    /// the service-time noise the prediction does not see.
+    PredictedSlo {
+        /// Share of the SLO a request may be predicted to take.
+        margin: f64,
+    },
 }
 
 /// How many instances run.
@@ -450,14 +455,19 @@ impl<'a> Engine<'a> {
                 let served = if current == second as u64 { served } else { 0 };
                 f64::from(served) >= share * self.config.capacity_rps()
             }
-            (Some(i), Offload::PredictedSlo) => {
-                let wait = self.instances[i].earliest_worker().1.saturating_duration_since(at);
+            (Some(i), Offload::PredictedSlo { margin }) => {
+                // What an operator can see: idle workers and the queue's
+                // length; service times are the configured idle latency.
+                let instance = &mut self.instances[i];
+                let idle = instance.free_at.iter().any(|free| *free <= at);
+                let waiting = instance.waiting_at(at);
+                let workers = f64::from(self.config.workers_per_instance);
+                let wait = if idle { Duration::ZERO } else { self.config.service_time.mul_f64((f64::from(waiting) + 1.0) / workers) };
                 let on_instance = wait + self.config.service_time;
-                let cold = if self.elastic.would_be_warm(at, &self.config.elastic) { Duration::ZERO } else { self.config.elastic.cold_start };
-                let elastic = cold + self.config.elastic.execution_time(self.config.service_time);
-                // Only a request the instance would make miss, and the tier
-                // would not: if both miss, the instance is cheaper.
-                on_instance > self.config.slo && elastic <= self.config.slo
+                // Cold starts are amortised: offloads keep instances warm
+                // for the keep-alive period.
+                let elastic = self.config.elastic.execution_time(self.config.service_time);
+                on_instance > self.config.slo.mul_f64(margin) && elastic <= self.config.slo
             }
         };
         let offload = offload && self.elastic.has_capacity(&self.config.elastic) || chosen.is_none();

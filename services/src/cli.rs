@@ -114,6 +114,13 @@ struct EvalArgs {
     /// policies the option to offload to it.
     #[arg(long, value_parser = ["on", "off"], default_value = "off")]
     elastic: String,
+    /// `bursty-service` only: seconds of load per run.
+    #[arg(long, default_value_t = 3_600)]
+    duration_s: u32,
+    /// `bursty-service` only: write each service's spike-variant p99
+    /// latency over time as an SVG into this directory.
+    #[arg(long)]
+    plot: Option<PathBuf>,
     /// `calibrate` only: repetitions of the experiment design.
     #[arg(long, default_value_t = 3)]
     repetitions: u64,
@@ -186,6 +193,26 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
     }
     if args.fit {
         return Err(Error::Scenario("--fit applies only to `calibrate`".into()));
+    }
+    if args.scenario == "bursty-service" {
+        let started = std::time::Instant::now();
+        let report = crate::eval::bursty::run(args.policies.as_deref(), args.seed.unwrap_or(1), args.duration_s)?;
+        print(&crate::eval::bursty::render(&report));
+        eprintln!("simulated {} requests in {:.1} s", report.requests_simulated, started.elapsed().as_secs_f64());
+        if let Some(dir) = &args.plot {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Output { path: dir.display().to_string(), source })?;
+            for service in slogate_loadgen::service::spandana_services() {
+                if let Some(svg) = crate::eval::bursty::render_p99_svg(&report, &service.name, "spike") {
+                    let path = dir.join(format!("bursty-{}-spike-p99.svg", service.name));
+                    std::fs::write(&path, svg).map_err(|source| Error::Output { path: path.display().to_string(), source })?;
+                    eprintln!("wrote {}", path.display());
+                }
+            }
+        }
+        if let Some(path) = &args.json {
+            write_json(path, &report)?;
+        }
+        return Ok(());
     }
     if let Some(experiment) = crate::eval::autoscale::Experiment::from_name(&args.scenario) {
         let report = crate::eval::autoscale::run(experiment, args.policies.as_deref(), args.seed.unwrap_or(1))?;
@@ -326,6 +353,7 @@ fn load_scenario(name: &str) -> Result<Scenario> {
         known.push("predictor-sim");
         known.push("size-table3");
         known.push("trigger-table4");
+        known.push("bursty-service");
         return Err(Error::UnknownScenario { name: name.to_owned(), known: known.join(", ") });
     }
     Scenario::from_path(path)

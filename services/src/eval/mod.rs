@@ -12,6 +12,7 @@
 //! the shell (core never reads a clock), and appears only in the JSON.
 
 pub mod autoscale;
+pub mod bursty;
 pub mod calibrate;
 pub mod predictor;
 pub mod scenario;
