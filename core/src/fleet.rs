@@ -45,6 +45,9 @@ use crate::stats::percentile;
 use crate::time::{Duration, Instant};
 use crate::world::noise_factor;
 
+/// How often slogate's margin adapts.
+const MARGIN_WINDOW: Duration = Duration::from_secs(10);
+
 /// The service and its platform.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FleetConfig {
@@ -136,8 +139,14 @@ pub enum Offload {
     /// tier's warm latency meets it (slogate). The margin leaves room for
     /// the service-time noise the prediction does not see.
     PredictedSlo {
-        /// Share of the SLO a request may be predicted to take.
+        /// Share of the SLO a request may be predicted to take (the start,
+        /// if `budget` adapts it).
         margin: f64,
+        /// The violation budget to spend: every 10 s the margin moves by
+        /// the violations observed (at completion) in the last 10 s, up by
+        /// 0.01 while they stay under a quarter of the budget, down by 0.05
+        /// once they pass half of it, within [0.5, 1].
+        budget: Option<f64>,
     },
 }
 
@@ -296,6 +305,11 @@ struct Engine<'a> {
     violations: u64,
     offloaded: u64,
     now: Instant,
+    /// slogate's current margin, and the completions it has yet to see:
+    /// `(finish, violated)`, earliest first.
+    margin: f64,
+    unseen: BinaryHeap<Reverse<(Instant, bool)>>,
+    margin_window: (Instant, u64, u64),
 }
 
 impl<'a> Engine<'a> {
@@ -326,6 +340,12 @@ impl<'a> Engine<'a> {
             violations: 0,
             offloaded: 0,
             now: Instant::ZERO,
+            margin: match policy.offload {
+                Offload::PredictedSlo { margin, .. } => margin,
+                _ => 1.0,
+            },
+            unseen: BinaryHeap::new(),
+            margin_window: (Instant::ZERO + MARGIN_WINDOW, 0, 0),
         }
     }
 
@@ -333,7 +353,34 @@ impl<'a> Engine<'a> {
         self.instances.iter().filter(|i| i.stopped.is_none()).count()
     }
 
+    /// Moves slogate's margin by the completions seen in each 10 s window
+    /// up to `now` (see [`Offload::PredictedSlo`]).
+    fn adapt_margin(&mut self, now: Instant) {
+        let Offload::PredictedSlo { budget: Some(budget), .. } = self.policy.offload else { return };
+        while self.margin_window.0 <= now {
+            let (end, mut seen, mut violated) = self.margin_window;
+            while let Some(Reverse((finish, missed))) = self.unseen.peek().copied() {
+                if finish > end {
+                    break;
+                }
+                self.unseen.pop();
+                seen += 1;
+                violated += u64::from(missed);
+            }
+            if seen > 0 {
+                let rate = violated as f64 / seen as f64;
+                if rate > 0.5 * budget {
+                    self.margin = (self.margin - 0.05).max(0.5);
+                } else if rate < 0.25 * budget {
+                    self.margin = (self.margin + 0.01).min(1.0);
+                }
+            }
+            self.margin_window = (end + MARGIN_WINDOW, 0, 0);
+        }
+    }
+
     fn advance(&mut self, now: Instant) {
+        self.adapt_margin(now);
         while let Some(Reverse(done)) = self.elastic_running.peek().copied() {
             if done > now {
                 break;
@@ -455,7 +502,8 @@ impl<'a> Engine<'a> {
                 let served = if current == second as u64 { served } else { 0 };
                 f64::from(served) >= share * self.config.capacity_rps()
             }
-            (Some(i), Offload::PredictedSlo { margin }) => {
+            (Some(i), Offload::PredictedSlo { .. }) => {
+                let margin = self.margin;
                 // What an operator can see: idle workers and the queue's
                 // length; service times are the configured idle latency.
                 let instance = &mut self.instances[i];
@@ -503,6 +551,9 @@ impl<'a> Engine<'a> {
         };
         let latency = finished - at;
         self.violations += u64::from(latency > self.config.slo);
+        if matches!(self.policy.offload, Offload::PredictedSlo { budget: Some(_), .. }) {
+            self.unseen.push(Reverse((finished, latency > self.config.slo)));
+        }
         self.latencies_ms.push(latency.as_millis_f64() as f32);
         self.arrivals_s.push(at.as_secs_f64() as f32);
     }

@@ -45,7 +45,7 @@ fn slogate_offloads_only_what_would_miss_the_slo() {
     // finish at 100 ms (met), the 11th at 110 ms (missed).
     let mut config = quiet(10, 1);
     config.elastic.cold_start = Duration::ZERO;
-    let slogate = policy(Dispatch::LeastLoaded, Offload::PredictedSlo { margin: 1.0 }, Scaling::Fixed);
+    let slogate = policy(Dispatch::LeastLoaded, Offload::PredictedSlo { margin: 1.0, budget: None }, Scaling::Fixed);
     let summary = simulate(&config, &slogate, (0..30).map(|_| at_ms(0)));
     assert_eq!((summary.offloaded, summary.violations), (20, 0), "{summary:?}");
     // A tier slower than the SLO takes nothing.
@@ -76,4 +76,18 @@ fn a_run_is_a_pure_function_of_its_inputs() {
     sorted.sort();
     let p = policy(Dispatch::RoundRobin, Offload::QueueBound { max_waiting: 4 }, Scaling::Sro { interval: Duration::from_secs(60), window: Duration::from_secs(300), rps_share: 0.9 });
     assert_eq!(simulate(&config, &p, sorted.iter().copied()), simulate(&config, &p, sorted.iter().copied()));
+}
+
+#[test]
+fn an_adaptive_margin_spends_the_budget_it_is_given() {
+    // 1,050 rps of noisy 10 ms requests on five two-worker instances (105%
+    // of their capacity): a tight fixed margin offloads more than needed;
+    // the adaptive one keeps violations within the budget and offloads
+    // less.
+    let config = FleetConfig { noise_sigma: 0.3, ..FleetConfig::spandana(Duration::from_millis(10), 5, 3) };
+    let arrivals: Vec<Instant> = (0..315_000u64).map(|i| Instant::from_micros(i * 952)).collect();
+    let fixed = simulate(&config, &policy(Dispatch::LeastLoaded, Offload::PredictedSlo { margin: 0.3, budget: None }, Scaling::Fixed), arrivals.iter().copied());
+    let adaptive = simulate(&config, &policy(Dispatch::LeastLoaded, Offload::PredictedSlo { margin: 0.3, budget: Some(0.01) }, Scaling::Fixed), arrivals.iter().copied());
+    assert!(adaptive.violation_rate <= 0.01, "{adaptive:?}");
+    assert!(adaptive.offloaded < fixed.offloaded, "{} vs {}", adaptive.offloaded, fixed.offloaded);
 }
