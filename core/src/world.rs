@@ -59,7 +59,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::billing::{BillingConfig, BillingTimer};
 use crate::catalog::{self, ExecutionMeasurement};
-use crate::elastic::{ElasticConfig, ElasticPool};
+use crate::elastic::{ElasticConfig, ElasticPool, ProvisionedBilling};
 use crate::model::{ClusterId, ClusterState, ExecutionOutcome, ExecutionReport, Query, QueryId, Rpu, Target, TemplateId};
 use crate::stats::median;
 use crate::time::{Duration, Instant};
@@ -135,6 +135,11 @@ pub struct WorldConfig {
     /// The elastic tier, if the scenario has one.
     #[serde(default)]
     pub elastic: Option<ElasticConfig>,
+    /// Bill clusters as **provisioned** (from request until gone, per
+    /// second with a minimum; the price is per RPU-hour) instead of by the
+    /// usage timer.
+    #[serde(default)]
+    pub provisioned: Option<ProvisionedBilling>,
 }
 
 impl Default for WorldConfig {
@@ -207,6 +212,7 @@ impl WorldConfig {
             query_timeout: Duration::from_secs(3_600),
             billing: BillingConfig::default(),
             elastic: None,
+            provisioned: None,
         }
     }
 
@@ -365,6 +371,7 @@ struct ClusterSim {
     size: Rpu,
     profile: SizeProfile,
     state: ClusterState,
+    requested_at: Instant,
     ready_at: Instant,
     cache_cold_until: Instant,
     gone_at: Option<Instant>,
@@ -451,6 +458,7 @@ impl World {
             state,
             ready_at,
             cache_cold_until,
+            requested_at: now,
             gone_at: None,
             teardown_requested: false,
             executing: Vec::new(),
@@ -618,14 +626,37 @@ impl World {
         self.clusters[cluster.0 as usize].size
     }
 
+    /// A provisioned cluster's billed span up to `now`: from its request
+    /// until gone (or the last event, for `Instant::MAX`).
+    fn provisioned_span(&self, c: &ClusterSim, now: Instant) -> (Instant, Instant) {
+        let end = c.gone_at.map_or(now.min(self.now.max(c.requested_at)), |gone| gone.min(now));
+        (c.requested_at, end.max(c.requested_at))
+    }
+
     /// Billed active time of a cluster up to `now`.
     pub fn billed_time(&self, cluster: ClusterId, now: Instant) -> Duration {
-        self.clusters[cluster.0 as usize].billing.active_time(now)
+        let c = &self.clusters[cluster.0 as usize];
+        match &self.config.provisioned {
+            None => c.billing.active_time(now),
+            Some(billing) => {
+                let (start, end) = self.provisioned_span(c, now);
+                // Whole seconds, at least the minimum, as billed.
+                let seconds = (end - start).as_micros().div_ceil(1_000_000).max(billing.minimum.as_micros().div_ceil(1_000_000));
+                Duration::from_secs(if now <= start { 0 } else { seconds })
+            }
+        }
     }
 
     /// Billed cost of a cluster up to `now`, in dollars.
     pub fn billed_cost_usd(&self, cluster: ClusterId, now: Instant) -> f64 {
-        self.clusters[cluster.0 as usize].billing.cost_usd(now)
+        let c = &self.clusters[cluster.0 as usize];
+        match &self.config.provisioned {
+            None => c.billing.cost_usd(now),
+            Some(billing) => {
+                let (start, end) = self.provisioned_span(c, now);
+                if now <= start { 0.0 } else { billing.cost_usd(start, end) * f64::from(c.size.0) }
+            }
+        }
     }
 
     /// Every cluster ever requested, in creation order.
@@ -866,6 +897,24 @@ mod tests {
         assert_eq!(world.elastic_invocations(), (3, 2));
         let expected = 2.0 * elastic.invocation_cost_usd(elastic.cold_start + run) + elastic.invocation_cost_usd(run);
         assert!((world.elastic_cost_usd() - expected).abs() < 1e-9, "{} vs {expected}", world.elastic_cost_usd());
+    }
+
+    #[test]
+    fn provisioned_clusters_bill_from_request_until_gone() {
+        let mut config = quiet_config();
+        config.provisioned = Some(ProvisionedBilling { price_per_hour_usd: 0.375, minimum: Duration::from_secs(60) });
+        let mut world = World::new(config);
+        let c = world.add_cluster(Instant::ZERO, Rpu(16), true);
+        world.handle_timeout(Instant::from_secs_f64(1_000.0));
+        // Idle, yet billed: 16 RPU × 1,000 s × $0.375 per RPU-hour.
+        let expected = 16.0 * 1_000.0 * 0.375 / 3_600.0;
+        assert!((world.billed_cost_usd(c, Instant::from_secs_f64(1_000.0)) - expected).abs() < 1e-9);
+        assert_eq!(world.billed_time(c, Instant::from_secs_f64(30.0)), Duration::from_secs(60), "the minimum");
+        world.tear_down(Instant::from_secs_f64(1_000.0), c);
+        drain(&mut world);
+        let gone = Instant::from_secs_f64(1_000.0) + world.config().teardown_delay;
+        let at_gone = world.billed_cost_usd(c, gone);
+        assert!((world.billed_cost_usd(c, Instant::MAX) - at_gone).abs() < 1e-12, "nothing after it is gone");
     }
 
     fn drain(world: &mut World) -> Vec<ExecutionReport> {

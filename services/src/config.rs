@@ -129,6 +129,14 @@ pub struct PoolSection {
     pub policy: String,
     /// Initial clusters on the emulated warehouse, sizes in RPU.
     pub clusters: Vec<u32>,
+    /// How clusters bill: `usage` (the warehouse timer: running while
+    /// queries run, 60 s minimum windows) or `provisioned` (from spinup
+    /// until teardown, per second, 60 s minimum).
+    #[serde(default = "default_billing")]
+    pub billing: String,
+    /// Price of a provisioned cluster per RPU-hour, dollars.
+    #[serde(default = "default_provisioned_price")]
+    pub provisioned_price_per_rpu_hour_usd: f64,
     /// The pool's autoscaler.
     #[serde(default)]
     pub autoscale: AutoscaleSection,
@@ -369,6 +377,14 @@ impl AutoscaleSection {
     }
 }
 
+fn default_billing() -> String {
+    "usage".to_owned()
+}
+
+fn default_provisioned_price() -> f64 {
+    0.375
+}
+
 fn default_policy() -> String {
     BaselinePolicy::LeastLoaded.name().to_owned()
 }
@@ -417,6 +433,8 @@ impl Default for ConfigV1 {
                 name: "default".into(),
                 policy: default_policy(),
                 clusters: vec![16, 16],
+                billing: default_billing(),
+                provisioned_price_per_rpu_hour_usd: default_provisioned_price(),
                 autoscale: AutoscaleSection::default(),
                 elastic: ElasticSection::default(),
             }],
@@ -536,6 +554,13 @@ impl NodeConfig {
             if pool.clusters.is_empty() || pool.clusters.iter().any(|&s| s == 0 || s > 1_024) {
                 return Err(invalid(&format!("pool[{i}].clusters"), "needs one or more sizes in 1–1024 RPU"));
             }
+            if pool.billing != "usage" && pool.billing != "provisioned" {
+                return Err(invalid(&format!("pool[{i}].billing"), format!("`{}` is not one of usage, provisioned", pool.billing)));
+            }
+            let price = pool.provisioned_price_per_rpu_hour_usd;
+            if !(price.is_finite() && price >= 0.0) {
+                return Err(invalid(&format!("pool[{i}].provisioned_price_per_rpu_hour_usd"), format!("must be a non-negative amount, got {price}")));
+            }
             pool.autoscale.to_core(&format!("pool[{i}].autoscale"))?;
             pool.elastic.to_core(&format!("pool[{i}].elastic"))?;
             if pool.elastic.enabled && !crate::eval::LEARNED_POLICIES.contains(&pool.policy.as_str()) {
@@ -602,6 +627,7 @@ mod tests {
         assert!(err(&format!("{pool}target = 2.0\n"), &[]).contains("pool[0].autoscale.target"));
         let round_robin = "version = \"1\"\n[[pool]]\nname = \"a\"\npolicy = \"round-robin\"\nclusters = [16]\n[pool.autoscale]\nenabled = true\n";
         assert!(err(round_robin, &[]).contains("pool[0].autoscale.enabled"));
+        assert!(err("version = \"1\"\n[[pool]]\nname = \"a\"\nclusters = [16]\nbilling = \"hourly\"\n", &[]).contains("pool[0].billing"));
     }
 
     #[test]

@@ -84,6 +84,7 @@ pub struct SloRouter<P: LatencyPredictor> {
     where_placed: HashMap<QueryId, ClusterId>,
     last_scores: Vec<CandidateScore>,
     elastic: Option<ElasticRouting>,
+    provisioned: bool,
 }
 
 impl<P: LatencyPredictor> SloRouter<P> {
@@ -97,7 +98,16 @@ impl<P: LatencyPredictor> SloRouter<P> {
             where_placed: HashMap::new(),
             last_scores: Vec::new(),
             elastic: None,
+            provisioned: false,
         }
+    }
+
+    /// The pool's clusters are **provisioned** (billed from spinup until
+    /// teardown): placing a query on one adds no cost, so among clusters
+    /// that add no violation the lowest id takes it.
+    pub fn with_provisioned_clusters(mut self) -> Self {
+        self.provisioned = true;
+        self
     }
 
     /// Adds the elastic tier as a candidate (see [`super::elastic`]).
@@ -163,10 +173,12 @@ impl<P: LatencyPredictor> SloRouter<P> {
         let mut with_query = state.billing.clone();
         with_query.handle_query_start(now);
         let cost_after = with_query.cost_until_drained_usd(now, drain_after);
+        // A provisioned cluster bills whether it runs queries or not.
+        let marginal_cost_usd = if self.provisioned { 0.0 } else { (cost_after - cost_before).max(0.0) };
         let score = CandidateScore {
             cluster: view.id,
             marginal_violations: violations_after - violations_before,
-            marginal_cost_usd: (cost_after - cost_before).max(0.0),
+            marginal_cost_usd,
             predicted_latency,
         };
         (score, placement)
@@ -385,6 +397,17 @@ mod tests {
             Routing::Dispatch(RouteDecision { target: Target::Cluster(c), .. }) => *c,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn provisioned_clusters_add_no_marginal_cost() {
+        let mut router = SloRouter::new("slogate", trained(), BillingConfig::default()).with_provisioned_clusters();
+        let pool = pool(&[16, 16]);
+        router.route(Instant::ZERO, &query(1, 2, 100.0, 0.0), &pool);
+        assert!(router.last_scores().iter().all(|s| s.marginal_cost_usd == 0.0), "{:?}", router.last_scores());
+        let mut usage = SloRouter::new("slogate", trained(), BillingConfig::default());
+        usage.route(Instant::ZERO, &query(1, 2, 100.0, 0.0), &pool);
+        assert!(usage.last_scores().iter().all(|s| s.marginal_cost_usd > 0.0), "an idle usage-billed cluster opens a window");
     }
 
     #[test]

@@ -100,13 +100,25 @@ pub fn training_observations(sizes: &[u32], seed: u64) -> Vec<Observation> {
 /// execution log they would have in production. Used by `eval` (history
 /// from a training run) and by the live node (history from the reservoir).
 pub fn build_policy(name: &str, history: &[Observation]) -> Result<Box<dyn RoutingPolicy>> {
-    build_policy_with(name, history, None)
+    build_policy_with(name, history, &PoolTerms::default())
 }
 
-/// [`build_policy`], giving the learned policies the elastic tier when
-/// `elastic` is set (the baselines never offload).
-pub fn build_policy_with(name: &str, history: &[Observation], elastic: Option<ElasticOptions>) -> Result<Box<dyn RoutingPolicy>> {
+/// What a pool offers its routing policy beyond its clusters.
+#[derive(Clone, Debug, Default)]
+pub struct PoolTerms {
+    /// The elastic tier the learned policies may offload to.
+    pub elastic: Option<ElasticOptions>,
+    /// The clusters are provisioned (billed while they exist), not
+    /// usage-billed.
+    pub provisioned: bool,
+}
+
+/// [`build_policy`] for a pool with `terms`: the learned policies get the
+/// elastic tier and the billing kind (the baselines ignore both and never
+/// offload).
+pub fn build_policy_with(name: &str, history: &[Observation], terms: &PoolTerms) -> Result<Box<dyn RoutingPolicy>> {
     policy_by_name(name)?;
+    let elastic = terms.elastic.clone();
     if let Some(baseline) = BaselinePolicy::from_name(name) {
         return Ok(baseline.build());
     }
@@ -116,12 +128,18 @@ pub fn build_policy_with(name: &str, history: &[Observation], elastic: Option<El
         if let Some(options) = elastic {
             router = router.with_elastic(options);
         }
+        if terms.provisioned {
+            router = router.with_provisioned_clusters();
+        }
         history.iter().for_each(|o| router.predictor_mut().observe(o));
         return Ok(Box::new(router));
     }
     let mut router = SloRouter::new(name, ConcurrencyAware::new(ConcurrencyConfig::default()), billing);
     if let Some(options) = elastic {
         router = router.with_elastic(options);
+    }
+    if terms.provisioned {
+        router = router.with_provisioned_clusters();
     }
     history.iter().for_each(|o| router.predictor_mut().observe(o));
     router.predictor_mut().fit();
@@ -301,7 +319,7 @@ fn run_case(case: &Case, policy: &str, history: &[Observation], queries: &[Query
     if let Some(elastic) = &options.elastic {
         world.set_elastic(elastic.config.clone());
     }
-    let inner = build_policy_with(policy, history, options.elastic.clone())?;
+    let inner = build_policy_with(policy, history, &PoolTerms { elastic: options.elastic.clone(), provisioned: false })?;
     let timed = Timed { inner, samples_us: Vec::with_capacity(queries.len()), explained: Vec::new(), explain: options.explain };
     let mut sim = Simulation::new(world, timed, queries.to_vec());
     sim.drive_until_idle();

@@ -81,13 +81,21 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         world.seed(file.node.seed);
         let elastic = if pool.elastic.enabled { Some(pool.elastic.to_core(&format!("pool[{i}].elastic"))?) } else { None };
         world.elastic = elastic.as_ref().map(|e| e.config.clone());
+        let provisioned = pool.billing == "provisioned";
+        if provisioned {
+            world.provisioned = Some(slogate_core::elastic::ProvisionedBilling {
+                price_per_hour_usd: pool.provisioned_price_per_rpu_hour_usd,
+                minimum: slogate_core::time::Duration::from_secs(60),
+            });
+        }
         let warehouse = EmulatedWarehouse::new(world, clock, mailbox).start();
         let mut clusters = Vec::new();
         for &size in &pool.clusters {
             let id = warehouse.send(AddCluster { size: Rpu(size), warm: true }).await.map_err(|e| Error::Node(e.to_string()))?;
             clusters.push((id, Rpu(size), ClusterState::Ready));
         }
-        let policy = crate::eval::build_policy_with(&pool.policy, &history, elastic.clone()).map_err(|e| Error::Config(e.to_string()))?;
+        let terms = crate::eval::PoolTerms { elastic: elastic.clone(), provisioned };
+        let policy = crate::eval::build_policy_with(&pool.policy, &history, &terms).map_err(|e| Error::Config(e.to_string()))?;
         let id = PoolId(pool.name.clone());
         let provider = EmulatedProvider::new(warehouse.clone(), clock, mailbox).start();
         warehouses.push(admin::PoolBackends { pool: id.clone(), warehouse: warehouse.clone(), provider: provider.clone() });
