@@ -213,6 +213,9 @@ pub struct PoolSetup {
     pub in_flight_max: usize,
     /// Whether the backend's elastic tier takes offloaded queries.
     pub elastic: bool,
+    /// Set when the pool's clusters are provisioned (trackers estimate
+    /// their bill from spinup until gone).
+    pub provisioned: Option<slogate_core::elastic::ProvisionedBilling>,
 }
 
 struct InFlight {
@@ -243,6 +246,7 @@ struct PoolRuntime {
     stats: PoolStats,
     autoscaler: Option<Recipient<ScaleNotice>>,
     elastic: bool,
+    provisioned: Option<slogate_core::elastic::ProvisionedBilling>,
 }
 
 impl PoolRuntime {
@@ -360,6 +364,7 @@ impl RouterShard {
                             size,
                             state,
                             billing: limits.billing.clone(),
+                            provisioned: setup.provisioned.clone(),
                             backend: setup.warehouse.clone(),
                             provider: setup.provider.clone(),
                             clock,
@@ -383,6 +388,7 @@ impl RouterShard {
                     stats: PoolStats::default(),
                     autoscaler: None,
                     elastic: setup.elastic,
+                    provisioned: setup.provisioned,
                 };
                 (setup.id, runtime)
             })
@@ -490,8 +496,8 @@ impl Handler<RequestCluster> for RouterShard {
     type Result = ResponseActFuture<Self, Result<ClusterId>>;
 
     fn handle(&mut self, message: RequestCluster, _ctx: &mut Self::Context) -> Self::Result {
-        let (provider, warehouse) = match self.pools.get(&message.pool) {
-            Some(pool) if !self.draining => (pool.provider.clone(), pool.warehouse.clone()),
+        let (provider, warehouse, provisioned) = match self.pools.get(&message.pool) {
+            Some(pool) if !self.draining => (pool.provider.clone(), pool.warehouse.clone(), pool.provisioned.clone()),
             Some(_) => return Box::pin(fut::ready(Err(Error::ShuttingDown))),
             None => return Box::pin(fut::ready(Err(Error::UnknownPool(message.pool.0)))),
         };
@@ -511,6 +517,7 @@ impl Handler<RequestCluster> for RouterShard {
                     size,
                     state: ClusterState::Starting,
                     billing: actor.billing.clone(),
+                    provisioned,
                     backend: warehouse,
                     provider: provider_for_tracker,
                     clock: actor.clock,

@@ -8,6 +8,7 @@
 use actix::prelude::*;
 use serde::Serialize;
 use slogate_core::billing::{BillingConfig, BillingTimer};
+use slogate_core::elastic::ProvisionedBilling;
 use slogate_core::model::{ClusterId, ClusterState, PoolId, Query, QueryId, Rpu};
 use slogate_core::time::Instant;
 use slogate_core::model::ExecutionReport;
@@ -80,6 +81,8 @@ pub struct ClusterTracker {
     /// was starting.
     provisioned: bool,
     billing: BillingTimer,
+    /// Provisioned billing: the terms, since when, and until when (gone).
+    provisioned_billing: Option<(ProvisionedBilling, Instant, Option<Instant>)>,
     /// The last instant given to `billing`, which takes inputs in time
     /// order: reports arrive a little after their virtual finish time.
     billing_clock: Instant,
@@ -103,6 +106,9 @@ pub struct TrackerSetup {
     pub state: ClusterState,
     /// Prices and minimum window for the billing estimate.
     pub billing: BillingConfig,
+    /// Set when the pool's clusters are provisioned: the estimate is then
+    /// from the tracker's start until the cluster is gone.
+    pub provisioned: Option<ProvisionedBilling>,
     /// The backend that runs the cluster's queries.
     pub backend: Addr<EmulatedWarehouse>,
     /// The platform that releases it.
@@ -116,7 +122,7 @@ pub struct TrackerSetup {
 impl ClusterTracker {
     /// A tracker as `setup` describes.
     pub fn new(setup: TrackerSetup) -> Self {
-        let TrackerSetup { pool, cluster, size, state, billing, backend, provider, clock, mailbox_capacity } = setup;
+        let TrackerSetup { pool, cluster, size, state, billing, provisioned, backend, provider, clock, mailbox_capacity } = setup;
         ClusterTracker {
             pool,
             cluster,
@@ -125,6 +131,7 @@ impl ClusterTracker {
             provisioned: state != ClusterState::Starting,
             billing: BillingTimer::new(billing, size),
             billing_clock: Instant::ZERO,
+            provisioned_billing: provisioned.map(|b| (b, clock.now(), None)),
             running: Vec::new(),
             finished: 0,
             backend,
@@ -228,6 +235,11 @@ impl Handler<ClusterUpdate> for ClusterTracker {
                 running.billed = true;
             }
         }
+        if message.state == ClusterState::Gone
+            && let Some((_, _, gone)) = &mut self.provisioned_billing
+        {
+            *gone = Some(self.clock.now());
+        }
         if !(message.state == ClusterState::Ready && self.state == ClusterState::Draining) {
             self.state = message.state;
         }
@@ -262,7 +274,10 @@ impl Handler<GetState> for ClusterTracker {
             state: self.state,
             running: self.running.iter().map(|r| r.query).collect(),
             finished: self.finished,
-            billed_usd_estimate: self.billing.cost_usd(now),
+            billed_usd_estimate: match &self.provisioned_billing {
+                Some((terms, since, gone)) => terms.cost_usd(*since, gone.unwrap_or(now)) * f64::from(self.size.0),
+                None => self.billing.cost_usd(now),
+            },
             billing_windows: self.billing.windows_opened(),
         })
     }

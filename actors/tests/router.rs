@@ -28,6 +28,7 @@ async fn node(in_flight_max: usize) -> Addr<RouterShard> {
         clusters,
         in_flight_max,
         elastic: false,
+        provisioned: None,
     };
     let limits = RouterLimits {
         billing: slogate_core::billing::BillingConfig::default(),

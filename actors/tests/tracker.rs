@@ -20,6 +20,7 @@ fn tracker(backend: &Addr<EmulatedWarehouse>, cluster: ClusterId, state: Cluster
         size: Rpu(16),
         state,
         billing: BillingConfig::default(),
+        provisioned: None,
         backend: backend.clone(),
         provider: EmulatedProvider::new(backend.clone(), clock, 64).start(),
         clock,

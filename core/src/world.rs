@@ -629,7 +629,8 @@ impl World {
     /// A provisioned cluster's billed span up to `now`: from its request
     /// until gone (or the last event, for `Instant::MAX`).
     fn provisioned_span(&self, c: &ClusterSim, now: Instant) -> (Instant, Instant) {
-        let end = c.gone_at.map_or(now.min(self.now.max(c.requested_at)), |gone| gone.min(now));
+        let open_end = if now == Instant::MAX { self.now } else { now };
+        let end = c.gone_at.map_or(open_end, |gone| gone.min(now));
         (c.requested_at, end.max(c.requested_at))
     }
 

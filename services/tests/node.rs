@@ -357,3 +357,40 @@ async fn queries_no_cluster_can_serve_in_time_are_offloaded_to_the_elastic_tier(
     node.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[actix_rt::test]
+async fn provisioned_clusters_bill_while_they_exist_and_trackers_agree() {
+    let dir = scratch("provisioned");
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 1000.0\n\
+         [[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [16]\nbilling = \"provisioned\"\n",
+        dir.display()
+    );
+    let config = NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
+    let node = node::start(config).await.unwrap();
+    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let reply = client.submit(request("p1", 5, 600_000)).await.unwrap().into_inner();
+    assert_eq!(reply.status(), QueryStatus::Completed);
+    // Idle, a provisioned cluster keeps billing: 16 RPU × $0.375 per
+    // RPU-hour for every virtual second.
+    let snapshot = || async {
+        let (_, body) = admin_get(node.admin_addr, "/v1/actors").await;
+        let actors: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let warehouse = &actors["warehouses"]["default"];
+        let estimate = actors["cluster_trackers"]["default"][0]["billed_usd_estimate"].as_f64().unwrap();
+        (warehouse["virtual_now_s"].as_f64().unwrap(), warehouse["clusters"][0]["billed_usd"].as_f64().unwrap(), estimate)
+    };
+    // Past the 60 s minimum first (100 ms is 100 virtual seconds).
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let (t1, billed1, estimate1) = snapshot().await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (t2, billed2, estimate2) = snapshot().await;
+    let expected = 16.0 * 0.375 * (t2 - t1) / 3_600.0;
+    assert!(((billed2 - billed1) / expected - 1.0).abs() < 0.05, "billed {} vs {expected} over {} s", billed2 - billed1, t2 - t1);
+    // The tracker's estimate grows at the same rate (its start differs from
+    // the warehouse's by the node's start-up time).
+    let estimated = estimate2 - estimate1;
+    assert!((estimated / expected - 1.0).abs() < 0.05, "tracker {estimated} vs {expected}");
+    node.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}

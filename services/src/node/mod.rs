@@ -81,13 +81,12 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         world.seed(file.node.seed);
         let elastic = if pool.elastic.enabled { Some(pool.elastic.to_core(&format!("pool[{i}].elastic"))?) } else { None };
         world.elastic = elastic.as_ref().map(|e| e.config.clone());
-        let provisioned = pool.billing == "provisioned";
-        if provisioned {
-            world.provisioned = Some(slogate_core::elastic::ProvisionedBilling {
-                price_per_hour_usd: pool.provisioned_price_per_rpu_hour_usd,
-                minimum: slogate_core::time::Duration::from_secs(60),
-            });
-        }
+        let provisioned_billing = (pool.billing == "provisioned").then(|| slogate_core::elastic::ProvisionedBilling {
+            price_per_hour_usd: pool.provisioned_price_per_rpu_hour_usd,
+            minimum: slogate_core::time::Duration::from_secs(60),
+        });
+        let provisioned = provisioned_billing.is_some();
+        world.provisioned = provisioned_billing.clone();
         let warehouse = EmulatedWarehouse::new(world, clock, mailbox).start();
         let mut clusters = Vec::new();
         for &size in &pool.clusters {
@@ -107,6 +106,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             clusters,
             in_flight_max: file.limits.in_flight_per_pool_max,
             elastic: elastic.is_some(),
+            provisioned: provisioned_billing,
         });
     }
     let limits = RouterLimits {
