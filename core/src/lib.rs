@@ -23,6 +23,9 @@
 //!   planner's replay and the spinup size selector.
 //! - [`world`]: the emulated warehouse (ground truth), fitted to
 //!   [`catalog`], the embedded Redshift measurements.
+//! - [`fleet`]: request-level services (Spandana's setting): instances
+//!   with FIFO queues, the elastic tier, and the offload and scaling
+//!   policies of its evaluation, at millions of requests per second.
 //! - [`sim`]: the discrete-event engine that drives a routing policy (and
 //!   optionally a cluster controller) against the world.
 //! - [`stats`]: medians, percentiles, overlap counting.
