@@ -105,22 +105,16 @@ pub struct AutoscalerState {
     pub last_command_error: Option<String>,
 }
 
-/// The router as a snapshot: predictions only. It cannot route or fork;
-/// the actor fetches a fork from the RouterShard when a selection needs one.
+/// The router as a snapshot: predictions only (what the triggers read). It
+/// cannot route or fork; the actor fetches a fork from the RouterShard when
+/// a selection needs one.
 struct SnapshotRouter {
     predictions: HashMap<QueryId, Duration>,
-    by_cluster: HashMap<ClusterId, Vec<(QueryId, Duration)>>,
 }
 
 impl SnapshotRouter {
     fn new(snapshot: &PoolSnapshot) -> Self {
-        let predictions: HashMap<QueryId, Duration> = snapshot.predictions.iter().copied().collect();
-        let mut by_cluster: HashMap<ClusterId, Vec<(QueryId, Duration)>> = HashMap::new();
-        for cluster in &snapshot.pool.clusters {
-            let here = cluster.running.iter().filter_map(|r| predictions.get(&r.id).map(|p| (r.id, *p))).collect();
-            by_cluster.insert(cluster.id, here);
-        }
-        SnapshotRouter { predictions, by_cluster }
+        SnapshotRouter { predictions: snapshot.predictions.iter().copied().collect() }
     }
 }
 
@@ -133,9 +127,6 @@ impl RoutingPolicy for SnapshotRouter {
     }
     fn predicted_latency(&self, query: QueryId) -> Option<Duration> {
         self.predictions.get(&query).copied()
-    }
-    fn predicted_latencies(&self, cluster: ClusterId) -> Vec<(QueryId, Duration)> {
-        self.by_cluster.get(&cluster).cloned().unwrap_or_default()
     }
 }
 

@@ -249,13 +249,7 @@ impl Autoscaler {
         if !self.policy.teardown {
             return;
         }
-        let mut view = pool.clone();
-        for cluster in &mut view.clusters {
-            if self.teardown_requested.contains(&cluster.id) && cluster.state == ClusterState::Ready {
-                cluster.state = ClusterState::Draining;
-            }
-        }
-        for cluster in teardown_candidates(now, &view, &self.last_routed, &self.config) {
+        for cluster in teardown_candidates(now, pool, &self.teardown_requested, &self.last_routed, &self.config) {
             let reason = format!(
                 "idle for {:.0}s with nothing running, ready for at least {:.0}s",
                 self.config.idle_teardown.as_secs_f64(),
@@ -279,7 +273,7 @@ impl Autoscaler {
             .clusters
             .iter()
             .filter(|c| !self.teardown_requested.contains(&c.id))
-            .filter_map(|c| teardown_eligible_at(c.id, pool, &self.last_routed, &self.config))
+            .filter_map(|c| teardown_eligible_at(c, &self.last_routed, &self.config))
             .filter(|at| *at > now)
             .min();
     }

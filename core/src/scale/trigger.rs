@@ -15,26 +15,33 @@
 //! - (C) Queue@N fires only with N or more queries outstanding, under the
 //!   same in-flight and suppression rules.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ClusterId, ClusterState, Pool, QueryId};
+use crate::model::{ClusterId, ClusterState, ClusterView, Pool, QueryId};
 use crate::scale::AutoscalerConfig;
 use crate::scale::windows::ObservationWindows;
 use crate::time::{Duration, Instant};
 
 /// The clusters the teardown trigger would release at `now`, in id order.
-/// `last_routed` holds each cluster's last routing instant.
-pub fn teardown_candidates(now: Instant, pool: &Pool, last_routed: &HashMap<ClusterId, Instant>, config: &AutoscalerConfig) -> Vec<ClusterId> {
-    let ready: Vec<_> = pool.clusters.iter().filter(|c| c.state == ClusterState::Ready).collect();
+/// `last_routed` holds each cluster's last routing instant; clusters in
+/// `going` are already being released and count as gone.
+pub fn teardown_candidates(
+    now: Instant,
+    pool: &Pool,
+    going: &BTreeSet<ClusterId>,
+    last_routed: &HashMap<ClusterId, Instant>,
+    config: &AutoscalerConfig,
+) -> Vec<ClusterId> {
+    let ready: Vec<&ClusterView> = pool.clusters.iter().filter(|c| c.state == ClusterState::Ready && !going.contains(&c.id)).collect();
     let mut keep = ready.len();
     let mut out = Vec::new();
-    for cluster in &ready {
+    for cluster in ready {
         if config.keep_last_cluster && keep <= 1 {
             break;
         }
-        if teardown_eligible_at(cluster.id, pool, last_routed, config).is_some_and(|at| at <= now) {
+        if teardown_eligible_at(cluster, last_routed, config).is_some_and(|at| at <= now) {
             out.push(cluster.id);
             keep -= 1;
         }
@@ -44,12 +51,11 @@ pub fn teardown_candidates(now: Instant, pool: &Pool, last_routed: &HashMap<Clus
 
 /// When an idle Ready cluster becomes eligible for teardown, if nothing is
 /// routed to it meanwhile; `None` if it is not Ready or runs queries.
-pub fn teardown_eligible_at(cluster: ClusterId, pool: &Pool, last_routed: &HashMap<ClusterId, Instant>, config: &AutoscalerConfig) -> Option<Instant> {
-    let view = pool.clusters.iter().find(|c| c.id == cluster)?;
+pub fn teardown_eligible_at(view: &ClusterView, last_routed: &HashMap<ClusterId, Instant>, config: &AutoscalerConfig) -> Option<Instant> {
     if view.state != ClusterState::Ready || !view.running.is_empty() {
         return None;
     }
-    let last = last_routed.get(&cluster).copied().unwrap_or(view.ready_at).max(view.ready_at);
+    let last = last_routed.get(&view.id).copied().unwrap_or(view.ready_at).max(view.ready_at);
     Some((last + config.idle_teardown).max(view.ready_at + config.min_lifetime))
 }
 
@@ -237,24 +243,32 @@ mod tests {
         let mut routed = HashMap::new();
         routed.insert(ClusterId(1), Instant::from_secs_f64(450.0));
         let c = config();
-        assert!(teardown_candidates(Instant::from_secs_f64(499.0), &p, &routed, &c).is_empty(), "too young");
-        assert_eq!(teardown_candidates(Instant::from_secs_f64(500.0), &p, &routed, &c), vec![ClusterId(0)]);
-        assert_eq!(teardown_eligible_at(ClusterId(1), &p, &routed, &c), Some(Instant::from_secs_f64(550.0)));
+        assert!(teardown_candidates(Instant::from_secs_f64(499.0), &p, &BTreeSet::new(), &routed, &c).is_empty(), "too young");
+        assert_eq!(teardown_candidates(Instant::from_secs_f64(500.0), &p, &BTreeSet::new(), &routed, &c), vec![ClusterId(0)]);
+        assert_eq!(teardown_eligible_at(&p.clusters[1], &routed, &c), Some(Instant::from_secs_f64(550.0)));
     }
 
     #[test]
     fn the_last_ready_cluster_is_kept_unless_configured() {
         let p = pool(vec![cluster(0, ClusterState::Ready, 0.0, 0), cluster(1, ClusterState::Ready, 0.0, 0)]);
         let now = Instant::from_secs_f64(10_000.0);
-        assert_eq!(teardown_candidates(now, &p, &HashMap::new(), &config()), vec![ClusterId(0)]);
+        assert_eq!(teardown_candidates(now, &p, &BTreeSet::new(), &HashMap::new(), &config()), vec![ClusterId(0)]);
         let all = AutoscalerConfig { keep_last_cluster: false, ..config() };
-        assert_eq!(teardown_candidates(now, &p, &HashMap::new(), &all), vec![ClusterId(0), ClusterId(1)]);
+        assert_eq!(teardown_candidates(now, &p, &BTreeSet::new(), &HashMap::new(), &all), vec![ClusterId(0), ClusterId(1)]);
+    }
+
+    #[test]
+    fn clusters_already_going_neither_count_nor_go_twice() {
+        let p = pool(vec![cluster(0, ClusterState::Ready, 0.0, 0), cluster(1, ClusterState::Ready, 0.0, 0)]);
+        let going = BTreeSet::from([ClusterId(0)]);
+        let now = Instant::from_secs_f64(10_000.0);
+        assert!(teardown_candidates(now, &p, &going, &HashMap::new(), &config()).is_empty(), "cluster 1 is the last one staying");
     }
 
     #[test]
     fn busy_clusters_are_never_torn_down() {
         let p = pool(vec![cluster(0, ClusterState::Ready, 0.0, 1), cluster(1, ClusterState::Ready, 0.0, 0)]);
-        assert_eq!(teardown_candidates(Instant::from_secs_f64(10_000.0), &p, &HashMap::new(), &config()), vec![ClusterId(1)]);
+        assert_eq!(teardown_candidates(Instant::from_secs_f64(10_000.0), &p, &BTreeSet::new(), &HashMap::new(), &config()), vec![ClusterId(1)]);
     }
 
     fn windows_with(violations: usize, met: usize, arrival_s: f64) -> ObservationWindows {
