@@ -6,13 +6,12 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use slogate_core::billing::BillingConfig;
-use slogate_core::model::{ClusterState, Pool, PoolId, Query, QueryId, Rpu, Slo, TemplateId};
+use slogate_core::model::{ClusterState, PoolId, Query, QueryId, Rpu, Slo, TemplateId};
 use slogate_core::predict::concurrency::ConcurrencyConfig;
 use slogate_core::predict::{ConcurrencyAware, LatencyPredictor, Observation as Execution};
-use slogate_core::route::RoutingPolicy;
 use slogate_core::route::slo::SloRouter;
 use slogate_core::scale::{Autoscaler, AutoscalerConfig, AutoscalerPolicy};
-use slogate_core::sim::{ClusterCommand, Controller, Observation, QueryOutcome, Simulation};
+use slogate_core::sim::{QueryOutcome, Simulation};
 use slogate_core::time::{Duration, Instant};
 use slogate_core::world::World;
 
@@ -71,29 +70,11 @@ fn for_seeds(check: impl Fn(u64)) {
     }
 }
 
-/// A controller the test keeps a handle on.
-struct Shared(Rc<RefCell<Autoscaler>>);
-
-impl Controller for Shared {
-    fn handle_observation(&mut self, now: Instant, observation: Observation<'_>, pool: &Pool, router: &dyn RoutingPolicy) {
-        self.0.borrow_mut().handle_observation(now, observation, pool, router);
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        self.0.borrow().poll_timeout()
-    }
-    fn handle_timeout(&mut self, now: Instant, pool: &Pool, router: &dyn RoutingPolicy) {
-        self.0.borrow_mut().handle_timeout(now, pool, router);
-    }
-    fn poll_command(&mut self) -> Option<ClusterCommand> {
-        self.0.borrow_mut().poll_command()
-    }
-}
-
 #[test]
 fn a_burst_spins_a_cluster_up_and_idleness_tears_one_down() {
     for_seeds(|seed| {
         let autoscaler = Rc::new(RefCell::new(Autoscaler::new(config(), AutoscalerPolicy::SLOGATE, BillingConfig::default())));
-        let mut sim = Simulation::new(world(seed, &[4]), trained_router(seed), burst(seed, 80, 0.5, 60.0)).with_controller(Box::new(Shared(autoscaler.clone())));
+        let mut sim = Simulation::new(world(seed, &[4]), trained_router(seed), burst(seed, 80, 0.5, 60.0)).with_controller(Box::new(autoscaler.clone()));
         sim.drive_until_idle();
         let stats = autoscaler.borrow().stats().clone();
         assert!(stats.spinups >= 1 && stats.teardowns >= 1, "{stats:?}");

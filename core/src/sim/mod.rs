@@ -101,6 +101,22 @@ pub trait Controller {
     fn poll_command(&mut self) -> Option<ClusterCommand>;
 }
 
+/// A shared controller: the caller keeps a handle to read it after the run.
+impl<C: Controller> Controller for std::rc::Rc<std::cell::RefCell<C>> {
+    fn handle_observation(&mut self, now: Instant, observation: Observation<'_>, pool: &Pool, router: &dyn RoutingPolicy) {
+        self.borrow_mut().handle_observation(now, observation, pool, router);
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.borrow().poll_timeout()
+    }
+    fn handle_timeout(&mut self, now: Instant, pool: &Pool, router: &dyn RoutingPolicy) {
+        self.borrow_mut().handle_timeout(now, pool, router);
+    }
+    fn poll_command(&mut self) -> Option<ClusterCommand> {
+        self.borrow_mut().poll_command()
+    }
+}
+
 /// How a query ended, from the client's side.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

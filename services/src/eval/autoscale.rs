@@ -143,27 +143,27 @@ pub struct AutoscaleReport {
     pub results: Vec<AutoscaleResult>,
 }
 
-/// Times each controller step and forwards it to an autoscaler the caller
-/// keeps a handle on, to read its decisions after the run.
-struct TimedController {
-    inner: Rc<RefCell<Autoscaler>>,
+/// Times each controller step (the slowest is a selection) and forwards
+/// it; the caller keeps its own handle on the shared controller.
+struct TimedController<C> {
+    inner: C,
     slowest_ms: Rc<Cell<f64>>,
 }
 
-impl Controller for TimedController {
+impl<C: Controller> Controller for TimedController<C> {
     fn handle_observation(&mut self, now: Instant, observation: SimObservation<'_>, pool: &Pool, router: &dyn RoutingPolicy) {
         let started = WallInstant::now();
-        self.inner.borrow_mut().handle_observation(now, observation, pool, router);
+        self.inner.handle_observation(now, observation, pool, router);
         self.slowest_ms.set(self.slowest_ms.get().max(started.elapsed().as_secs_f64() * 1e3));
     }
     fn poll_timeout(&self) -> Option<Instant> {
-        self.inner.borrow().poll_timeout()
+        self.inner.poll_timeout()
     }
     fn handle_timeout(&mut self, now: Instant, pool: &Pool, router: &dyn RoutingPolicy) {
-        self.inner.borrow_mut().handle_timeout(now, pool, router);
+        self.inner.handle_timeout(now, pool, router);
     }
     fn poll_command(&mut self) -> Option<ClusterCommand> {
-        self.inner.borrow_mut().poll_command()
+        self.inner.poll_command()
     }
 }
 
