@@ -192,6 +192,49 @@ pub struct FleetPolicy {
     pub scaling: Scaling,
 }
 
+impl FleetPolicy {
+    /// The policies of Spandana's evaluation and slogate's, by name.
+    pub const NAMES: [&'static str; 5] = ["hpa-60", "libra", "spandana", "spandana-central", "slogate"];
+
+    /// Kubernetes' HPA at `target` utilisation (15 s interval, 300 s
+    /// scale-down window), round-robin, no offload.
+    pub fn hpa(target: f64) -> Self {
+        FleetPolicy {
+            name: format!("hpa-{:.0}", target * 100.0),
+            dispatch: Dispatch::RoundRobin,
+            offload: Offload::Never,
+            scaling: Scaling::Hpa { target, interval: Duration::from_secs(15), scale_down_window: Duration::from_secs(300) },
+        }
+    }
+
+    /// A named policy for `config`, spending a violation `budget`:
+    ///
+    /// - `hpa-60`: [`FleetPolicy::hpa`] at 60%;
+    /// - `libra`: HPA-60, and an instance offloads once it has served 80%
+    ///   of its capacity within the current second;
+    /// - `spandana`: round-robin, the SLO Director's bounded queue (the
+    ///   waiting requests whose queueing leaves 30% of the SLO's slack for
+    ///   service-time noise), the SRO every minute over five;
+    /// - `spandana-central`: the same behind a least-loaded balancer;
+    /// - `slogate`: least-loaded, offload by predicted latency with a margin
+    ///   that starts at 85% of the SLO and adapts to spend `budget`, the
+    ///   SRO.
+    pub fn named(name: &str, config: &FleetConfig, budget: f64) -> Option<Self> {
+        let sro = Scaling::Sro { interval: Duration::from_secs(60), window: Duration::from_secs(300), rps_share: 0.9 };
+        let slack = config.slo.as_secs_f64() / config.service_time.as_secs_f64() - 1.0;
+        let director_queue = ((slack * f64::from(config.workers_per_instance) * 0.7).floor() as u32).max(1);
+        let (dispatch, offload, scaling) = match name {
+            "hpa-60" => return Some(FleetPolicy::hpa(0.6)),
+            "libra" => (Dispatch::RoundRobin, Offload::RateShare { share: 0.8 }, FleetPolicy::hpa(0.6).scaling),
+            "spandana" => (Dispatch::RoundRobin, Offload::QueueBound { max_waiting: director_queue }, sro),
+            "spandana-central" => (Dispatch::LeastLoaded, Offload::QueueBound { max_waiting: director_queue }, sro),
+            "slogate" => (Dispatch::LeastLoaded, Offload::PredictedSlo { margin: 0.85, budget: Some(budget) }, sro),
+            _ => return None,
+        };
+        Some(FleetPolicy { name: name.to_owned(), dispatch, offload, scaling })
+    }
+}
+
 /// One run's results.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FleetSummary {

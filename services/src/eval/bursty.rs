@@ -8,20 +8,10 @@
 //! violation budget. The spike variant surges to 2× at 20 minutes and
 //! settles at 1.5×.
 //!
-//! Policies:
-//!
-//! - `hpa-60`: round-robin, no offload, Kubernetes' HPA at 60% CPU;
-//! - `hpa-oracle`: the same with the cheapest target (30–95%, step 5) that
-//!   meets the budget over the whole trace, found by running them all;
-//! - `libra`: HPA-60, and an instance offloads once it has served 80% of
-//!   its capacity within the current second;
-//! - `spandana`: round-robin, the SLO Director's bounded queue, the SRO;
-//! - `spandana-central`: the same behind a least-loaded balancer;
-//! - `slogate`: least-loaded, offload the requests whose predicted latency
-//!   on their instance (queue length × idle latency) passes a margin of
-//!   the SLO when the tier serves them in time, and the SRO for base
-//!   capacity. The margin starts at 85% and adapts to spend the 1% budget
-//!   (Spandana's queue bound here keeps a fixed 30% of the slack).
+//! Policies: `hpa-oracle`, the cheapest HPA target (30–95%, step 5) that
+//! meets the budget over the whole trace, found here by running them all;
+//! and the named policies of `slogate_core::fleet::FleetPolicy::named`
+//! (`hpa-60`, `libra`, `spandana`, `spandana-central`, `slogate`).
 //!
 //! The printed table is deterministic for a seed; the simulation's wall
 //! time is printed separately.
@@ -29,14 +19,16 @@
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
-use slogate_core::fleet::{Dispatch, FleetConfig, FleetPolicy, FleetSummary, Offload, Scaling, simulate};
-use slogate_core::time::{Duration, Instant};
+use slogate_core::fleet::{FleetConfig, FleetPolicy, FleetSummary, simulate};
+use slogate_core::time::Instant;
 use slogate_loadgen::service::{FluctuationConfig, RateTrace, ServiceSpec, arrivals, fluctuating_rates, spandana_services, with_spike};
 
 use crate::{Error, Result};
 
 /// The policies, in column order.
 pub const POLICIES: [&str; 6] = ["hpa-60", "hpa-oracle", "libra", "spandana", "spandana-central", "slogate"];
+// Every policy but the searched oracle is defined in core::fleet.
+const _: () = assert!(FleetPolicy::NAMES.len() + 1 == POLICIES.len());
 
 /// The violation budget.
 pub const BUDGET: f64 = 0.01;
@@ -65,34 +57,6 @@ pub struct BurstyReport {
     pub results: Vec<BurstyResult>,
     /// Requests simulated in all runs.
     pub requests_simulated: u64,
-}
-
-fn hpa(target: f64) -> Scaling {
-    Scaling::Hpa { target, interval: Duration::from_secs(15), scale_down_window: Duration::from_secs(300) }
-}
-
-fn sro() -> Scaling {
-    Scaling::Sro { interval: Duration::from_secs(60), window: Duration::from_secs(300), rps_share: 0.9 }
-}
-
-/// The bounded queue of Spandana's SLO Director: the waiting requests whose
-/// queueing leaves room for the SLO, with a 30% margin for service-time
-/// noise.
-fn director_queue(config: &FleetConfig) -> u32 {
-    let slack = config.slo.as_secs_f64() / config.service_time.as_secs_f64() - 1.0;
-    ((slack * f64::from(config.workers_per_instance) * 0.7).floor() as u32).max(1)
-}
-
-fn policy(name: &str, config: &FleetConfig) -> FleetPolicy {
-    let (dispatch, offload, scaling) = match name {
-        "hpa-60" => (Dispatch::RoundRobin, Offload::Never, hpa(0.6)),
-        "libra" => (Dispatch::RoundRobin, Offload::RateShare { share: 0.8 }, hpa(0.6)),
-        "spandana" => (Dispatch::RoundRobin, Offload::QueueBound { max_waiting: director_queue(config) }, sro()),
-        "spandana-central" => (Dispatch::LeastLoaded, Offload::QueueBound { max_waiting: director_queue(config) }, sro()),
-        "slogate" => (Dispatch::LeastLoaded, Offload::PredictedSlo { margin: 0.85, budget: Some(BUDGET) }, sro()),
-        other => unreachable!("unknown policy {other}"),
-    };
-    FleetPolicy { name: name.to_owned(), dispatch, offload, scaling }
 }
 
 fn trace(service: &ServiceSpec, config: &FleetConfig, spike: bool, duration_s: u32, seed: u64) -> Result<RateTrace> {
@@ -129,7 +93,7 @@ pub fn run(policies: Option<&[String]>, seed: u64, duration_s: u32) -> Result<Bu
                     let mut best: Option<(f64, FleetSummary)> = None;
                     for step in 0..14 {
                         let target = 0.30 + 0.05 * f64::from(step);
-                        let p = FleetPolicy { name: name.clone(), dispatch: Dispatch::RoundRobin, offload: Offload::Never, scaling: hpa(target) };
+                        let p = FleetPolicy::hpa(target);
                         let summary = simulate(&config, &p, times.iter().copied());
                         requests_simulated += summary.requests;
                         let better = summary.violation_rate <= BUDGET && best.as_ref().is_none_or(|(_, b)| summary.cost_usd() < b.cost_usd());
@@ -140,12 +104,13 @@ pub fn run(policies: Option<&[String]>, seed: u64, duration_s: u32) -> Result<Bu
                     match best {
                         Some((target, summary)) => (format!("hpa-oracle@{:.0}", target * 100.0), summary),
                         None => {
-                            let p = FleetPolicy { name: name.clone(), dispatch: Dispatch::RoundRobin, offload: Offload::Never, scaling: hpa(0.3) };
+                            let p = FleetPolicy::hpa(0.3);
                             ("hpa-oracle@30(none met)".to_owned(), simulate(&config, &p, times.iter().copied()))
                         }
                     }
                 } else {
-                    let summary = simulate(&config, &policy(name, &config), times.iter().copied());
+                    let policy = FleetPolicy::named(name, &config, BUDGET).expect("names checked above");
+                    let summary = simulate(&config, &policy, times.iter().copied());
                     requests_simulated += summary.requests;
                     (name.clone(), summary)
                 };
