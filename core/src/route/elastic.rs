@@ -3,7 +3,11 @@
 //!
 //! The router keeps its own view of the tier: a warm pool and a count of
 //! running invocations driven only by the offloads it made and the
-//! completions it saw, and its elastic spend over the last hour. A query
+//! completions it saw, its elastic spend over the last hour, and the
+//! tier's speed: the configured speed is only a prior, replaced once
+//! enough offloads completed by the median ratio of their execution time
+//! to their predicted reference latency (as the cluster predictors, it
+//! learns from observations, never from the tier's true parameters). A query
 //! is eligible for the tier only when no ready cluster can take it without
 //! adding a predicted violation (Spandana's P1: anything a provisioned
 //! target can serve within its SLO stays there), its template is allowed,
@@ -24,7 +28,8 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::elastic::{ElasticConfig, ElasticPool};
-use crate::model::{ExecutionReport, QueryId, Rpu, TemplateId};
+use crate::model::{ExecutionOutcome, ExecutionReport, QueryId, Rpu, TemplateId};
+use crate::stats::median;
 use crate::time::{Duration, Instant};
 
 /// A pool's elastic options.
@@ -47,15 +52,36 @@ pub struct ElasticScore {
     pub predicted_latency: Duration,
     /// Its estimated bill.
     pub cost_usd: f64,
+    /// The query's predicted isolated latency at the reference size.
+    pub reference: Duration,
+    /// Whether it is predicted to start cold.
+    pub cold: bool,
 }
+
+/// A running offload: its estimated bill and what it was predicted from.
+#[derive(Clone, Copy, Debug)]
+struct Offloaded {
+    cost_usd: f64,
+    reference: Duration,
+    cold: bool,
+}
+
+/// Completed offloads the speed estimate keeps.
+const SPEED_WINDOW: usize = 256;
+/// Completed offloads before the estimate replaces the configured speed.
+const SPEED_MIN_SAMPLES: usize = 8;
 
 /// The router's view of the tier. See the module docs.
 #[derive(Clone, Debug)]
 pub struct ElasticRouting {
     options: ElasticOptions,
     pool: ElasticPool,
-    /// Running offloads and their estimated bills.
-    running: HashMap<QueryId, f64>,
+    /// Running offloads.
+    running: HashMap<QueryId, Offloaded>,
+    /// Logs of completed offloads' execution time over their reference
+    /// latency, and their median's exponent once there are enough.
+    speed_log_ratios: VecDeque<f64>,
+    learned_factor: Option<f64>,
     /// Completed offloads' bills, `(finished, dollars)`, within the last
     /// hour.
     spent: VecDeque<(Instant, f64)>,
@@ -67,7 +93,15 @@ const HOUR: Duration = Duration::from_secs(3_600);
 impl ElasticRouting {
     /// A view of a tier with `options`, nothing running.
     pub fn new(options: ElasticOptions) -> Self {
-        ElasticRouting { options, pool: ElasticPool::new(), running: HashMap::new(), spent: VecDeque::new(), offloads: 0 }
+        ElasticRouting {
+            options,
+            pool: ElasticPool::new(),
+            running: HashMap::new(),
+            speed_log_ratios: VecDeque::new(),
+            learned_factor: None,
+            spent: VecDeque::new(),
+            offloads: 0,
+        }
     }
 
     /// The options.
@@ -85,7 +119,7 @@ impl ElasticRouting {
     pub fn spend_last_hour_usd(&self, now: Instant) -> f64 {
         let horizon = now.as_micros().saturating_sub(HOUR.as_micros());
         let completed: f64 = self.spent.iter().filter(|(at, _)| at.as_micros() > horizon).map(|(_, usd)| usd).sum();
-        completed + self.running.values().sum::<f64>()
+        completed + self.running.values().map(|o| o.cost_usd).sum::<f64>()
     }
 
     /// Why `template` cannot go to the tier at `now`, if it cannot (apart
@@ -111,9 +145,37 @@ impl ElasticRouting {
     /// cluster of the tier's reference size).
     pub fn score(&self, now: Instant, reference_latency: Duration) -> ElasticScore {
         let config = &self.options.config;
-        let run = config.execution_time(reference_latency);
-        let cold = if self.pool.would_be_warm(now, config) { Duration::ZERO } else { config.cold_start };
-        ElasticScore { predicted_latency: cold + run, cost_usd: config.invocation_cost_usd(cold + run) }
+        let run = match self.learned_factor {
+            Some(factor) => reference_latency.mul_f64(factor),
+            None => config.execution_time(reference_latency),
+        };
+        let cold = !self.pool.would_be_warm(now, config);
+        let start = if cold { config.cold_start } else { Duration::ZERO };
+        ElasticScore { predicted_latency: start + run, cost_usd: config.invocation_cost_usd(start + run), reference: reference_latency, cold }
+    }
+
+    /// The tier's execution time over the reference latency, learned from
+    /// completed offloads once there are enough.
+    pub fn learned_factor(&self) -> Option<f64> {
+        self.learned_factor
+    }
+
+    /// Learns the tier's speed from one completed offload that `ran` (cold
+    /// start included, if it had one).
+    fn learn_speed(&mut self, ran: Duration, offloaded: &Offloaded) {
+        let cold = if offloaded.cold { self.options.config.cold_start } else { Duration::ZERO };
+        let executed = ran.saturating_sub(cold).as_secs_f64();
+        let reference = offloaded.reference.as_secs_f64();
+        if executed <= 0.0 || reference <= 0.0 {
+            return;
+        }
+        if self.speed_log_ratios.len() == SPEED_WINDOW {
+            self.speed_log_ratios.pop_front();
+        }
+        self.speed_log_ratios.push_back((executed / reference).ln());
+        if self.speed_log_ratios.len() >= SPEED_MIN_SAMPLES {
+            self.learned_factor = Some(median(&self.speed_log_ratios.iter().copied().collect::<Vec<_>>()).exp());
+        }
     }
 
     /// The reference size whose isolated latency [`ElasticRouting::score`]
@@ -122,10 +184,10 @@ impl ElasticRouting {
         self.options.config.reference_size
     }
 
-    /// Records an offload placed at `now` with its estimated bill.
-    pub fn place(&mut self, now: Instant, query: QueryId, cost_usd: f64) {
+    /// Records an offload placed at `now` as `score` predicted it.
+    pub fn place(&mut self, now: Instant, query: QueryId, score: &ElasticScore) {
         self.pool.start(now, &self.options.config);
-        self.running.insert(query, cost_usd);
+        self.running.insert(query, Offloaded { cost_usd: score.cost_usd, reference: score.reference, cold: score.cold });
         self.offloads += 1;
     }
 
@@ -141,12 +203,14 @@ impl ElasticRouting {
 
     /// Records an offload's completion; returns false if it was not one.
     pub fn complete(&mut self, now: Instant, report: &ExecutionReport) -> bool {
-        if self.running.remove(&report.query).is_none() {
-            return false;
-        }
+        let Some(offloaded) = self.running.remove(&report.query) else { return false };
         self.pool.finish(now, &self.options.config);
         let started = report.started.unwrap_or(report.dispatched);
-        self.spent.push_back((report.finished, self.options.config.invocation_cost_usd(report.finished - started)));
+        let ran = report.finished - started;
+        self.spent.push_back((report.finished, self.options.config.invocation_cost_usd(ran)));
+        if report.outcome == ExecutionOutcome::Completed {
+            self.learn_speed(ran, &offloaded);
+        }
         let horizon = now.as_micros().saturating_sub(HOUR.as_micros());
         while self.spent.front().is_some_and(|(at, _)| at.as_micros() <= horizon) {
             self.spent.pop_front();
@@ -259,6 +323,35 @@ mod tests {
         assert!((spent - ElasticConfig::default().invocation_cost_usd(Duration::from_secs(3))).abs() < 1e-9, "{spent}");
         let at = Instant::from_secs_f64(3.0);
         assert!(is_elastic(&r.route(at, &query(3, 10, 5.0, at), &pool(1))));
+    }
+
+    #[test]
+    fn the_tiers_speed_is_learned_from_completed_offloads() {
+        // The prior says 4× the reference speed (10 s of work in 2.5 s);
+        // the tier really takes 10 s.
+        let mut r = router(fast());
+        let mut at = Instant::ZERO;
+        for id in 0..8 {
+            assert!(is_elastic(&r.route(at, &query(id, 10, 5.0, at), &pool(1))), "offload {id}");
+            let finished = at + Duration::from_secs(10);
+            let report = ExecutionReport {
+                query: QueryId(id),
+                target: Target::Elastic,
+                arrival: at,
+                dispatched: at,
+                started: Some(at),
+                finished,
+                outcome: ExecutionOutcome::Completed,
+            };
+            r.handle_completion(finished, &report);
+            at = finished;
+        }
+        let factor = r.elastic().expect("configured").learned_factor().expect("eight completions");
+        assert!((factor - 1.0).abs() < 0.05, "{factor}");
+        // Its prediction now says 10 s, not the prior's 2.5 s.
+        let Routing::Dispatch(decision) = r.route(at, &query(99, 10, 5.0, at), &pool(1)) else { panic!("routed") };
+        let predicted = decision.predicted_latency.expect("predicted").as_secs_f64();
+        assert!((predicted - 10.0).abs() < 0.5, "{predicted}: {}", decision.explanation);
     }
 
     proptest! {

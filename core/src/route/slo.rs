@@ -250,7 +250,7 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         if best == self.last_scores.len() {
             let Some(Ok((score, violations))) = elastic else { unreachable!("the last outcome is the elastic one") };
             let tier = self.elastic.as_mut().expect("scored above");
-            tier.place(now, query.id, score.cost_usd);
+            tier.place(now, query.id, &score);
             let versus = self.last_scores.iter().map(|s| s.marginal_violations).min().map_or_else(
                 || "no ready cluster".to_owned(),
                 |v| format!("the best cluster adds {v} violations"),
