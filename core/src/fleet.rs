@@ -330,7 +330,12 @@ struct Engine<'a> {
     instances: Vec<Instance>,
     next_round_robin: usize,
     elastic: ElasticPool,
-    elastic_running: BinaryHeap<Reverse<Instant>>,
+    /// Running offloads: `(finish, execution time µs without the cold
+    /// start)`.
+    elastic_running: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// slogate's view of the tier's speed: the sum of log(execution / idle
+    /// latency) over the offloads it saw complete, and how many.
+    elastic_seen: (f64, u64),
     elastic_cost_usd: f64,
     next_tick: Option<Instant>,
     /// Arrivals per second, for the SRO's profile.
@@ -369,6 +374,7 @@ impl<'a> Engine<'a> {
             next_round_robin: 0,
             elastic: ElasticPool::new(),
             elastic_running: BinaryHeap::new(),
+            elastic_seen: (0.0, 0),
             elastic_cost_usd: 0.0,
             next_tick,
             per_second: Vec::new(),
@@ -422,14 +428,35 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// An offload finished at `done`: the tier's warm pool frees a slot,
+    /// and slogate sees how long it executed.
+    fn finish_offload(&mut self, done: Instant, executed_us: u64) {
+        self.elastic.finish(done, &self.config.elastic);
+        let ratio = executed_us as f64 / self.config.service_time.as_micros().max(1) as f64;
+        if ratio > 0.0 {
+            self.elastic_seen.0 += ratio.ln();
+            self.elastic_seen.1 += 1;
+        }
+    }
+
+    /// slogate's predicted execution time of a request on the tier: the
+    /// configured speed as a prior, then the geometric mean of what the
+    /// completed offloads took relative to the idle latency.
+    fn predicted_elastic_execution(&self) -> Duration {
+        match self.elastic_seen {
+            (sum, seen) if seen >= 8 => self.config.service_time.mul_f64((sum / seen as f64).exp()),
+            _ => self.config.elastic.execution_time(self.config.service_time),
+        }
+    }
+
     fn advance(&mut self, now: Instant) {
         self.adapt_margin(now);
-        while let Some(Reverse(done)) = self.elastic_running.peek().copied() {
+        while let Some(Reverse((done, executed_us))) = self.elastic_running.peek().copied() {
             if done > now {
                 break;
             }
             self.elastic_running.pop();
-            self.elastic.finish(done, &self.config.elastic);
+            self.finish_offload(done, executed_us);
         }
         while let Some(tick) = self.next_tick.filter(|t| *t <= now) {
             self.tick(tick);
@@ -557,7 +584,7 @@ impl<'a> Engine<'a> {
                 let on_instance = wait + self.config.service_time;
                 // Cold starts are amortised: offloads keep instances warm
                 // for the keep-alive period.
-                let elastic = self.config.elastic.execution_time(self.config.service_time);
+                let elastic = self.predicted_elastic_execution();
                 on_instance > self.config.slo.mul_f64(margin) && elastic <= self.config.slo
             }
         };
@@ -568,14 +595,15 @@ impl<'a> Engine<'a> {
             let start = if self.elastic.has_capacity(&self.config.elastic) {
                 at
             } else {
-                let Reverse(free) = self.elastic_running.pop().expect("at the limit something runs");
-                self.elastic.finish(free, &self.config.elastic);
+                let Reverse((free, executed_us)) = self.elastic_running.pop().expect("at the limit something runs");
+                self.finish_offload(free, executed_us);
                 free.max(at)
             };
             let warm = self.elastic.start(start, &self.config.elastic);
-            let run = if warm { Duration::ZERO } else { self.config.elastic.cold_start } + self.config.elastic.execution_time(service);
+            let executed = self.config.elastic.execution_time(service);
+            let run = if warm { Duration::ZERO } else { self.config.elastic.cold_start } + executed;
             self.elastic_cost_usd += self.config.elastic.invocation_cost_usd(run);
-            self.elastic_running.push(Reverse(start + run));
+            self.elastic_running.push(Reverse((start + run, executed.as_micros())));
             start + run
         } else {
             let i = chosen.expect("not offloaded, so an instance was chosen");
