@@ -127,6 +127,8 @@ pub enum Offload {
     QueueBound {
         /// The bound.
         max_waiting: u32,
+        /// The director's pacing (its leaky bucket), if it paces.
+        pacing: Option<Pacing>,
     },
     /// When the chosen instance has served this share of its capacity in
     /// the current second (Libra-style fixed ratio).
@@ -148,6 +150,39 @@ pub enum Offload {
         /// once they pass half of it, within [0.5, 1].
         budget: Option<f64>,
     },
+}
+
+/// The SLO Director's pacing (Spandana §6.2): it forwards the requests of
+/// its queue to the instance no faster than one per `1 / rps_max`, and
+/// lengthens that interval while the instance's response latency (from
+/// forwarding to response) exceeds the SLO.
+///
+/// The director sees a response when it completes: each response over the
+/// SLO multiplies the interval by `backoff` (at most `max_slowdown` × the
+/// base), each response within it shrinks the interval by `recovery`
+/// towards the base.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pacing {
+    /// The instance's profiled maximum sustainable rate, requests/s.
+    pub rps_max: f64,
+    /// Interval multiplier per response over the SLO, > 1.
+    pub backoff: f64,
+    /// Interval multiplier per response within the SLO, in (0, 1].
+    pub recovery: f64,
+    /// The interval never exceeds this multiple of `1 / rps_max`.
+    pub max_slowdown: f64,
+}
+
+impl Pacing {
+    /// Pacing at `rps_max` with a 1.25× backoff, a 0.99× recovery and at
+    /// most a 4× slowdown.
+    pub fn at(rps_max: f64) -> Self {
+        Pacing { rps_max, backoff: 1.25, recovery: 0.99, max_slowdown: 4.0 }
+    }
+
+    fn base_interval(&self) -> Duration {
+        Duration::from_secs_f64(1.0 / self.rps_max.max(1e-9))
+    }
 }
 
 /// How many instances run.
@@ -214,7 +249,8 @@ impl FleetPolicy {
     ///   of its capacity within the current second;
     /// - `spandana`: round-robin, the SLO Director's bounded queue (the
     ///   waiting requests whose queueing leaves 30% of the SLO's slack for
-    ///   service-time noise), the SRO every minute over five;
+    ///   service-time noise) paced at the instance's capacity, the SRO
+    ///   every minute over five;
     /// - `spandana-central`: the same behind a least-loaded balancer;
     /// - `slogate`: least-loaded, offload by predicted latency with a margin
     ///   that starts at 85% of the SLO and adapts to spend `budget`, the
@@ -223,11 +259,12 @@ impl FleetPolicy {
         let sro = Scaling::Sro { interval: Duration::from_secs(60), window: Duration::from_secs(300), rps_share: 0.9 };
         let slack = config.slo.as_secs_f64() / config.service_time.as_secs_f64() - 1.0;
         let director_queue = ((slack * f64::from(config.workers_per_instance) * 0.7).floor() as u32).max(1);
+        let director = Offload::QueueBound { max_waiting: director_queue, pacing: Some(Pacing::at(config.capacity_rps())) };
         let (dispatch, offload, scaling) = match name {
             "hpa-60" => return Some(FleetPolicy::hpa(0.6)),
             "libra" => (Dispatch::RoundRobin, Offload::RateShare { share: 0.8 }, FleetPolicy::hpa(0.6).scaling),
-            "spandana" => (Dispatch::RoundRobin, Offload::QueueBound { max_waiting: director_queue }, sro),
-            "spandana-central" => (Dispatch::LeastLoaded, Offload::QueueBound { max_waiting: director_queue }, sro),
+            "spandana" => (Dispatch::RoundRobin, director, sro),
+            "spandana-central" => (Dispatch::LeastLoaded, director, sro),
             "slogate" => (Dispatch::LeastLoaded, Offload::PredictedSlo { margin: 0.85, budget: Some(budget) }, sro),
             _ => return None,
         };
@@ -283,6 +320,12 @@ struct Instance {
     /// Served in the current second (Libra), and which second.
     served_second: (u64, u32),
     busy_s: f64,
+    /// The SLO Director's pacing: the earliest next forward, the current
+    /// interval, and the responses it has yet to see `(finish, over the
+    /// SLO)`, earliest first.
+    next_forward: Instant,
+    pacing_interval: Duration,
+    responses: BinaryHeap<Reverse<(Instant, bool)>>,
 }
 
 impl Instance {
@@ -295,6 +338,26 @@ impl Instance {
             waiting: VecDeque::new(),
             served_second: (u64::MAX, 0),
             busy_s: 0.0,
+            next_forward: ready_at,
+            pacing_interval: Duration::ZERO,
+            responses: BinaryHeap::new(),
+        }
+    }
+
+    /// The director sees the responses finished by `now` and adapts its
+    /// pacing interval (see [`Pacing`]).
+    fn observe_responses(&mut self, now: Instant, pacing: &Pacing) {
+        let base = pacing.base_interval();
+        if self.pacing_interval < base {
+            self.pacing_interval = base;
+        }
+        while let Some(Reverse((finish, over))) = self.responses.peek().copied() {
+            if finish > now {
+                break;
+            }
+            self.responses.pop();
+            let factor = if over { pacing.backoff } else { pacing.recovery };
+            self.pacing_interval = self.pacing_interval.mul_f64(factor).clamp(base, base.mul_f64(pacing.max_slowdown));
         }
     }
 
@@ -566,7 +629,7 @@ impl<'a> Engine<'a> {
         let offload = match (chosen, self.policy.offload) {
             (None, _) => true,
             (Some(_), Offload::Never) => false,
-            (Some(i), Offload::QueueBound { max_waiting }) => self.instances[i].waiting_at(at) >= max_waiting,
+            (Some(i), Offload::QueueBound { max_waiting, .. }) => self.instances[i].waiting_at(at) >= max_waiting,
             (Some(i), Offload::RateShare { share }) => {
                 let (current, served) = self.instances[i].served_second;
                 let served = if current == second as u64 { served } else { 0 };
@@ -607,9 +670,16 @@ impl<'a> Engine<'a> {
             start + run
         } else {
             let i = chosen.expect("not offloaded, so an instance was chosen");
+            let slo = self.config.slo;
             let instance = &mut self.instances[i];
             let (worker, free) = instance.earliest_worker();
-            let start = free.max(at);
+            let mut start = free.max(at);
+            if let Offload::QueueBound { pacing: Some(pacing), .. } = &self.policy.offload {
+                instance.observe_responses(at, pacing);
+                start = start.max(instance.next_forward);
+                instance.next_forward = start + instance.pacing_interval;
+                instance.responses.push(Reverse((start + service, service > slo)));
+            }
             instance.free_at[worker] = start + service;
             if start > at {
                 instance.waiting.push_back(start);

@@ -114,6 +114,10 @@ struct EvalArgs {
     /// policies the option to offload to it.
     #[arg(long, value_parser = ["on", "off"], default_value = "off")]
     elastic: String,
+    /// The SLO Directors' (`spandana`, `spandana-central`) queue bound:
+    /// outstanding queries per 16 RPU of a cluster before they offload.
+    #[arg(long)]
+    director_queue: Option<f64>,
     /// `bursty-service` only: seconds of load per run.
     #[arg(long, default_value_t = 3_600)]
     duration_s: u32,
@@ -228,9 +232,15 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
         return Err(Error::Scenario("--policies needs at least one policy".into()));
     }
     let seed = args.seed.unwrap_or(scenario.seed);
+    if let Some(bound) = args.director_queue
+        && !(bound.is_finite() && bound > 0.0)
+    {
+        return Err(Error::Scenario(format!("--director-queue must be positive, got {bound}")));
+    }
     let options = eval::EvalOptions {
         explain: args.explain,
         elastic: (args.elastic == "on").then(slogate_core::route::elastic::ElasticOptions::default),
+        director_queue_per_16_rpu: args.director_queue,
     };
     let report = eval::run_with(&scenario, &policies, seed, &options)?;
     print(&eval::render_table(&report));

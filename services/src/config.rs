@@ -150,8 +150,13 @@ pub struct PoolSection {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ElasticSection {
-    /// Whether queries may be offloaded (needs slogate or stage-cost).
+    /// Whether queries may be offloaded (needs slogate, stage-cost,
+    /// spandana or spandana-central).
     pub enabled: bool,
+    /// The SLO Director's queue bound (policies `spandana` and
+    /// `spandana-central`): outstanding queries per 16 RPU of a cluster
+    /// before it offloads.
+    pub director_queue_per_16_rpu: f64,
     /// Elastic spend per rolling hour at most, dollars; 0 for no cap.
     pub spend_cap_usd_per_hour: f64,
     /// Templates that may run elastically; empty for all.
@@ -181,6 +186,7 @@ impl Default for ElasticSection {
         let core = slogate_core::elastic::ElasticConfig::default();
         ElasticSection {
             enabled: false,
+            director_queue_per_16_rpu: slogate_core::route::director::DEFAULT_QUEUE_PER_16_RPU,
             spend_cap_usd_per_hour: 0.0,
             templates: Vec::new(),
             cold_start_ms: core.cold_start.as_micros() / 1_000,
@@ -211,6 +217,10 @@ impl ElasticSection {
             if value == 0 {
                 return Err(invalid(&key(name), "must be at least 1"));
             }
+        }
+        let bound = self.director_queue_per_16_rpu;
+        if !(bound.is_finite() && bound > 0.0) {
+            return Err(invalid(&key("director_queue_per_16_rpu"), format!("must be positive, got {bound}")));
         }
         if self.reference_rpu == 0 || self.reference_rpu > 1_024 {
             return Err(invalid(&key("reference_rpu"), "must be in 1–1024 RPU"));
@@ -563,10 +573,10 @@ impl NodeConfig {
             }
             pool.autoscale.to_core(&format!("pool[{i}].autoscale"))?;
             pool.elastic.to_core(&format!("pool[{i}].elastic"))?;
-            if pool.elastic.enabled && !crate::eval::LEARNED_POLICIES.contains(&pool.policy.as_str()) {
+            if pool.elastic.enabled && !crate::eval::can_offload(&pool.policy) {
                 return Err(invalid(
                     &format!("pool[{i}].elastic.enabled"),
-                    format!("offloading needs a predicting routing policy (slogate or stage-cost), not `{}`", pool.policy),
+                    format!("offloading needs slogate, stage-cost, spandana or spandana-central, not `{}`", pool.policy),
                 ));
             }
             if pool.autoscale.enabled && !crate::eval::LEARNED_POLICIES.contains(&pool.policy.as_str()) {

@@ -25,6 +25,7 @@ use slogate_core::model::{PoolId, Pool, Query, Rpu};
 use slogate_core::predict::concurrency::ConcurrencyConfig;
 use slogate_core::predict::isolated::IsolatedConfig;
 use slogate_core::predict::{ConcurrencyAware, LatencyPredictor, Observation, StageLike};
+use slogate_core::route::director::{DirectorPlacement, SloDirector};
 use slogate_core::route::elastic::ElasticOptions;
 use slogate_core::route::slo::SloRouter;
 use slogate_core::route::{BaselinePolicy, Routing, RoutingPolicy};
@@ -42,13 +43,25 @@ use crate::{Error, Result};
 /// The learned routing policies: the SLO-aware router over each predictor.
 pub const LEARNED_POLICIES: [&str; 2] = ["stage-cost", "slogate"];
 
+/// Spandana's SLO Director on the warehouse (`core::route::director`): a
+/// bounded queue per cluster behind round-robin, or a central balancer.
+/// They offload by queue length, so they can use an elastic tier but not
+/// the size selector.
+pub const DIRECTOR_POLICIES: [&str; 2] = ["spandana", "spandana-central"];
+
+/// Whether `name` may offload to an elastic tier.
+pub fn can_offload(name: &str) -> bool {
+    LEARNED_POLICIES.contains(&name) || DIRECTOR_POLICIES.contains(&name)
+}
+
 /// Checks that `name` is a known policy.
 pub fn policy_by_name(name: &str) -> Result<()> {
-    if BaselinePolicy::from_name(name).is_some() || LEARNED_POLICIES.contains(&name) {
+    if BaselinePolicy::from_name(name).is_some() || can_offload(name) {
         return Ok(());
     }
     let mut known: Vec<&str> = BaselinePolicy::ALL.iter().map(|p| p.name()).collect();
     known.extend(LEARNED_POLICIES);
+    known.extend(DIRECTOR_POLICIES);
     Err(Error::UnknownPolicy { name: name.to_owned(), known: known.join(", ") })
 }
 
@@ -111,16 +124,29 @@ pub struct PoolTerms {
     /// The clusters are provisioned (billed while they exist), not
     /// usage-billed.
     pub provisioned: bool,
+    /// The SLO Director's queue bound per 16 RPU; `None` for
+    /// [`slogate_core::route::director::DEFAULT_QUEUE_PER_16_RPU`].
+    pub director_queue_per_16_rpu: Option<f64>,
 }
 
 /// [`build_policy`] for a pool with `terms`: the learned policies get the
-/// elastic tier and the billing kind (the baselines ignore both and never
-/// offload).
+/// elastic tier and the billing kind, the SLO Directors the tier (the
+/// baselines ignore both and never offload).
 pub fn build_policy_with(name: &str, history: &[Observation], terms: &PoolTerms) -> Result<Box<dyn RoutingPolicy>> {
     policy_by_name(name)?;
     let elastic = terms.elastic.clone();
     if let Some(baseline) = BaselinePolicy::from_name(name) {
         return Ok(baseline.build());
+    }
+    if DIRECTOR_POLICIES.contains(&name) {
+        let placement = if name == "spandana" { DirectorPlacement::PerCluster } else { DirectorPlacement::Central };
+        let bound = terms.director_queue_per_16_rpu.unwrap_or(slogate_core::route::director::DEFAULT_QUEUE_PER_16_RPU);
+        let mut director = SloDirector::new(name, placement, bound, StageLike::new(IsolatedConfig::default()));
+        if let Some(options) = elastic {
+            director = director.with_elastic(options);
+        }
+        history.iter().for_each(|o| director.predictor_mut().observe(o));
+        return Ok(Box::new(director));
     }
     let billing = slogate_core::billing::BillingConfig::default();
     if name == "stage-cost" {
@@ -277,6 +303,8 @@ pub struct EvalOptions {
     /// Give the world an elastic tier and the learned policies the option
     /// to offload to it.
     pub elastic: Option<ElasticOptions>,
+    /// The SLO Directors' queue bound per 16 RPU, if not the default.
+    pub director_queue_per_16_rpu: Option<f64>,
 }
 
 /// Runs every case of `scenario` with `policies`, seeded by `seed`.
@@ -290,7 +318,7 @@ pub fn run_with(scenario: &Scenario, policies: &[String], seed: u64, options: &E
         policy_by_name(policy)?;
     }
     let templates = Scenario::templates();
-    let learned = policies.iter().any(|p| LEARNED_POLICIES.contains(&p.as_str()));
+    let learned = policies.iter().any(|p| can_offload(p));
     // One training run per distinct cluster set, shared by its cases.
     let mut histories: std::collections::HashMap<Vec<u32>, Vec<Observation>> = std::collections::HashMap::new();
     let mut results = Vec::new();
@@ -319,7 +347,7 @@ fn run_case(case: &Case, policy: &str, history: &[Observation], queries: &[Query
     if let Some(elastic) = &options.elastic {
         world.set_elastic(elastic.config.clone());
     }
-    let inner = build_policy_with(policy, history, &PoolTerms { elastic: options.elastic.clone(), provisioned: false })?;
+    let inner = build_policy_with(policy, history, &PoolTerms { elastic: options.elastic.clone(), provisioned: false, director_queue_per_16_rpu: options.director_queue_per_16_rpu })?;
     let timed = Timed { inner, samples_us: Vec::with_capacity(queries.len()), explained: Vec::new(), explain: options.explain };
     let mut sim = Simulation::new(world, timed, queries.to_vec());
     sim.drive_until_idle();

@@ -93,7 +93,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             let id = warehouse.send(AddCluster { size: Rpu(size), warm: true }).await.map_err(|e| Error::Node(e.to_string()))?;
             clusters.push((id, Rpu(size), ClusterState::Ready));
         }
-        let terms = crate::eval::PoolTerms { elastic: elastic.clone(), provisioned };
+        let terms = crate::eval::PoolTerms { elastic: elastic.clone(), provisioned, director_queue_per_16_rpu: Some(pool.elastic.director_queue_per_16_rpu) };
         let policy = crate::eval::build_policy_with(&pool.policy, &history, &terms).map_err(|e| Error::Config(e.to_string()))?;
         let id = PoolId(pool.name.clone());
         let provider = EmulatedProvider::new(warehouse.clone(), clock, mailbox).start();
