@@ -19,7 +19,8 @@ use serde::Serialize;
 use slogate_core::model::{ClusterId, ClusterState, Query, QueryId, Rpu};
 use slogate_core::time::Instant;
 use slogate_core::model::ExecutionReport;
-use slogate_core::world::{World, WorldConfig, WorldEvent};
+use slogate_core::model::WarehouseEvent;
+use slogate_core::world::{World, WorldConfig};
 use tokio::sync::oneshot;
 
 use crate::clock::VirtualClock;
@@ -179,7 +180,7 @@ impl EmulatedWarehouse {
     fn pump(&mut self, ctx: &mut Context<Self>) {
         while let Some(event) = self.world.poll_event() {
             let (cluster, state) = match event {
-                WorldEvent::QueryFinished(report) => {
+                WarehouseEvent::QueryFinished(report) => {
                     self.finished += 1;
                     if let Some(reply) = self.pending.remove(&report.query) {
                         // The dispatcher may have gone away; the report is
@@ -188,8 +189,8 @@ impl EmulatedWarehouse {
                     }
                     continue;
                 }
-                WorldEvent::ClusterReady { cluster, .. } => (cluster, ClusterState::Ready),
-                WorldEvent::ClusterGone { cluster, .. } => (cluster, ClusterState::Gone),
+                WarehouseEvent::ClusterReady { cluster, .. } => (cluster, ClusterState::Ready),
+                WarehouseEvent::ClusterGone { cluster, .. } => (cluster, ClusterState::Gone),
             };
             for (pool, watcher) in &self.watchers {
                 watcher.do_send(ClusterUpdate { pool: pool.clone(), cluster, state });

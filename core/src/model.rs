@@ -246,6 +246,29 @@ impl ExecutionReport {
     }
 }
 
+/// Something the warehouse reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WarehouseEvent {
+    /// A query finished or timed out.
+    QueryFinished(ExecutionReport),
+    /// A cluster became ready.
+    ClusterReady {
+        /// Which.
+        cluster: ClusterId,
+        /// When.
+        at: Instant,
+    },
+    /// A cluster was released.
+    ClusterGone {
+        /// Which.
+        cluster: ClusterId,
+        /// When.
+        at: Instant,
+    },
+}
+
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,7 +31,7 @@
 //!   [`crate::billing`].
 //!
 //! Nothing outside `sim`/`world` may read these parameters: decision
-//! components learn only from the [`WorldEvent`]s a real warehouse would
+//! components learn only from the [`WarehouseEvent`]s a real warehouse would
 //! also produce.
 //!
 //! # Driving it
@@ -60,7 +60,7 @@ use serde::{Deserialize, Serialize};
 use crate::billing::{BillingConfig, BillingTimer};
 use crate::catalog::{self, ExecutionMeasurement};
 use crate::elastic::{ElasticConfig, ElasticPool, ProvisionedBilling};
-use crate::model::{ClusterId, ClusterState, ExecutionOutcome, ExecutionReport, Query, QueryId, Rpu, Target, TemplateId};
+use crate::model::{ClusterId, ClusterState, ExecutionOutcome, ExecutionReport, Query, QueryId, Rpu, Target, TemplateId, WarehouseEvent};
 use crate::stats::median;
 use crate::time::{Duration, Instant};
 
@@ -320,28 +320,6 @@ pub fn isolated_noise_sigma(templates: &[catalog::TemplateMeasurement], executio
     1.4826 * median(&deviations)
 }
 
-/// Something the warehouse reports.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WorldEvent {
-    /// A query finished or timed out.
-    QueryFinished(ExecutionReport),
-    /// A cluster became ready.
-    ClusterReady {
-        /// Which.
-        cluster: ClusterId,
-        /// When.
-        at: Instant,
-    },
-    /// A cluster was released.
-    ClusterGone {
-        /// Which.
-        cluster: ClusterId,
-        /// When.
-        at: Instant,
-    },
-}
-
 #[derive(Clone, Debug)]
 struct Executing {
     query: QueryId,
@@ -399,7 +377,7 @@ pub struct World {
     template_index: HashMap<TemplateId, usize>,
     clusters: Vec<ClusterSim>,
     elastic: ElasticSim,
-    events: VecDeque<WorldEvent>,
+    events: VecDeque<WarehouseEvent>,
     now: Instant,
 }
 
@@ -469,7 +447,7 @@ impl World {
             billing: BillingTimer::new(self.config.billing.clone(), size),
         };
         if warm {
-            self.events.push_back(WorldEvent::ClusterReady { cluster: id, at: now });
+            self.events.push_back(WarehouseEvent::ClusterReady { cluster: id, at: now });
         } else {
             cluster.next_event = Some(ready_at);
         }
@@ -559,7 +537,7 @@ impl World {
                 if finish > deadline { (deadline, ExecutionOutcome::TimedOut) } else { (finish, ExecutionOutcome::Completed) };
             self.elastic.pool.finish(finished, &config);
             self.elastic.cost_usd += config.invocation_cost_usd(finished - started);
-            self.events.push_back(WorldEvent::QueryFinished(ExecutionReport {
+            self.events.push_back(WarehouseEvent::QueryFinished(ExecutionReport {
                 query,
                 target: Target::Elastic,
                 arrival,
@@ -612,7 +590,7 @@ impl World {
     }
 
     /// The next event, in the order things happened.
-    pub fn poll_event(&mut self) -> Option<WorldEvent> {
+    pub fn poll_event(&mut self) -> Option<WarehouseEvent> {
         self.events.pop_front()
     }
 
@@ -693,7 +671,7 @@ impl World {
     }
 
     /// Brings one cluster's state to `now` and recomputes its next event.
-    fn process(config: &WorldConfig, c: &mut ClusterSim, now: Instant, events: &mut VecDeque<WorldEvent>) {
+    fn process(config: &WorldConfig, c: &mut ClusterSim, now: Instant, events: &mut VecDeque<WarehouseEvent>) {
         // Progress of the executing queries at the shared rate.
         let elapsed_s = (now - c.progressed_to).as_secs_f64();
         if elapsed_s > 0.0 {
@@ -706,7 +684,7 @@ impl World {
         // Lifecycle.
         if c.state == ClusterState::Starting && now >= c.ready_at && c.gone_at.is_none() {
             c.state = ClusterState::Ready;
-            events.push_back(WorldEvent::ClusterReady { cluster: c.id, at: now });
+            events.push_back(WarehouseEvent::ClusterReady { cluster: c.id, at: now });
             for _ in 0..c.queue.len() {
                 c.billing.handle_query_start(now);
             }
@@ -753,7 +731,7 @@ impl World {
             if c.state != ClusterState::Starting {
                 c.billing.handle_query_end(now);
             }
-            events.push_back(WorldEvent::QueryFinished(report));
+            events.push_back(WarehouseEvent::QueryFinished(report));
         }
 
         // Admission: short queries go to the short-query lane first, from
@@ -799,7 +777,7 @@ impl World {
             let gone_at = *c.gone_at.get_or_insert(now + config.teardown_delay);
             if now >= gone_at {
                 c.state = ClusterState::Gone;
-                events.push_back(WorldEvent::ClusterGone { cluster: c.id, at: now });
+                events.push_back(WarehouseEvent::ClusterGone { cluster: c.id, at: now });
             }
         }
 
@@ -922,7 +900,7 @@ mod tests {
         let mut reports = Vec::new();
         loop {
             while let Some(event) = world.poll_event() {
-                if let WorldEvent::QueryFinished(report) = event {
+                if let WarehouseEvent::QueryFinished(report) = event {
                     reports.push(report);
                 }
             }
@@ -1034,9 +1012,9 @@ mod tests {
         loop {
             while let Some(event) = world.poll_event() {
                 match event {
-                    WorldEvent::QueryFinished(r) => finished_at = Some(r.finished),
-                    WorldEvent::ClusterGone { at, .. } => gone_at = Some(at),
-                    WorldEvent::ClusterReady { .. } => {}
+                    WarehouseEvent::QueryFinished(r) => finished_at = Some(r.finished),
+                    WarehouseEvent::ClusterGone { at, .. } => gone_at = Some(at),
+                    WarehouseEvent::ClusterReady { .. } => {}
                 }
             }
             match world.poll_timeout() {
@@ -1080,7 +1058,7 @@ mod tests {
             let mut finished = HashMap::new();
             let collect = |world: &mut World, finished: &mut HashMap<QueryId, Instant>| {
                 while let Some(event) = world.poll_event() {
-                    if let WorldEvent::QueryFinished(r) = event {
+                    if let WarehouseEvent::QueryFinished(r) = event {
                         assert!(finished.insert(r.query, r.finished).is_none(), "{} finished twice", r.query);
                     }
                 }

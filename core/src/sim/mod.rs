@@ -34,6 +34,7 @@
 //! ```
 
 mod scripted;
+pub mod warehouse;
 
 use std::collections::HashMap;
 
@@ -45,9 +46,11 @@ use crate::route::{Routing, RoutingPolicy};
 use crate::time::{Duration, Instant};
 use crate::model::{ExecutionOutcome, ExecutionReport};
 use crate::stats::percentile;
-use crate::world::{World, WorldEvent};
+use crate::model::WarehouseEvent;
+use crate::world::World;
 
 pub use scripted::ScriptedController;
+pub use warehouse::Warehouse;
 
 /// A change to the cluster set, asked for by a [`Controller`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -212,8 +215,8 @@ enum Next {
 }
 
 /// The engine. See the module docs.
-pub struct Simulation<P: RoutingPolicy> {
-    world: World,
+pub struct Simulation<P: RoutingPolicy, W: Warehouse = World> {
+    world: W,
     policy: P,
     controller: Option<Box<dyn Controller>>,
     pool: Pool,
@@ -226,9 +229,9 @@ pub struct Simulation<P: RoutingPolicy> {
     decision_hash: u64,
 }
 
-impl<P: RoutingPolicy> Simulation<P> {
+impl<P: RoutingPolicy, W: Warehouse> Simulation<P, W> {
     /// A simulation of `arrivals` (any order) on `world`'s clusters.
-    pub fn new(world: World, policy: P, mut arrivals: Vec<Query>) -> Self {
+    pub fn new(world: W, policy: P, mut arrivals: Vec<Query>) -> Self {
         arrivals.sort_by_key(|q| (q.arrival, q.id));
         let pool_id = arrivals.first().map(|q| q.pool.clone()).unwrap_or_default();
         let mut sim = Simulation {
@@ -275,8 +278,9 @@ impl<P: RoutingPolicy> Simulation<P> {
         &self.records
     }
 
-    /// The world (ground truth); for reports, never for decisions.
-    pub fn world(&self) -> &World {
+    /// The warehouse (for the world, ground truth: for reports, never for
+    /// decisions).
+    pub fn world(&self) -> &W {
         &self.world
     }
 
@@ -394,7 +398,7 @@ impl<P: RoutingPolicy> Simulation<P> {
                         None => Err(format!("{} chose unknown cluster {id}", self.policy.name())),
                     }
                 }
-                Target::Elastic if self.world.config().elastic.is_some() => Ok(Target::Elastic),
+                Target::Elastic if self.world.has_elastic() => Ok(Target::Elastic),
                 Target::Elastic => Err("no elastic tier is configured for this pool".to_owned()),
             },
             Routing::Reject { reason } => Err(reason),
@@ -439,7 +443,7 @@ impl<P: RoutingPolicy> Simulation<P> {
     fn drain_world(&mut self) {
         while let Some(event) = self.world.poll_event() {
             match event {
-                WorldEvent::QueryFinished(report) => {
+                WarehouseEvent::QueryFinished(report) => {
                     let (template, slo, target) =
                         self.pending.remove(&report.query).expect("world reports only dispatched queries");
                     if let Target::Cluster(cluster) = report.target {
@@ -465,12 +469,12 @@ impl<P: RoutingPolicy> Simulation<P> {
                     self.policy.handle_completion(self.now, &report);
                     self.observe(Observation::Finished(&report));
                 }
-                WorldEvent::ClusterReady { cluster, at } => {
+                WarehouseEvent::ClusterReady { cluster, at } => {
                     self.hash(&[4, u64::from(cluster.0), at.as_micros()]);
                     self.sync_clusters();
                     self.observe(Observation::ClusterReady(cluster));
                 }
-                WorldEvent::ClusterGone { cluster, at } => {
+                WarehouseEvent::ClusterGone { cluster, at } => {
                     self.hash(&[5, u64::from(cluster.0), at.as_micros()]);
                     self.sync_clusters();
                     self.observe(Observation::ClusterGone(cluster));
@@ -501,12 +505,12 @@ impl<P: RoutingPolicy> Simulation<P> {
 
     /// Mirrors the world's cluster list and states into the pool view.
     fn sync_clusters(&mut self) {
-        for id in self.world.cluster_ids().collect::<Vec<_>>() {
+        for id in self.world.cluster_ids() {
             let state = self.world.cluster_state(id);
             match self.pool.clusters.get_mut(id.0 as usize) {
                 Some(view) => view.state = state,
                 None => {
-                    let delay = if state == ClusterState::Starting { self.world.config().spinup_delay } else { Duration::ZERO };
+                    let delay = if state == ClusterState::Starting { self.world.spinup_delay() } else { Duration::ZERO };
                     self.pool.clusters.push(ClusterView {
                         id,
                         size: self.world.cluster_size(id),
