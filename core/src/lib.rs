@@ -17,8 +17,8 @@
 //! - [`objective`]: BestWithTarget(V, K, τ).
 //! - [`predict`]: latency predictors learned from observed executions.
 //! - [`reservoir`]: the workload reservoir's count and arrivals tables.
-//! - [`route`]: the `RoutingPolicy` trait, baseline routers and the
-//!   SLO-aware router.
+//! - [`route`]: the `RoutingPolicy` trait, baseline routers, the
+//!   SLO-aware router, its elastic candidate, and Spandana's SLO Director.
 //! - [`scale`]: the autoscaler: observation windows, triggers, the
 //!   planner's replay and the spinup size selector.
 //! - [`world`]: the emulated warehouse (ground truth), fitted to
@@ -27,7 +27,8 @@
 //!   with FIFO queues, the elastic tier, and the offload and scaling
 //!   policies of its evaluation, at millions of requests per second.
 //! - [`sim`]: the discrete-event engine that drives a routing policy (and
-//!   optionally a cluster controller) against the world.
+//!   optionally a cluster controller) against a `Warehouse`: the world, or
+//!   the planner's predicted warehouse.
 //! - [`stats`]: medians, percentiles, overlap counting.
 //! - [`invariants`]: checks shared by production asserts and simulations.
 //!

@@ -202,7 +202,14 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
         let started = std::time::Instant::now();
         let report = crate::eval::bursty::run(args.policies.as_deref(), args.seed.unwrap_or(1), args.duration_s)?;
         print(&crate::eval::bursty::render(&report));
-        eprintln!("simulated {} requests in {:.1} s", report.requests_simulated, started.elapsed().as_secs_f64());
+        let (slowest_requests, slowest_s) = report.slowest_run;
+        eprintln!(
+            "simulated {} requests in {:.1} s; the slowest run, {} requests, took {:.2} s",
+            report.requests_simulated,
+            started.elapsed().as_secs_f64(),
+            slowest_requests,
+            slowest_s
+        );
         if let Some(dir) = &args.plot {
             std::fs::create_dir_all(dir).map_err(|source| Error::Output { path: dir.display().to_string(), source })?;
             for service in slogate_loadgen::service::spandana_services() {

@@ -638,6 +638,16 @@ mod tests {
         let round_robin = "version = \"1\"\n[[pool]]\nname = \"a\"\npolicy = \"round-robin\"\nclusters = [16]\n[pool.autoscale]\nenabled = true\n";
         assert!(err(round_robin, &[]).contains("pool[0].autoscale.enabled"));
         assert!(err("version = \"1\"\n[[pool]]\nname = \"a\"\nclusters = [16]\nbilling = \"hourly\"\n", &[]).contains("pool[0].billing"));
+        let offload = |policy: &str, extra: &str| {
+            format!("version = \"1\"\n[[pool]]\nname = \"a\"\npolicy = \"{policy}\"\nclusters = [16]\n[pool.elastic]\nenabled = true\n{extra}")
+        };
+        assert!(err(&offload("round-robin", ""), &[]).contains("pool[0].elastic.enabled"));
+        assert!(err(&offload("spandana", "director_queue_per_16_rpu = 0.0\n"), &[]).contains("pool[0].elastic.director_queue_per_16_rpu"));
+        for policy in ["spandana", "spandana-central", "slogate"] {
+            assert!(NodeConfig::load(&offload(policy, ""), &env(&[]), &Overrides::default()).is_ok(), "{policy}");
+        }
+        let director = "version = \"1\"\n[[pool]]\nname = \"a\"\npolicy = \"spandana\"\nclusters = [16]\n[pool.autoscale]\nenabled = true\n";
+        assert!(err(director, &[]).contains("pool[0].autoscale.enabled"));
     }
 
     #[test]

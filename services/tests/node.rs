@@ -359,6 +359,43 @@ async fn queries_no_cluster_can_serve_in_time_are_offloaded_to_the_elastic_tier(
 }
 
 #[actix_rt::test]
+async fn the_slo_director_offloads_what_overflows_a_clusters_queue() {
+    let dir = scratch("director");
+    // One 4-RPU cluster whose queue holds 2 (8 per 16 RPU).
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 200.0\n\
+         [[pool]]\nname = \"default\"\npolicy = \"spandana-central\"\nclusters = [4]\n\
+         [pool.elastic]\nenabled = true\ndirector_queue_per_16_rpu = 8.0\ncold_start_ms = 100\n",
+        dir.display()
+    );
+    let config = NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
+    let node = node::start(config).await.unwrap();
+    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..12u32 {
+        let mut client = client.clone();
+        tasks.push(tokio::spawn(async move { client.submit(request(&format!("d{i}"), 1 + i, 600_000)).await }));
+    }
+    let (mut offloaded, mut queued) = (0u64, 0u64);
+    for task in tasks {
+        let reply = task.await.unwrap().unwrap().into_inner();
+        assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
+        if reply.target == "elastic" {
+            offloaded += 1;
+            assert!(reply.explanation.contains("queue is full"), "{}", reply.explanation);
+        } else {
+            queued += 1;
+        }
+    }
+    assert!(offloaded > 0 && queued >= 2, "offloaded {offloaded}, queued {queued}");
+    let (_, body) = admin_get(node.admin_addr, "/v1/actors").await;
+    let actors: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(actors["warehouses"]["default"]["elastic_invocations"].as_u64().unwrap(), offloaded, "{actors}");
+    node.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[actix_rt::test]
 async fn provisioned_clusters_bill_while_they_exist_and_trackers_agree() {
     let dir = scratch("provisioned");
     let text = format!(

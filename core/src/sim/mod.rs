@@ -1,11 +1,12 @@
 //! The discrete-event engine.
 //!
 //! A [`Simulation`] replays a list of arrivals against a completion model
-//! in virtual time, routing each query with a [`RoutingPolicy`] and,
-//! optionally, changing the cluster set with a [`Controller`]. The
-//! completion model here is the **world** ([`crate::world::World`], ground
-//! truth); the planner's predictor-driven replay is a separate model that
-//! decision components use, and the two are never mixed.
+//! (a [`Warehouse`]) in virtual time, routing each query with a
+//! [`RoutingPolicy`] and, optionally, changing the cluster set with a
+//! [`Controller`]. For evaluations the completion model is the **world**
+//! ([`crate::world::World`], ground truth); planning components run the
+//! same engine on a predictor-driven model instead, and the two are never
+//! mixed.
 //!
 //! Events, in the order they are handled at one instant: world events
 //! (completions, timeouts, clusters ready or gone), then controller timers,

@@ -57,6 +57,10 @@ pub struct BurstyReport {
     pub results: Vec<BurstyResult>,
     /// Requests simulated in all runs.
     pub requests_simulated: u64,
+    /// The slowest single run (one policy, one hour): its requests and its
+    /// wall-clock seconds (the only figure that is not a pure function of
+    /// the seed).
+    pub slowest_run: (u64, f64),
 }
 
 fn trace(service: &ServiceSpec, config: &FleetConfig, spike: bool, duration_s: u32, seed: u64) -> Result<RateTrace> {
@@ -82,6 +86,16 @@ pub fn run(policies: Option<&[String]>, seed: u64, duration_s: u32) -> Result<Bu
     }
     let mut results = Vec::new();
     let mut requests_simulated = 0;
+    let mut slowest_run = (0, 0.0);
+    let mut timed = |config: &FleetConfig, policy: &FleetPolicy, times: &[Instant]| {
+        let started = std::time::Instant::now();
+        let summary = simulate(config, policy, times.iter().copied());
+        let seconds = started.elapsed().as_secs_f64();
+        if seconds > slowest_run.1 {
+            slowest_run = (summary.requests, seconds);
+        }
+        summary
+    };
     for service in spandana_services() {
         for spike in [false, true] {
             let mut config = FleetConfig::spandana(service.service_time, 10, seed);
@@ -94,7 +108,7 @@ pub fn run(policies: Option<&[String]>, seed: u64, duration_s: u32) -> Result<Bu
                     for step in 0..14 {
                         let target = 0.30 + 0.05 * f64::from(step);
                         let p = FleetPolicy::hpa(target);
-                        let summary = simulate(&config, &p, times.iter().copied());
+                        let summary = timed(&config, &p, &times);
                         requests_simulated += summary.requests;
                         let better = summary.violation_rate <= BUDGET && best.as_ref().is_none_or(|(_, b)| summary.cost_usd() < b.cost_usd());
                         if better {
@@ -105,12 +119,12 @@ pub fn run(policies: Option<&[String]>, seed: u64, duration_s: u32) -> Result<Bu
                         Some((target, summary)) => (format!("hpa-oracle@{:.0}", target * 100.0), summary),
                         None => {
                             let p = FleetPolicy::hpa(0.3);
-                            ("hpa-oracle@30(none met)".to_owned(), simulate(&config, &p, times.iter().copied()))
+                            ("hpa-oracle@30(none met)".to_owned(), timed(&config, &p, &times))
                         }
                     }
                 } else {
                     let policy = FleetPolicy::named(name, &config, BUDGET).expect("names checked above");
-                    let summary = simulate(&config, &policy, times.iter().copied());
+                    let summary = timed(&config, &policy, &times);
                     requests_simulated += summary.requests;
                     (name.clone(), summary)
                 };
@@ -118,7 +132,7 @@ pub fn run(policies: Option<&[String]>, seed: u64, duration_s: u32) -> Result<Bu
             }
         }
     }
-    Ok(BurstyReport { seed, duration_s, results, requests_simulated })
+    Ok(BurstyReport { seed, duration_s, results, requests_simulated, slowest_run })
 }
 
 /// The table: per service and variant, each policy's VR, cost split,

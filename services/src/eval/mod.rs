@@ -409,6 +409,8 @@ pub fn render_table(report: &EvalReport) -> String {
     let mut out = String::new();
     let elastic = if report.elastic { "  elastic tier on" } else { "" };
     writeln!(out, "scenario {}  seed {}{elastic}", report.scenario, report.seed).expect("write to String");
+    // The policy column fits the longest name, 14 at least.
+    let w = report.results.iter().map(|r| r.policy.chars().count()).max().unwrap_or(0).max(14);
     let mut last_case: Option<&Case> = None;
     for r in &report.results {
         if last_case != Some(&r.case) {
@@ -417,7 +419,7 @@ pub fn render_table(report: &EvalReport) -> String {
                 .expect("write to String");
             write!(
                 out,
-                "{:<14} {:>7} {:>10} {:>9} {:>9} {:>9} {:>11} {:>10}",
+                "{:<w$} {:>7} {:>10} {:>9} {:>9} {:>9} {:>11} {:>10}",
                 "policy", "VR", "cost $", "p50 s", "p95 s", "p99 s", "completed", "cluster-h"
             )
             .expect("write to String");
@@ -429,7 +431,7 @@ pub fn render_table(report: &EvalReport) -> String {
         }
         write!(
             out,
-            "{:<14} {:>6.1}% {:>10.3} {:>9.2} {:>9.2} {:>9.2} {:>5}/{:<5} {:>10.3}",
+            "{:<w$} {:>6.1}% {:>10.3} {:>9.2} {:>9.2} {:>9.2} {:>5}/{:<5} {:>10.3}",
             r.policy,
             r.violation_rate * 100.0,
             r.cost_usd,
@@ -455,7 +457,7 @@ pub fn render_table(report: &EvalReport) -> String {
         writeln!(out, "\nmean Δ vs round-robin over cases:").expect("write to String");
         for (policy, vr, cost) in deltas {
             let vr = vr.map_or("n/a".to_owned(), |v| format!("{:+.1}%", v * 100.0));
-            writeln!(out, "{:<14} VR {:>8}   cost {:+.1}%", policy, vr, cost * 100.0).expect("write to String");
+            writeln!(out, "{:<w$} VR {:>8}   cost {:+.1}%", policy, vr, cost * 100.0).expect("write to String");
         }
     }
     out
