@@ -10,6 +10,11 @@
 //! (horizontal). It never sees the world: only the pool, the observations
 //! and the router's predictions.
 //!
+//! A schedule of **planned spinups** (the policy tuner's, AutoSLO §7.4) may
+//! be set: each fires at its instant as a spinup of its size, within
+//! `max_clusters`, and the teardown trigger treats the cluster like any
+//! other (it lives at least `T_min_lifetime` once ready).
+//!
 //! # Properties
 //!
 //! - (A) It never asks for more than `max_clusters` Starting or Ready
@@ -130,6 +135,15 @@ pub enum ScaleDecision {
     },
 }
 
+/// A spinup planned ahead of the load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ScheduledSpinup {
+    /// When to request the cluster.
+    pub at: Instant,
+    /// Its size.
+    pub size: Rpu,
+}
+
 /// Counters over the autoscaler's life.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AutoscalerStats {
@@ -166,6 +180,8 @@ pub struct Autoscaler {
     next_wakeup: Option<Instant>,
     defer_selections: bool,
     pending: Option<(SelectorMode, BTreeSet<ClusterId>)>,
+    /// Planned spinups not yet fired, latest first (the next is last).
+    schedule: Vec<ScheduledSpinup>,
 }
 
 impl Autoscaler {
@@ -192,6 +208,43 @@ impl Autoscaler {
             next_wakeup: None,
             defer_selections: false,
             pending: None,
+            schedule: Vec::new(),
+        }
+    }
+
+    /// Replaces the planned spinups with `schedule` (any order); those at
+    /// or before the next instant handled fire then.
+    pub fn set_schedule(&mut self, mut schedule: Vec<ScheduledSpinup>) {
+        schedule.sort_by(|a, b| b.cmp(a));
+        self.schedule = schedule;
+    }
+
+    /// [`Autoscaler::set_schedule`], by value.
+    pub fn with_schedule(mut self, schedule: Vec<ScheduledSpinup>) -> Self {
+        self.set_schedule(schedule);
+        self
+    }
+
+    /// The planned spinups still to fire, earliest first.
+    pub fn schedule(&self) -> impl Iterator<Item = &ScheduledSpinup> {
+        self.schedule.iter().rev()
+    }
+
+    /// Fires the planned spinups due at `now`.
+    fn run_schedule(&mut self, now: Instant, pool: &Pool) {
+        while let Some(next) = self.schedule.last().copied().filter(|s| s.at <= now) {
+            self.schedule.pop();
+            let live = pool
+                .clusters
+                .iter()
+                .filter(|c| matches!(c.state, ClusterState::Starting | ClusterState::Ready) && !self.teardown_requested.contains(&c.id))
+                .count()
+                + self.commands.iter().filter(|c| matches!(c, ClusterCommand::SpinUp { .. })).count();
+            if live >= self.config.max_clusters {
+                self.record(ScaleDecision::Skipped { at: now, reason: format!("scheduled {} spinup: already {live} clusters, the maximum", next.size) });
+                continue;
+            }
+            self.spin_up(now, next.size, format!("scheduled for {}", next.at));
         }
     }
 
@@ -404,6 +457,7 @@ impl Autoscaler {
 
     fn evaluate(&mut self, now: Instant, pool: &Pool, router: &dyn RoutingPolicy) {
         self.windows.truncate(now);
+        self.run_schedule(now, pool);
         self.run_teardown(now, pool);
         self.run_spinup(now, pool, router);
         self.plan_wakeup(now, pool);
@@ -462,11 +516,12 @@ impl Controller for Autoscaler {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.next_wakeup
+        [self.next_wakeup, self.schedule.last().map(|s| s.at)].into_iter().flatten().min()
     }
 
     fn handle_timeout(&mut self, now: Instant, pool: &Pool, _router: &dyn RoutingPolicy) {
         self.windows.truncate(now);
+        self.run_schedule(now, pool);
         self.run_teardown(now, pool);
         self.plan_wakeup(now, pool);
     }
@@ -508,5 +563,27 @@ mod tests {
         deferring.run_pending_selection(Instant::ZERO, &pool, &planner());
         assert!(!deferring.pending_selection());
         assert!(deferring.decisions().any(|d| matches!(d, ScaleDecision::Selection { .. })));
+    }
+
+    #[test]
+    fn planned_spinups_fire_in_time_order_within_the_cluster_limit() {
+        let pool = crate::scale::replay::pool_of(&[Rpu(16)]);
+        let router = crate::route::RoundRobin::default();
+        let config = AutoscalerConfig { max_clusters: 2, ..AutoscalerConfig::default() };
+        let at = Instant::from_secs_f64;
+        let schedule = vec![ScheduledSpinup { at: at(100.0), size: Rpu(32) }, ScheduledSpinup { at: at(50.0), size: Rpu(8) }];
+        let mut autoscaler = Autoscaler::new(config, AutoscalerPolicy::SLOGATE, BillingConfig::default()).with_schedule(schedule);
+        assert_eq!(autoscaler.poll_timeout(), Some(at(50.0)));
+        autoscaler.handle_timeout(at(50.0), &pool, &router);
+        assert_eq!(autoscaler.poll_command(), Some(ClusterCommand::SpinUp { size: Rpu(8) }));
+        assert_eq!(autoscaler.poll_timeout(), Some(at(100.0)));
+        // The 8-RPU cluster is starting: with two live clusters the 32-RPU
+        // spinup is skipped, and says why.
+        let mut grown = pool.clone();
+        grown.clusters.push(crate::model::ClusterView { id: ClusterId(1), size: Rpu(8), state: ClusterState::Starting, ..pool.clusters[0].clone() });
+        autoscaler.handle_timeout(at(100.0), &grown, &router);
+        assert_eq!(autoscaler.poll_command(), None);
+        assert!(matches!(autoscaler.decisions().last(), Some(ScaleDecision::Skipped { reason, .. }) if reason.contains("maximum")));
+        assert_eq!(autoscaler.schedule().count(), 0);
     }
 }

@@ -31,7 +31,7 @@ use crate::model::Rpu;
 use crate::time::Duration;
 use replay::SelectorConfig;
 
-pub use autoscaler::{Autoscaler, AutoscalerPolicy, ScaleAction, ScaleDecision, SpinupPolicy};
+pub use autoscaler::{Autoscaler, AutoscalerPolicy, ScaleAction, ScaleDecision, ScheduledSpinup, SpinupPolicy};
 
 /// The autoscaler's knobs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
