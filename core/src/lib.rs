@@ -21,6 +21,9 @@
 //!   SLO-aware router, its elastic candidate, and Spandana's SLO Director.
 //! - [`scale`]: the autoscaler: observation windows, triggers, the
 //!   planner's replay and the spinup size selector.
+//! - [`tune`]: the policy tuner: the planner's predicted warehouse,
+//!   forecasts from the reservoir, batch simulation, the spinup scheduler
+//!   and the configuration tuner.
 //! - [`world`]: the emulated warehouse (ground truth), fitted to
 //!   [`catalog`], the embedded Redshift measurements.
 //! - [`fleet`]: request-level services (Spandana's setting): instances
@@ -82,6 +85,7 @@ pub mod scale;
 pub mod sim;
 pub mod stats;
 pub mod time;
+pub mod tune;
 pub mod world;
 
 /// Errors of `slogate-core`: bad inputs it was handed. Invariant

@@ -1,0 +1,11 @@
+//! The policy tuner (AutoSLO §7): plans ahead from the workload's history
+//! by simulating forecasted days on the planner's model, never the world.
+//!
+//! # Layout
+//!
+//! - [`predicted`]: the planner's warehouse, where queries complete when
+//!   the learned predictor says so.
+
+pub mod predicted;
+
+pub use predicted::{PlannerTerms, PredictedWarehouse};

@@ -1,0 +1,483 @@
+//! The planner's warehouse: a [`Warehouse`] whose queries complete when a
+//! learned predictor says so (AutoSLO's Workload Simulator), for the policy
+//! tuner's batch simulations.
+//!
+//! It knows only what an operator knows: the predictor (learned from
+//! observed executions), the pricing, and the platform's published delays
+//! and timeout ([`PlannerTerms`]). It never reads the emulated world.
+//!
+//! A query placed on a ready cluster of size `s` already running `n`
+//! queries is predicted to take `predict(template, s, n)` from its start;
+//! each later neighbour raises every running query's prediction to
+//! `predict(template, s, neighbours)`, never lowering it (the router's
+//! monotonicity guard). A query placed on a starting cluster waits there
+//! and starts when the cluster is ready. A query still running at
+//! `query_timeout` after its arrival times out. Offloads take the
+//! template's isolated latency at the tier's reference size, scaled by the
+//! tier's speed, plus a cold start when no warm instance is left.
+//!
+//! # Properties
+//!
+//! - (A) Every dispatched query is reported finished exactly once.
+//! - (B) A cluster's queries finish in order of predicted completion; a
+//!   prediction never decreases while the query runs.
+//! - (C) Deterministic: the same dispatches give the same events.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use crate::billing::{BillingConfig, BillingTimer};
+use crate::elastic::{ElasticConfig, ElasticPool, ProvisionedBilling};
+use crate::model::{ClusterId, ClusterState, ExecutionOutcome, ExecutionReport, Query, Rpu, Target, WarehouseEvent};
+use crate::predict::{LatencyPredictor, QueryState};
+use crate::sim::Warehouse;
+use crate::time::{Duration, Instant};
+
+/// What the planner knows of the platform besides its predictor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlannerTerms {
+    /// From a cluster's request to ready.
+    pub spinup_delay: Duration,
+    /// From a drained cluster's last query to gone.
+    pub teardown_delay: Duration,
+    /// A query running this long after its arrival is cancelled.
+    pub query_timeout: Duration,
+    /// Usage billing (the warehouse timer).
+    pub billing: BillingConfig,
+    /// Provisioned billing per RPU instead, if the pool bills so.
+    pub provisioned: Option<ProvisionedBilling>,
+    /// The elastic tier, if the pool has one.
+    pub elastic: Option<ElasticConfig>,
+}
+
+impl Default for PlannerTerms {
+    fn default() -> Self {
+        PlannerTerms {
+            spinup_delay: Duration::from_secs(300),
+            teardown_delay: Duration::from_secs(60),
+            query_timeout: Duration::from_secs(3_600),
+            billing: BillingConfig::default(),
+            provisioned: None,
+            elastic: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Running {
+    state: QueryState,
+    arrival: Instant,
+    dispatched: Instant,
+}
+
+impl Running {
+    fn finish(&self, timeout: Duration) -> (Instant, ExecutionOutcome) {
+        let predicted = self.state.arrival + self.state.predicted;
+        let deadline = self.arrival + timeout;
+        if predicted > deadline { (deadline, ExecutionOutcome::TimedOut) } else { (predicted, ExecutionOutcome::Completed) }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Cluster {
+    size: Rpu,
+    state: ClusterState,
+    requested_at: Instant,
+    ready_at: Instant,
+    gone_at: Option<Instant>,
+    billing: BillingTimer,
+    running: Vec<Running>,
+    /// Placed while starting: `(query, dispatched)`, in order.
+    waiting: VecDeque<(Query, Instant)>,
+}
+
+/// The planner's warehouse. See the module docs.
+pub struct PredictedWarehouse {
+    predictor: Box<dyn LatencyPredictor + Send>,
+    terms: PlannerTerms,
+    clusters: Vec<Cluster>,
+    elastic_pool: ElasticPool,
+    /// Running offloads: `(finish, report)`.
+    elastic_running: Vec<(Instant, ExecutionReport)>,
+    elastic_cost_usd: f64,
+    events: VecDeque<WarehouseEvent>,
+    now: Instant,
+}
+
+impl PredictedWarehouse {
+    /// An empty warehouse completing queries by `predictor`.
+    pub fn new(predictor: Box<dyn LatencyPredictor + Send>, terms: PlannerTerms) -> Self {
+        PredictedWarehouse {
+            predictor,
+            terms,
+            clusters: Vec::new(),
+            elastic_pool: ElasticPool::new(),
+            elastic_running: Vec::new(),
+            elastic_cost_usd: 0.0,
+            events: VecDeque::new(),
+            now: Instant::ZERO,
+        }
+    }
+
+    /// The terms it plans with.
+    pub fn terms(&self) -> &PlannerTerms {
+        &self.terms
+    }
+
+    fn start(&mut self, index: usize, now: Instant, query: &Query, dispatched: Instant) {
+        let cluster = &mut self.clusters[index];
+        let states: Vec<QueryState> = cluster.running.iter().map(|r| r.state.clone()).collect();
+        // The prediction runs from the query's start.
+        let started = Query { arrival: now, ..query.clone() };
+        let placement = self.predictor.predict_placement(now, &started, cluster.size, &states);
+        for (running, updated) in cluster.running.iter_mut().zip(placement.running) {
+            running.state = updated;
+        }
+        cluster.running.push(Running { state: placement.query, arrival: query.arrival, dispatched });
+        cluster.billing.handle_query_start(now);
+    }
+
+    /// The earliest predicted event strictly after nothing: `(at, kind)`.
+    fn next_event(&self) -> Option<(Instant, Next)> {
+        let timeout = self.terms.query_timeout;
+        let mut best: Option<(Instant, Next)> = None;
+        let mut consider = |at: Instant, next: Next| {
+            if best.as_ref().is_none_or(|(b, n)| (at, next.rank()) < (*b, n.rank())) {
+                best = Some((at, next));
+            }
+        };
+        for (index, cluster) in self.clusters.iter().enumerate() {
+            match cluster.state {
+                ClusterState::Starting => consider(cluster.ready_at, Next::Ready(index)),
+                ClusterState::Draining if cluster.running.is_empty() => {
+                    if let Some(gone) = cluster.gone_at {
+                        consider(gone, Next::Gone(index));
+                    }
+                }
+                _ => {}
+            }
+            if let Some((position, (at, _))) = cluster
+                .running
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (i, r.finish(timeout)))
+                .min_by_key(|(i, (at, _))| (*at, cluster.running[*i].state.query))
+            {
+                consider(at, Next::Finish(index, position));
+            }
+        }
+        if let Some((position, (at, _))) = self.elastic_running.iter().enumerate().min_by_key(|(_, (at, r))| (*at, r.query)) {
+            consider(*at, Next::ElasticFinish(position));
+        }
+        best
+    }
+
+    fn apply(&mut self, at: Instant, next: Next) {
+        match next {
+            Next::Ready(index) => {
+                let cluster = &mut self.clusters[index];
+                cluster.state = if cluster.gone_at.is_some() { ClusterState::Draining } else { ClusterState::Ready };
+                let waiting: Vec<(Query, Instant)> = cluster.waiting.drain(..).collect();
+                self.events.push_back(WarehouseEvent::ClusterReady { cluster: ClusterId(index as u32), at });
+                for (query, dispatched) in waiting {
+                    self.start(index, at, &query, dispatched);
+                }
+                self.drain_if_empty(index, at);
+            }
+            Next::Finish(index, position) => {
+                let timeout = self.terms.query_timeout;
+                let cluster = &mut self.clusters[index];
+                let running = cluster.running.swap_remove(position);
+                let (finished, outcome) = running.finish(timeout);
+                cluster.billing.handle_query_end(finished);
+                self.events.push_back(WarehouseEvent::QueryFinished(ExecutionReport {
+                    query: running.state.query,
+                    target: Target::Cluster(ClusterId(index as u32)),
+                    arrival: running.arrival,
+                    dispatched: running.dispatched,
+                    started: Some(running.state.arrival),
+                    finished,
+                    outcome,
+                }));
+                self.drain_if_empty(index, at);
+            }
+            Next::ElasticFinish(position) => {
+                let (_, report) = self.elastic_running.swap_remove(position);
+                if let Some(config) = &self.terms.elastic {
+                    self.elastic_pool.finish(at, config);
+                }
+                self.events.push_back(WarehouseEvent::QueryFinished(report));
+            }
+            Next::Gone(index) => {
+                self.clusters[index].state = ClusterState::Gone;
+                self.events.push_back(WarehouseEvent::ClusterGone { cluster: ClusterId(index as u32), at });
+            }
+        }
+    }
+
+    /// A draining cluster with nothing left is gone after the teardown
+    /// delay.
+    fn drain_if_empty(&mut self, index: usize, at: Instant) {
+        let teardown = self.terms.teardown_delay;
+        let cluster = &mut self.clusters[index];
+        if cluster.state == ClusterState::Draining && cluster.running.is_empty() && cluster.waiting.is_empty() {
+            let gone = at + teardown;
+            cluster.gone_at = Some(cluster.gone_at.map_or(gone, |g| g.max(gone)));
+        }
+    }
+
+    fn advance(&mut self, now: Instant) {
+        while let Some((at, next)) = self.next_event().filter(|(at, _)| *at <= now) {
+            self.now = self.now.max(at);
+            self.apply(at, next);
+        }
+        self.now = self.now.max(now);
+    }
+}
+
+/// A pending event, in handling order at one instant: finishes, then
+/// clusters ready, then clusters gone.
+#[derive(Clone, Copy, Debug)]
+enum Next {
+    Finish(usize, usize),
+    ElasticFinish(usize),
+    Ready(usize),
+    Gone(usize),
+}
+
+impl Next {
+    fn rank(&self) -> u8 {
+        match self {
+            Next::Finish(..) | Next::ElasticFinish(_) => 0,
+            Next::Ready(_) => 1,
+            Next::Gone(_) => 2,
+        }
+    }
+}
+
+impl Warehouse for PredictedWarehouse {
+    fn add_cluster(&mut self, now: Instant, size: Rpu, warm: bool) -> ClusterId {
+        self.advance(now);
+        let id = ClusterId(u32::try_from(self.clusters.len()).expect("fewer than 2^32 clusters"));
+        let ready_at = if warm { now } else { now + self.terms.spinup_delay };
+        self.clusters.push(Cluster {
+            size,
+            state: if warm { ClusterState::Ready } else { ClusterState::Starting },
+            requested_at: now,
+            ready_at,
+            gone_at: None,
+            billing: BillingTimer::new(self.terms.billing.clone(), size),
+            running: Vec::new(),
+            waiting: VecDeque::new(),
+        });
+        if warm {
+            self.events.push_back(WarehouseEvent::ClusterReady { cluster: id, at: now });
+        }
+        id
+    }
+
+    fn dispatch(&mut self, now: Instant, query: &Query, cluster: ClusterId) {
+        self.advance(now);
+        let index = cluster.0 as usize;
+        match self.clusters[index].state {
+            ClusterState::Ready => self.start(index, now, query, now),
+            ClusterState::Starting => self.clusters[index].waiting.push_back((query.clone(), now)),
+            state => panic!("dispatch to {cluster}, which is {state:?}: a policy bug the simulator checks"),
+        }
+    }
+
+    fn has_elastic(&self) -> bool {
+        self.terms.elastic.is_some()
+    }
+
+    fn dispatch_elastic(&mut self, now: Instant, query: &Query) {
+        self.advance(now);
+        let config = self.terms.elastic.as_ref().expect("the simulator offloads only with a tier");
+        let reference = self.predictor.isolated(query.template, config.reference_size);
+        let warm = self.elastic_pool.start(now, config);
+        let run = if warm { Duration::ZERO } else { config.cold_start } + config.execution_time(reference);
+        self.elastic_cost_usd += config.invocation_cost_usd(run);
+        let report = ExecutionReport {
+            query: query.id,
+            target: Target::Elastic,
+            arrival: query.arrival,
+            dispatched: now,
+            started: Some(now),
+            finished: now + run,
+            outcome: ExecutionOutcome::Completed,
+        };
+        self.elastic_running.push((now + run, report));
+    }
+
+    fn tear_down(&mut self, now: Instant, cluster: ClusterId) {
+        self.advance(now);
+        let index = cluster.0 as usize;
+        let c = &mut self.clusters[index];
+        match c.state {
+            ClusterState::Starting if c.waiting.is_empty() => {
+                c.state = ClusterState::Draining;
+                c.gone_at = Some(now + self.terms.teardown_delay);
+            }
+            // It serves what it holds once ready, then drains.
+            ClusterState::Starting => c.gone_at = Some(c.ready_at),
+            ClusterState::Ready => {
+                c.state = ClusterState::Draining;
+                self.drain_if_empty(index, now);
+            }
+            ClusterState::Draining | ClusterState::Gone => {}
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.next_event().map(|(at, _)| at.max(self.now))
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.advance(now);
+    }
+
+    fn poll_event(&mut self) -> Option<WarehouseEvent> {
+        self.events.pop_front()
+    }
+
+    fn cluster_ids(&self) -> Vec<ClusterId> {
+        (0..self.clusters.len()).map(|i| ClusterId(i as u32)).collect()
+    }
+
+    fn cluster_state(&self, cluster: ClusterId) -> ClusterState {
+        self.clusters[cluster.0 as usize].state
+    }
+
+    fn cluster_size(&self, cluster: ClusterId) -> Rpu {
+        self.clusters[cluster.0 as usize].size
+    }
+
+    fn spinup_delay(&self) -> Duration {
+        self.terms.spinup_delay
+    }
+
+    fn billed_time(&self, cluster: ClusterId, now: Instant) -> Duration {
+        let c = &self.clusters[cluster.0 as usize];
+        match &self.terms.provisioned {
+            None => c.billing.active_time(now),
+            Some(_) => {
+                // From request until gone, or until the last event for
+                // `Instant::MAX`.
+                let open_end = if now == Instant::MAX { self.now } else { now };
+                let end = c.gone_at.map_or(open_end, |gone| gone.min(now));
+                end.saturating_duration_since(c.requested_at)
+            }
+        }
+    }
+
+    fn billed_cost_usd(&self, cluster: ClusterId, now: Instant) -> f64 {
+        let c = &self.clusters[cluster.0 as usize];
+        match &self.terms.provisioned {
+            None => c.billing.cost_usd(now),
+            Some(billing) => {
+                let end = c.requested_at + self.billed_time(cluster, now);
+                billing.cost_usd(c.requested_at, end) * f64::from(c.size.0)
+            }
+        }
+    }
+
+    fn elastic_cost_usd(&self) -> f64 {
+        self.elastic_cost_usd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{PoolId, QueryId, Slo, TemplateId};
+    use crate::predict::Observation;
+    use crate::route::RoundRobin;
+    use crate::sim::Simulation;
+
+    /// Template t takes t seconds alone on 16 RPU and (1 + n)·t with n
+    /// neighbours.
+    #[derive(Clone)]
+    struct Linear;
+
+    impl LatencyPredictor for Linear {
+        fn name(&self) -> &str {
+            "linear"
+        }
+        fn observe(&mut self, _observation: &Observation) {}
+        fn isolated(&self, template: TemplateId, _size: Rpu) -> Duration {
+            Duration::from_secs(u64::from(template.0))
+        }
+        fn predict(&self, template: TemplateId, size: Rpu, neighbours: u32) -> Duration {
+            self.isolated(template, size).mul_f64(1.0 + f64::from(neighbours))
+        }
+    }
+
+    fn query(id: u64, template: u32, arrival_s: f64) -> Query {
+        Query { id: QueryId(id), pool: PoolId::default(), template: TemplateId(template), slo: Slo { latency: Duration::from_secs(100) }, arrival: Instant::from_secs_f64(arrival_s) }
+    }
+
+    fn warehouse(ready: &[u32]) -> PredictedWarehouse {
+        let mut w = PredictedWarehouse::new(Box::new(Linear), PlannerTerms::default());
+        for &size in ready {
+            w.add_cluster(Instant::ZERO, Rpu(size), true);
+        }
+        w
+    }
+
+    #[test]
+    fn queries_finish_when_the_predictor_says_with_neighbours_raising_predictions() {
+        // Query 1 (10 s alone) starts at 0; query 2 (5 s) joins at 1 s with
+        // one neighbour, so it is predicted 10 s (ends at 11 s) and raises
+        // query 1 to 20 s (ends at 20 s).
+        let mut sim = Simulation::new(warehouse(&[16]), RoundRobin::default(), vec![query(1, 10, 0.0), query(2, 5, 1.0)]);
+        sim.drive_until_idle();
+        let finished: Vec<(u64, f64)> = sim.records().iter().map(|r| (r.query.0, r.finished.as_secs_f64())).collect();
+        assert_eq!(finished, vec![(2, 11.0), (1, 20.0)]);
+        assert!(sim.summary().cost_usd > 0.0);
+    }
+
+    #[test]
+    fn a_starting_cluster_holds_its_queries_until_ready_and_timeouts_cancel() {
+        let terms = PlannerTerms { spinup_delay: Duration::from_secs(30), query_timeout: Duration::from_secs(50), ..PlannerTerms::default() };
+        let mut w = PredictedWarehouse::new(Box::new(Linear), terms);
+        let id = w.add_cluster(Instant::ZERO, Rpu(16), false);
+        w.dispatch(Instant::ZERO, &query(1, 10, 0.0), id);
+        w.dispatch(Instant::ZERO, &query(2, 40, 0.0), id);
+        w.handle_timeout(Instant::from_secs_f64(1_000.0));
+        let events: Vec<WarehouseEvent> = std::iter::from_fn(|| w.poll_event()).collect();
+        assert!(matches!(events[0], WarehouseEvent::ClusterReady { at, .. } if at == Instant::from_secs_f64(30.0)));
+        // Query 1 starts at 30 s next to query 2: 20 s, done at 50 s. Query
+        // 2 is predicted 80 s from 30 s, past its 50 s timeout.
+        let reports: Vec<&ExecutionReport> = events.iter().filter_map(|e| if let WarehouseEvent::QueryFinished(r) = e { Some(r) } else { None }).collect();
+        assert_eq!(reports.len(), 2);
+        assert!(reports.iter().all(|r| r.started == Some(Instant::from_secs_f64(30.0))));
+        let timed_out = reports.iter().find(|r| r.query == QueryId(2)).unwrap();
+        assert_eq!((timed_out.outcome, timed_out.finished), (ExecutionOutcome::TimedOut, Instant::from_secs_f64(50.0)));
+    }
+
+    #[test]
+    fn a_torn_down_cluster_drains_then_goes() {
+        let mut w = warehouse(&[16]);
+        w.dispatch(Instant::ZERO, &query(1, 10, 0.0), ClusterId(0));
+        w.tear_down(Instant::from_secs_f64(1.0), ClusterId(0));
+        assert_eq!(w.cluster_state(ClusterId(0)), ClusterState::Draining);
+        w.handle_timeout(Instant::from_secs_f64(100.0));
+        assert_eq!(w.cluster_state(ClusterId(0)), ClusterState::Gone);
+        assert!(std::iter::from_fn(|| w.poll_event()).any(|e| matches!(e, WarehouseEvent::ClusterGone { at, .. } if at == Instant::from_secs_f64(70.0))));
+    }
+
+    #[test]
+    fn offloads_take_the_scaled_isolated_latency_and_a_cold_start_once() {
+        let elastic = ElasticConfig { cold_start: Duration::from_secs(2), speed_factor: 0.5, ..ElasticConfig::default() };
+        let mut w = PredictedWarehouse::new(Box::new(Linear), PlannerTerms { elastic: Some(elastic), ..PlannerTerms::default() });
+        w.dispatch_elastic(Instant::ZERO, &query(1, 10, 0.0));
+        w.handle_timeout(Instant::from_secs_f64(100.0));
+        w.dispatch_elastic(Instant::from_secs_f64(100.0), &query(2, 10, 100.0));
+        w.handle_timeout(Instant::from_secs_f64(1_000.0));
+        let finished: Vec<f64> =
+            std::iter::from_fn(|| w.poll_event()).filter_map(|e| if let WarehouseEvent::QueryFinished(r) = e { Some(r.latency().as_secs_f64()) } else { None }).collect();
+        assert_eq!(finished, vec![22.0, 20.0]);
+        assert!(w.elastic_cost_usd() > 0.0);
+    }
+}
