@@ -3,9 +3,12 @@
 //!
 //! # Layout
 //!
+//! - [`forecast`]: forecasted days from the reservoir's tables (weekly
+//!   decay, previous day, or a window), split into training and validation.
 //! - [`predicted`]: the planner's warehouse, where queries complete when
 //!   the learned predictor says so.
 
+pub mod forecast;
 pub mod predicted;
 
 pub use predicted::{PlannerTerms, PredictedWarehouse};

@@ -1,0 +1,325 @@
+//! The workload forecaster (AutoSLO §7.2): forecasted days drawn from the
+//! reservoir's count and arrivals tables.
+//!
+//! For each hour of the target day it looks at the same hour of earlier
+//! days (the **bins**) that the history covers:
+//!
+//! - [`ForecastMethod::WeeklyDecay`] (the default): the same weekday and
+//!   hour of past weeks, `k` weeks ago weighted `λ^(k−1)`. When the history
+//!   holds no same-weekday day (less than a week of it), the most recent
+//!   day stands in, so that one day of history already informs the tuner;
+//! - [`ForecastMethod::PreviousDay`]: the day before only;
+//! - [`ForecastMethod::Window`]: the last `days` days, equally weighted.
+//!
+//! An hour's query count is the bins' weighted mean count (rounded at
+//! random to an integer, keeping the mean). Each query's template is drawn
+//! from the bins' counts, each past query weighted by its bin's weight.
+//! Arrival times come from the bins' **interarrival deciles**: a gap is drawn
+//! by picking one of the ten decile ranges uniformly and a point uniformly
+//! inside it; the hour's `n` arrivals are the running sums of `n + 1` such
+//! gaps scaled to span the hour, which keeps the hour's burstiness. Bins
+//! with fewer than 11 arrivals in all give too few gaps for deciles, and
+//! their arrivals fall uniformly in the hour. Gaps of a sampled hour (the
+//! reservoir keeps at most a bounded sample of offsets) are scaled by the
+//! sampled fraction.
+//!
+//! [`forecast`] draws `scenarios` days with independent seeds and splits
+//! them into disjoint training and validation sets.
+//!
+//! # Properties
+//!
+//! - (A) Every arrival lies within its hour, and a day's arrivals are
+//!   sorted.
+//! - (B) Only templates seen in the bins are drawn, and only hours whose
+//!   bins saw arrivals get any.
+//! - (C) The same reservoir, day, configuration and seed give the same
+//!   forecasts.
+
+use std::ops::Range;
+
+use rand::{Rng, SeedableRng, rngs::SmallRng};
+use serde::{Deserialize, Serialize};
+
+use crate::model::TemplateId;
+use crate::reservoir::{CalendarHour, Reservoir};
+use crate::time::Duration;
+
+/// Which past days inform a forecast hour.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum ForecastMethod {
+    /// Same weekday and hour of past weeks, `k` weeks ago weighted
+    /// `lambda^(k−1)`.
+    WeeklyDecay {
+        /// λ in (0, 1].
+        lambda: f64,
+    },
+    /// The previous day only.
+    PreviousDay,
+    /// The last `days` days, equally weighted.
+    Window {
+        /// How many.
+        days: u32,
+    },
+}
+
+/// The forecaster's settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ForecastConfig {
+    /// Which bins.
+    pub method: ForecastMethod,
+    /// Forecasted days to draw.
+    pub scenarios: usize,
+    /// Share of them for training; the rest validate.
+    pub training_share: f64,
+    /// Seeds the draws.
+    pub seed: u64,
+}
+
+impl Default for ForecastConfig {
+    fn default() -> Self {
+        ForecastConfig { method: ForecastMethod::WeeklyDecay { lambda: 0.25 }, scenarios: 20, training_share: 0.6, seed: 1 }
+    }
+}
+
+/// One forecasted day: arrivals as offsets from the day's start, sorted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ForecastDay {
+    /// Days since 1970-01-01 of the day forecast.
+    pub day: i32,
+    /// `(offset from the day's start, template)`, ascending.
+    pub arrivals: Vec<(Duration, TemplateId)>,
+}
+
+/// Disjoint training and validation forecasts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Forecasts {
+    /// Days the tuner optimises on.
+    pub training: Vec<ForecastDay>,
+    /// Days it selects on.
+    pub validation: Vec<ForecastDay>,
+}
+
+/// The bins of `hour` on `day` under `method`, within `history` (days
+/// since 1970-01-01, the target day excluded): `(day, weight)`.
+pub fn bins(method: ForecastMethod, day: i32, history: &Range<i32>) -> Vec<(i32, f64)> {
+    let within = |d: i32| history.contains(&d) && d < day;
+    match method {
+        ForecastMethod::WeeklyDecay { lambda } => {
+            let weekly: Vec<(i32, f64)> =
+                (1..).map(|k: i32| (day - 7 * k, lambda.powi(k - 1))).take_while(|(d, _)| *d >= history.start).filter(|(d, _)| within(*d)).collect();
+            if weekly.is_empty() { (1..=7).map(|k| day - k).find(|d| within(*d)).map(|d| vec![(d, 1.0)]).unwrap_or_default() } else { weekly }
+        }
+        ForecastMethod::PreviousDay => [(day - 1, 1.0)].into_iter().filter(|(d, _)| within(*d)).collect(),
+        ForecastMethod::Window { days } => (1..=days as i32).map(|k| (day - k, 1.0)).filter(|(d, _)| within(*d)).collect(),
+    }
+}
+
+/// What the bins of one hour say.
+struct HourModel {
+    mean_count: f64,
+    /// Cumulative template weights, for drawing.
+    templates: Vec<(TemplateId, f64)>,
+    /// Interarrival deciles (11 points), or `None` to draw uniformly.
+    deciles: Option<[f64; 11]>,
+}
+
+fn hour_model(reservoir: &Reservoir, hour: u8, bins: &[(i32, f64)]) -> HourModel {
+    let total_weight: f64 = bins.iter().map(|(_, w)| w).sum();
+    let mut mean_count = 0.0;
+    let mut by_template: std::collections::BTreeMap<TemplateId, f64> = std::collections::BTreeMap::new();
+    let mut gaps: Vec<f64> = Vec::new();
+    let mut offsets_seen = 0;
+    for &(day, weight) in bins {
+        let at = CalendarHour { day, hour };
+        let (total, samples) = reservoir.arrivals_in(at);
+        mean_count += weight * total as f64 / total_weight.max(f64::MIN_POSITIVE);
+        for (template, count) in reservoir.counts_in(at) {
+            *by_template.entry(template).or_insert(0.0) += weight * count as f64;
+        }
+        let mut sorted = samples.to_vec();
+        sorted.sort_unstable();
+        offsets_seen += sorted.len();
+        let thinning = if total == 0 { 1.0 } else { sorted.len() as f64 / total as f64 };
+        gaps.extend(sorted.windows(2).map(|w| f64::from(w[1] - w[0]) * thinning));
+    }
+    let mut cumulative = 0.0;
+    let templates = by_template.into_iter().map(|(t, w)| (t, { cumulative += w; cumulative })).collect();
+    let deciles = (offsets_seen >= 11 && gaps.len() >= 10).then(|| {
+        gaps.sort_by(f64::total_cmp);
+        std::array::from_fn(|i| crate::stats::percentile(&gaps, i as f64 / 10.0))
+    });
+    HourModel { mean_count, templates, deciles }
+}
+
+/// One forecasted `day` from `reservoir`'s `history`, seeded by `seed`.
+pub fn forecast_day(reservoir: &Reservoir, day: i32, history: &Range<i32>, method: ForecastMethod, seed: u64) -> ForecastDay {
+    let mut rng = SmallRng::seed_from_u64(seed ^ (i64::from(day) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let bins = bins(method, day, history);
+    let mut arrivals = Vec::new();
+    for hour in 0..24u8 {
+        let model = hour_model(reservoir, hour, &bins);
+        let Some(&(_, template_weight)) = model.templates.last() else { continue };
+        let whole = model.mean_count.floor();
+        let count = whole as usize + usize::from(rng.random::<f64>() < model.mean_count - whole);
+        if count == 0 {
+            continue;
+        }
+        let hour_start = f64::from(hour) * 3_600.0;
+        let offsets: Vec<f64> = match &model.deciles {
+            Some(deciles) => {
+                let gaps: Vec<f64> = (0..=count)
+                    .map(|_| {
+                        let i = rng.random_range(0..10);
+                        let (lo, hi) = (deciles[i], deciles[i + 1]);
+                        lo + (hi - lo) * rng.random::<f64>()
+                    })
+                    .collect();
+                let span: f64 = gaps.iter().sum();
+                let scale = if span > 0.0 { 3_600.0 / span } else { 0.0 };
+                let mut at = 0.0;
+                gaps[..count]
+                    .iter()
+                    .map(|gap| {
+                        at += gap * scale;
+                        if span > 0.0 { at.min(3_599.999) } else { rng.random::<f64>() * 3_600.0 }
+                    })
+                    .collect()
+            }
+            None => (0..count).map(|_| rng.random::<f64>() * 3_600.0).collect(),
+        };
+        for offset in offsets {
+            let pick = rng.random::<f64>() * template_weight;
+            let template = model.templates.iter().find(|(_, c)| *c > pick).map_or(model.templates[model.templates.len() - 1].0, |(t, _)| *t);
+            arrivals.push((Duration::from_secs_f64(hour_start + offset), template));
+        }
+    }
+    arrivals.sort();
+    ForecastDay { day, arrivals }
+}
+
+/// `config.scenarios` forecasts of `day`, split into training and
+/// validation (see the module docs).
+pub fn forecast(reservoir: &Reservoir, day: i32, history: &Range<i32>, config: &ForecastConfig) -> Forecasts {
+    let days: Vec<ForecastDay> =
+        (0..config.scenarios as u64).map(|i| forecast_day(reservoir, day, history, config.method, config.seed.wrapping_mul(1_000_003).wrapping_add(i))).collect();
+    let training = ((config.scenarios as f64 * config.training_share).round() as usize).clamp(usize::from(config.scenarios > 0), config.scenarios);
+    let mut days = days;
+    let validation = days.split_off(training);
+    Forecasts { training: days, validation }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::reservoir::ReservoirConfig;
+
+    /// 2024-05-27, a Monday, in days since 1970-01-01.
+    const MONDAY: i32 = 19_870;
+
+    fn at(day: i32, hour: u8, offset_s: i64) -> i64 {
+        i64::from(day) * 86_400 + i64::from(hour) * 3_600 + offset_s
+    }
+
+    /// `count` arrivals of `template` at irregular offsets in the hour.
+    fn fill(reservoir: &mut Reservoir, day: i32, hour: u8, template: u32, count: i64) {
+        for i in 0..count {
+            reservoir.handle_arrival(at(day, hour, (i * 7_919) % 3_600), TemplateId(template));
+        }
+    }
+
+    #[test]
+    fn weekly_bins_decay_by_lambda_and_one_day_of_history_stands_in() {
+        let method = ForecastMethod::WeeklyDecay { lambda: 0.25 };
+        assert_eq!(bins(method, MONDAY, &(MONDAY - 30..MONDAY)), vec![(MONDAY - 7, 1.0), (MONDAY - 14, 0.25), (MONDAY - 21, 0.0625), (MONDAY - 28, 0.015625)]);
+        assert_eq!(bins(method, MONDAY, &(MONDAY - 1..MONDAY)), vec![(MONDAY - 1, 1.0)]);
+        assert!(bins(method, MONDAY, &(MONDAY..MONDAY)).is_empty());
+        assert_eq!(bins(ForecastMethod::PreviousDay, MONDAY, &(MONDAY - 30..MONDAY)), vec![(MONDAY - 1, 1.0)]);
+        assert_eq!(bins(ForecastMethod::Window { days: 7 }, MONDAY, &(MONDAY - 3..MONDAY)).len(), 3);
+    }
+
+    #[test]
+    fn counts_and_templates_follow_the_weighted_bins() {
+        // A week ago: 100 of template 1 at 9:00; two weeks ago: 200 of
+        // template 2; two weeks of history. λ = 0.25: the mean count is
+        // (100 + 0.25·200)/1.25 = 120, and a drawn query is template 1 with
+        // probability 100/(100 + 50) = 2/3.
+        let mut reservoir = Reservoir::new(ReservoirConfig::default());
+        fill(&mut reservoir, MONDAY - 7, 9, 1, 100);
+        fill(&mut reservoir, MONDAY - 14, 9, 2, 200);
+        let config = ForecastConfig { scenarios: 50, ..ForecastConfig::default() };
+        let forecasts = forecast(&reservoir, MONDAY, &(MONDAY - 14..MONDAY), &config);
+        let days: Vec<&ForecastDay> = forecasts.training.iter().chain(&forecasts.validation).collect();
+        let total: usize = days.iter().map(|d| d.arrivals.len()).sum();
+        assert!((total as f64 / 50.0 - 120.0).abs() < 1.0, "mean count {}", total as f64 / 50.0);
+        let ones = days.iter().flat_map(|d| &d.arrivals).filter(|(_, t)| *t == TemplateId(1)).count();
+        assert!((ones as f64 / total as f64 - 2.0 / 3.0).abs() < 0.03, "{ones} of {total}");
+        assert!(days.iter().flat_map(|d| &d.arrivals).all(|(at, _)| (9.0 * 3_600.0..10.0 * 3_600.0).contains(&at.as_secs_f64())));
+        // Empty weeks in the history count as hours with no arrivals: with
+        // weeks 3 and 4 as well, (100 + 50)/(1 + 0.25 + 0.0625 + 0.015625).
+        let longer = forecast(&reservoir, MONDAY, &(MONDAY - 30..MONDAY), &config);
+        let total: usize = longer.training.iter().chain(&longer.validation).map(|d| d.arrivals.len()).sum();
+        assert!((total as f64 / 50.0 - 150.0 / 1.328_125).abs() < 1.0, "mean count {}", total as f64 / 50.0);
+    }
+
+    #[test]
+    fn arrivals_follow_the_interarrival_deciles_and_sparse_hours_fall_back_to_uniform() {
+        // Bursts: 30 arrivals 1 s apart every 10 minutes. Gaps are mostly
+        // 1 s, so most forecast gaps are short too.
+        let mut reservoir = Reservoir::new(ReservoirConfig::default());
+        for burst in 0..6 {
+            for i in 0..30 {
+                reservoir.handle_arrival(at(MONDAY - 7, 12, burst * 600 + i), TemplateId(5));
+            }
+        }
+        // Sparse: 3 arrivals at 15:00.
+        for i in 0..3 {
+            reservoir.handle_arrival(at(MONDAY - 7, 15, i * 10), TemplateId(6));
+        }
+        let day = forecast_day(&reservoir, MONDAY, &(MONDAY - 7..MONDAY), ForecastMethod::WeeklyDecay { lambda: 0.25 }, 7);
+        let noon: Vec<f64> = day.arrivals.iter().filter(|(_, t)| *t == TemplateId(5)).map(|(a, _)| a.as_secs_f64()).collect();
+        assert_eq!(noon.len(), 180);
+        let short = noon.windows(2).filter(|w| w[1] - w[0] < 5.0).count();
+        assert!(short > 120, "{short} of 179 gaps are short");
+        let sparse = day.arrivals.iter().filter(|(_, t)| *t == TemplateId(6)).count();
+        assert_eq!(sparse, 3);
+    }
+
+    #[test]
+    fn training_and_validation_are_disjoint_draws_of_the_configured_sizes() {
+        let mut reservoir = Reservoir::new(ReservoirConfig::default());
+        fill(&mut reservoir, MONDAY - 7, 3, 1, 40);
+        let forecasts = forecast(&reservoir, MONDAY, &(MONDAY - 7..MONDAY), &ForecastConfig::default());
+        assert_eq!((forecasts.training.len(), forecasts.validation.len()), (12, 8));
+        assert_ne!(forecasts.training[0], forecasts.validation[0]);
+        assert_eq!(forecasts, forecast(&reservoir, MONDAY, &(MONDAY - 7..MONDAY), &ForecastConfig::default()));
+        assert!(forecast(&reservoir, MONDAY, &(MONDAY..MONDAY), &ForecastConfig::default()).training.iter().all(|d| d.arrivals.is_empty()));
+    }
+
+    proptest! {
+        #[test]
+        fn forecast_arrivals_stay_in_their_hours_sorted_and_from_seen_templates(
+            history in prop::collection::vec((1i32..15, 0u8..24, 0i64..3_600, 1u32..5), 1..300),
+            seed in 0u64..1_000,
+        ) {
+            let mut reservoir = Reservoir::new(ReservoirConfig { arrival_samples_per_hour_max: 16, seed: 1 });
+            let mut seen = std::collections::BTreeSet::new();
+            let mut hours = std::collections::BTreeSet::new();
+            for &(back, hour, offset, template) in &history {
+                reservoir.handle_arrival(at(MONDAY - back, hour, offset), TemplateId(template));
+                seen.insert(TemplateId(template));
+                hours.insert(hour);
+            }
+            let day = forecast_day(&reservoir, MONDAY, &(MONDAY - 14..MONDAY), ForecastMethod::Window { days: 14 }, seed);
+            prop_assert!(day.arrivals.windows(2).all(|w| w[0].0 <= w[1].0));
+            for (offset, template) in &day.arrivals {
+                prop_assert!(seen.contains(template));
+                let hour = (offset.as_secs_f64() / 3_600.0) as u8;
+                prop_assert!(hours.contains(&hour), "hour {} had no history", hour);
+            }
+        }
+    }
+}
