@@ -184,6 +184,15 @@ impl ElasticRouting {
         self.options.config.reference_size
     }
 
+    /// Forgets running offloads and spend, keeping the learned speed (a
+    /// planner's copy for a day simulated from scratch).
+    pub fn forget_placements(&mut self) {
+        self.pool = ElasticPool::new();
+        self.running.clear();
+        self.spent.clear();
+        self.offloads = 0;
+    }
+
     /// Records an offload placed at `now` as `score` predicted it.
     pub fn place(&mut self, now: Instant, query: QueryId, score: &ElasticScore) {
         self.pool.start(now, &self.options.config);

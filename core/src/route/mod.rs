@@ -99,6 +99,14 @@ pub trait PlanningRouter: RoutingPolicy + Send {
     /// Another independent copy, for evaluating one more candidate.
     fn fork(&self) -> Box<dyn PlanningRouter>;
 
+    /// A copy that keeps what the router learned but holds nothing placed
+    /// and has spent nothing: for simulating a day from an empty pool.
+    fn fork_empty(&self) -> Box<dyn PlanningRouter>;
+
+    /// A copy of the predictor behind this router's predictions, for the
+    /// planner's warehouse ([`crate::tune::PredictedWarehouse`]).
+    fn fork_predictor(&self) -> Box<dyn crate::predict::LatencyPredictor + Send>;
+
     /// The estimated bill of an elastic offload running `duration`; zero
     /// for a router without an elastic tier.
     fn elastic_cost_estimate_usd(&self, duration: Duration) -> f64;

@@ -199,6 +199,21 @@ impl<P: LatencyPredictor + Clone + Send + 'static> PlanningRouter for SloRouter<
         Box::new(self.clone())
     }
 
+    fn fork_empty(&self) -> Box<dyn PlanningRouter> {
+        let mut fork = self.clone();
+        fork.clusters.clear();
+        fork.where_placed.clear();
+        fork.last_scores.clear();
+        if let Some(tier) = &mut fork.elastic {
+            tier.forget_placements();
+        }
+        Box::new(fork)
+    }
+
+    fn fork_predictor(&self) -> Box<dyn LatencyPredictor + Send> {
+        Box::new(self.predictor.clone())
+    }
+
     fn elastic_cost_estimate_usd(&self, duration: Duration) -> f64 {
         self.elastic.as_ref().map_or(0.0, |tier| tier.options().config.invocation_cost_usd(duration))
     }

@@ -7,8 +7,12 @@
 //!   decay, previous day, or a window), split into training and validation.
 //! - [`predicted`]: the planner's warehouse, where queries complete when
 //!   the learned predictor says so.
+//! - [`batch`]: SimulateBatch, execution configurations × workloads on the
+//!   planner's warehouse, in parallel.
 
+pub mod batch;
 pub mod forecast;
 pub mod predicted;
 
+pub use batch::{BatchSetup, ExecutionConfig, RunOutcome, simulate_batch};
 pub use predicted::{PlannerTerms, PredictedWarehouse};
