@@ -135,8 +135,11 @@ impl RoutingPolicy for Planned {
     }
 }
 
+/// A predictor a simulation owns.
+type OwnedPredictor = Box<dyn crate::predict::LatencyPredictor + Send>;
+
 /// One simulation: `config` on `workload`.
-fn run_one(setup: &BatchSetup, router: Box<dyn PlanningRouter>, predictor: Box<dyn crate::predict::LatencyPredictor + Send>, config: &ExecutionConfig, workload: &[Query]) -> RunOutcome {
+fn run_one(setup: &BatchSetup, router: Box<dyn PlanningRouter>, predictor: OwnedPredictor, config: &ExecutionConfig, workload: &[Query]) -> RunOutcome {
     let mut warehouse = PredictedWarehouse::new(predictor, setup.terms.clone());
     for &size in &setup.initial_clusters {
         warehouse.add_cluster(Instant::ZERO, size, true);
@@ -158,7 +161,7 @@ fn run_one(setup: &BatchSetup, router: Box<dyn PlanningRouter>, predictor: Box<d
 pub fn simulate_batch(setup: &BatchSetup, router: &dyn PlanningRouter, configs: &[ExecutionConfig], workloads: &[Vec<Query>]) -> Vec<Vec<RunOutcome>> {
     // Forks are made here, in order: the live router is not shared across
     // threads.
-    let jobs: Vec<(usize, usize, Box<dyn PlanningRouter>, Box<dyn crate::predict::LatencyPredictor + Send>)> = (0..configs.len())
+    let jobs: Vec<(usize, usize, Box<dyn PlanningRouter>, OwnedPredictor)> = (0..configs.len())
         .flat_map(|i| (0..workloads.len()).map(move |j| (i, j)))
         .map(|(i, j)| (i, j, router.fork_empty(), router.fork_predictor()))
         .collect();
