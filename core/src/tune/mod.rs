@@ -9,10 +9,13 @@
 //!   the learned predictor says so.
 //! - [`batch`]: SimulateBatch, execution configurations × workloads on the
 //!   planner's warehouse, in parallel.
+//! - [`configure`]: the configuration tuner: grid, random, coordinate
+//!   descent and adaptive batches over the autoscaler's knobs.
 //! - [`schedule`]: the spinup scheduler: candidate times from congestion
 //!   epochs (Algorithm 5) and the greedy rounds (Algorithm 4).
 
 pub mod batch;
+pub mod configure;
 pub mod forecast;
 pub mod predicted;
 pub mod schedule;
