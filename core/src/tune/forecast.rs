@@ -16,12 +16,13 @@
 //! from the bins' counts, each past query weighted by its bin's weight.
 //! Arrival times come from the bins' **interarrival deciles**: a gap is drawn
 //! by picking one of the ten decile ranges uniformly and a point uniformly
-//! inside it; the hour's `n` arrivals are the running sums of `n + 1` such
-//! gaps scaled to span the hour, which keeps the hour's burstiness. Bins
-//! with fewer than 11 arrivals in all give too few gaps for deciles, and
-//! their arrivals fall uniformly in the hour. Gaps of a sampled hour (the
-//! reservoir keeps at most a bounded sample of offsets) are scaled by the
-//! sampled fraction.
+//! inside it; the hour's `n` arrivals start at one of the bins' arrival
+//! offsets (drawn uniformly) and follow by running sums of such gaps,
+//! wrapping around the hour, which keeps both where in the hour the load
+//! comes and how bursty it is. Bins with fewer than 11 arrivals in all give
+//! too few gaps for deciles, and their arrivals fall uniformly in the hour.
+//! Gaps of a sampled hour (the reservoir keeps at most a bounded sample of
+//! offsets) are scaled by the sampled fraction.
 //!
 //! [`forecast`] draws `scenarios` days with independent seeds and splits
 //! them into disjoint training and validation sets.
@@ -123,6 +124,8 @@ struct HourModel {
     templates: Vec<(TemplateId, f64)>,
     /// Interarrival deciles (11 points), or `None` to draw uniformly.
     deciles: Option<[f64; 11]>,
+    /// Every bin's sampled offsets, seconds into the hour.
+    offsets: Vec<f64>,
 }
 
 fn hour_model(reservoir: &Reservoir, hour: u8, bins: &[(i32, f64)]) -> HourModel {
@@ -130,7 +133,7 @@ fn hour_model(reservoir: &Reservoir, hour: u8, bins: &[(i32, f64)]) -> HourModel
     let mut mean_count = 0.0;
     let mut by_template: std::collections::BTreeMap<TemplateId, f64> = std::collections::BTreeMap::new();
     let mut gaps: Vec<f64> = Vec::new();
-    let mut offsets_seen = 0;
+    let mut offsets: Vec<f64> = Vec::new();
     for &(day, weight) in bins {
         let at = CalendarHour { day, hour };
         let (total, samples) = reservoir.arrivals_in(at);
@@ -140,17 +143,17 @@ fn hour_model(reservoir: &Reservoir, hour: u8, bins: &[(i32, f64)]) -> HourModel
         }
         let mut sorted = samples.to_vec();
         sorted.sort_unstable();
-        offsets_seen += sorted.len();
+        offsets.extend(sorted.iter().map(|&o| f64::from(o)));
         let thinning = if total == 0 { 1.0 } else { sorted.len() as f64 / total as f64 };
         gaps.extend(sorted.windows(2).map(|w| f64::from(w[1] - w[0]) * thinning));
     }
     let mut cumulative = 0.0;
     let templates = by_template.into_iter().map(|(t, w)| (t, { cumulative += w; cumulative })).collect();
-    let deciles = (offsets_seen >= 11 && gaps.len() >= 10).then(|| {
+    let deciles = (offsets.len() >= 11 && gaps.len() >= 10).then(|| {
         gaps.sort_by(f64::total_cmp);
         std::array::from_fn(|i| crate::stats::percentile(&gaps, i as f64 / 10.0))
     });
-    HourModel { mean_count, templates, deciles }
+    HourModel { mean_count, templates, deciles, offsets }
 }
 
 /// One forecasted `day` from `reservoir`'s `history`, seeded by `seed`.
@@ -169,21 +172,15 @@ pub fn forecast_day(reservoir: &Reservoir, day: i32, history: &Range<i32>, metho
         let hour_start = f64::from(hour) * 3_600.0;
         let offsets: Vec<f64> = match &model.deciles {
             Some(deciles) => {
-                let gaps: Vec<f64> = (0..=count)
-                    .map(|_| {
-                        let i = rng.random_range(0..10);
-                        let (lo, hi) = (deciles[i], deciles[i + 1]);
-                        lo + (hi - lo) * rng.random::<f64>()
-                    })
-                    .collect();
-                let span: f64 = gaps.iter().sum();
-                let scale = if span > 0.0 { 3_600.0 / span } else { 0.0 };
-                let mut at = 0.0;
-                gaps[..count]
-                    .iter()
-                    .map(|gap| {
-                        at += gap * scale;
-                        if span > 0.0 { at.min(3_599.999) } else { rng.random::<f64>() * 3_600.0 }
+                let mut at = model.offsets[rng.random_range(0..model.offsets.len())];
+                (0..count)
+                    .map(|k| {
+                        if k > 0 {
+                            let i = rng.random_range(0..10);
+                            let (lo, hi) = (deciles[i], deciles[i + 1]);
+                            at = (at + lo + (hi - lo) * rng.random::<f64>()) % 3_600.0;
+                        }
+                        at
                     })
                     .collect()
             }
