@@ -198,6 +198,20 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
     if args.fit {
         return Err(Error::Scenario("--fit applies only to `calibrate`".into()));
     }
+    if args.scenario == "tuner-table5" {
+        let report = crate::eval::tuner::run(args.seed.unwrap_or(1))?;
+        print(&crate::eval::tuner::render(&report));
+        let tuning_s: Vec<f64> = report.cells.iter().map(|c| c.tuning_s).collect();
+        eprintln!(
+            "tuning took {:.1} s in all; the slowest run (one pool, one day) {:.1} s",
+            tuning_s.iter().sum::<f64>(),
+            tuning_s.iter().copied().fold(0.0, f64::max)
+        );
+        if let Some(path) = &args.json {
+            write_json(path, &report)?;
+        }
+        return Ok(());
+    }
     if args.scenario == "bursty-service" {
         let started = std::time::Instant::now();
         let report = crate::eval::bursty::run(args.policies.as_deref(), args.seed.unwrap_or(1), args.duration_s)?;
@@ -371,6 +385,7 @@ fn load_scenario(name: &str) -> Result<Scenario> {
         known.push("size-table3");
         known.push("trigger-table4");
         known.push("bursty-service");
+        known.push("tuner-table5");
         return Err(Error::UnknownScenario { name: name.to_owned(), known: known.join(", ") });
     }
     Scenario::from_path(path)

@@ -6,21 +6,24 @@
 //! observed executions), the pricing, and the platform's published delays
 //! and timeout ([`PlannerTerms`]). It never reads the emulated world.
 //!
-//! A query placed on a ready cluster of size `s` already running `n`
-//! queries is predicted to take `predict(template, s, n)` from its start;
-//! each later neighbour raises every running query's prediction to
-//! `predict(template, s, neighbours)`, never lowering it (the router's
-//! monotonicity guard). A query placed on a starting cluster waits there
-//! and starts when the cluster is ready. A query still running at
-//! `query_timeout` after its arrival times out. Offloads take the
-//! template's isolated latency at the tier's reference size, scaled by the
-//! tier's speed, plus a cold start when no warm instance is left.
+//! Execution is a fluid model built on the predictor's slowdown curve: a
+//! query of template `t` on a cluster of size `s` progresses, while `n`
+//! other queries run there, at `1 / predict(t, s, n)` of its work per
+//! second, so that it takes exactly `predict(t, s, n)` if `n` stays put,
+//! speeds up when neighbours leave and slows down when they arrive. (The
+//! router's own predictions are guarded and never come down; completing by
+//! them would make every query as slow as its busiest moment.) A query
+//! placed on a starting cluster waits there and starts when the cluster is
+//! ready. A query still running at `query_timeout` after its arrival times
+//! out. Offloads take the template's isolated latency at the tier's
+//! reference size, scaled by the tier's speed, plus a cold start when no
+//! warm instance is left.
 //!
 //! # Properties
 //!
 //! - (A) Every dispatched query is reported finished exactly once.
-//! - (B) A cluster's queries finish in order of predicted completion; a
-//!   prediction never decreases while the query runs.
+//! - (B) A query running alone takes its predicted isolated latency; with
+//!   a fixed set of neighbours, its predicted latency at that concurrency.
 //! - (C) Deterministic: the same dispatches give the same events.
 
 use std::collections::VecDeque;
@@ -29,8 +32,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::billing::{BillingConfig, BillingTimer};
 use crate::elastic::{ElasticConfig, ElasticPool, ProvisionedBilling};
-use crate::model::{ClusterId, ClusterState, ExecutionOutcome, ExecutionReport, Query, Rpu, Target, WarehouseEvent};
-use crate::predict::{LatencyPredictor, QueryState};
+use crate::model::{ClusterId, ClusterState, ExecutionOutcome, ExecutionReport, Query, QueryId, Rpu, Target, TemplateId, WarehouseEvent};
+use crate::predict::LatencyPredictor;
 use crate::sim::Warehouse;
 use crate::time::{Duration, Instant};
 
@@ -66,16 +69,23 @@ impl Default for PlannerTerms {
 
 #[derive(Clone, Debug)]
 struct Running {
-    state: QueryState,
+    query: QueryId,
+    template: TemplateId,
     arrival: Instant,
     dispatched: Instant,
+    started: Instant,
+    /// Share of its work left.
+    remaining: f64,
+    /// Share of its work done per second at the cluster's concurrency.
+    rate: f64,
 }
 
 impl Running {
-    fn finish(&self, timeout: Duration) -> (Instant, ExecutionOutcome) {
-        let predicted = self.state.arrival + self.state.predicted;
+    /// When it completes at its current rate, from `since`, or times out.
+    fn finish(&self, since: Instant, timeout: Duration) -> (Instant, ExecutionOutcome) {
+        let done = if self.rate > 0.0 { since + Duration::from_secs_f64(self.remaining / self.rate) } else { Instant::MAX };
         let deadline = self.arrival + timeout;
-        if predicted > deadline { (deadline, ExecutionOutcome::TimedOut) } else { (predicted, ExecutionOutcome::Completed) }
+        if done > deadline { (deadline, ExecutionOutcome::TimedOut) } else { (done, ExecutionOutcome::Completed) }
     }
 }
 
@@ -88,6 +98,8 @@ struct Cluster {
     gone_at: Option<Instant>,
     billing: BillingTimer,
     running: Vec<Running>,
+    /// When the running queries' `remaining` was last brought up to date.
+    progressed_to: Instant,
     /// Placed while starting: `(query, dispatched)`, in order.
     waiting: VecDeque<(Query, Instant)>,
 }
@@ -125,17 +137,40 @@ impl PredictedWarehouse {
         &self.terms
     }
 
-    fn start(&mut self, index: usize, now: Instant, query: &Query, dispatched: Instant) {
+    /// Brings cluster `index`'s running queries' progress up to `now`.
+    fn progress(&mut self, index: usize, now: Instant) {
         let cluster = &mut self.clusters[index];
-        let states: Vec<QueryState> = cluster.running.iter().map(|r| r.state.clone()).collect();
-        // The prediction runs from the query's start.
-        let started = Query { arrival: now, ..query.clone() };
-        let placement = self.predictor.predict_placement(now, &started, cluster.size, &states);
-        for (running, updated) in cluster.running.iter_mut().zip(placement.running) {
-            running.state = updated;
+        let elapsed = now.saturating_duration_since(cluster.progressed_to).as_secs_f64();
+        for running in &mut cluster.running {
+            running.remaining = (running.remaining - running.rate * elapsed).max(0.0);
         }
-        cluster.running.push(Running { state: placement.query, arrival: query.arrival, dispatched });
+        cluster.progressed_to = cluster.progressed_to.max(now);
+    }
+
+    /// Every running query's rate at the cluster's current concurrency.
+    fn rerate(&mut self, index: usize) {
+        let cluster = &mut self.clusters[index];
+        let others = cluster.running.len().saturating_sub(1) as u32;
+        for running in &mut cluster.running {
+            let latency = self.predictor.predict(running.template, cluster.size, others).as_secs_f64();
+            running.rate = if latency > 0.0 { 1.0 / latency } else { f64::INFINITY };
+        }
+    }
+
+    fn start(&mut self, index: usize, now: Instant, query: &Query, dispatched: Instant) {
+        self.progress(index, now);
+        let cluster = &mut self.clusters[index];
+        cluster.running.push(Running {
+            query: query.id,
+            template: query.template,
+            arrival: query.arrival,
+            dispatched,
+            started: now,
+            remaining: 1.0,
+            rate: 0.0,
+        });
         cluster.billing.handle_query_start(now);
+        self.rerate(index);
     }
 
     /// The earliest predicted event strictly after nothing: `(at, kind)`.
@@ -161,8 +196,8 @@ impl PredictedWarehouse {
                 .running
                 .iter()
                 .enumerate()
-                .map(|(i, r)| (i, r.finish(timeout)))
-                .min_by_key(|(i, (at, _))| (*at, cluster.running[*i].state.query))
+                .map(|(i, r)| (i, r.finish(cluster.progressed_to, timeout)))
+                .min_by_key(|(i, (at, _))| (*at, cluster.running[*i].query))
             {
                 consider(at, Next::Finish(index, position));
             }
@@ -187,16 +222,19 @@ impl PredictedWarehouse {
             }
             Next::Finish(index, position) => {
                 let timeout = self.terms.query_timeout;
+                let since = self.clusters[index].progressed_to;
+                let (finished, outcome) = self.clusters[index].running[position].finish(since, timeout);
+                self.progress(index, finished);
                 let cluster = &mut self.clusters[index];
                 let running = cluster.running.swap_remove(position);
-                let (finished, outcome) = running.finish(timeout);
                 cluster.billing.handle_query_end(finished);
+                self.rerate(index);
                 self.events.push_back(WarehouseEvent::QueryFinished(ExecutionReport {
-                    query: running.state.query,
+                    query: running.query,
                     target: Target::Cluster(ClusterId(index as u32)),
                     arrival: running.arrival,
                     dispatched: running.dispatched,
-                    started: Some(running.state.arrival),
+                    started: Some(running.started),
                     finished,
                     outcome,
                 }));
@@ -269,6 +307,7 @@ impl Warehouse for PredictedWarehouse {
             gone_at: None,
             billing: BillingTimer::new(self.terms.billing.clone(), size),
             running: Vec::new(),
+            progressed_to: now,
             waiting: VecDeque::new(),
         });
         if warm {
@@ -426,14 +465,15 @@ mod tests {
     }
 
     #[test]
-    fn queries_finish_when_the_predictor_says_with_neighbours_raising_predictions() {
-        // Query 1 (10 s alone) starts at 0; query 2 (5 s) joins at 1 s with
-        // one neighbour, so it is predicted 10 s (ends at 11 s) and raises
-        // query 1 to 20 s (ends at 20 s).
+    fn queries_progress_at_the_predicted_rate_of_the_current_concurrency() {
+        // Query 1 (10 s alone) runs alone for 1 s (a tenth of its work);
+        // query 2 (5 s alone) joins and both run at the rate of one
+        // neighbour (20 s and 10 s): query 2 ends at 11 s, when query 1 has
+        // 0.4 left, which alone takes 4 s more: it ends at 15 s.
         let mut sim = Simulation::new(warehouse(&[16]), RoundRobin::default(), vec![query(1, 10, 0.0), query(2, 5, 1.0)]);
         sim.drive_until_idle();
-        let finished: Vec<(u64, f64)> = sim.records().iter().map(|r| (r.query.0, r.finished.as_secs_f64())).collect();
-        assert_eq!(finished, vec![(2, 11.0), (1, 20.0)]);
+        let finished: Vec<(u64, f64)> = sim.records().iter().map(|r| (r.query.0, (r.finished.as_secs_f64() * 1e3).round() / 1e3)).collect();
+        assert_eq!(finished, vec![(2, 11.0), (1, 15.0)]);
         assert!(sim.summary().cost_usd > 0.0);
     }
 
@@ -447,8 +487,9 @@ mod tests {
         w.handle_timeout(Instant::from_secs_f64(1_000.0));
         let events: Vec<WarehouseEvent> = std::iter::from_fn(|| w.poll_event()).collect();
         assert!(matches!(events[0], WarehouseEvent::ClusterReady { at, .. } if at == Instant::from_secs_f64(30.0)));
-        // Query 1 starts at 30 s next to query 2: 20 s, done at 50 s. Query
-        // 2 is predicted 80 s from 30 s, past its 50 s timeout.
+        // Both start at 30 s, one neighbour each: query 1 takes 20 s, done
+        // at 50 s; query 2 has done a quarter of its 80 s by then, and its
+        // 50 s timeout comes first.
         let reports: Vec<&ExecutionReport> = events.iter().filter_map(|e| if let WarehouseEvent::QueryFinished(r) = e { Some(r) } else { None }).collect();
         assert_eq!(reports.len(), 2);
         assert!(reports.iter().all(|r| r.started == Some(Instant::from_secs_f64(30.0))));

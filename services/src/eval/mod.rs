@@ -16,6 +16,7 @@ pub mod bursty;
 pub mod calibrate;
 pub mod predictor;
 pub mod scenario;
+pub mod tuner;
 
 use std::fmt::Write as _;
 use std::time::Instant as WallInstant;

@@ -1,0 +1,290 @@
+//! `slogate eval tuner-table5`: the policy tuner's evaluation (AutoSLO
+//! §8.7, Table 5) on the emulated warehouse.
+//!
+//! A multi-day diurnal workload from loadgen (weekday/weekend profile,
+//! dashboard refreshes every 15 minutes in office hours, a nightly batch,
+//! random bursts, a drifting template mix) runs over 60 days starting on a
+//! Monday. Two target days (Mondays, days 35 and 56) are held out: the
+//! tuner never sees them. For each target day and κ ∈ {2, 4}, the tuner is
+//! given no past data, or the 1, 7 or 30 days before the target through the
+//! reservoir's tables, forecasts the target day, and produces an execution
+//! configuration (planned spinups and autoscaler knobs) by simulating the
+//! forecasts on the planner's warehouse. The target day then runs once in
+//! the emulated world per configuration: one warm 16-RPU cluster, slogate's
+//! router (warmed on a training run, as in the other evaluations) and the
+//! autoscaler with the configuration. VR and cost are over the whole target
+//! day.
+//!
+//! The printed table is deterministic for a seed; tuning wall-clock times
+//! are printed separately.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::rc::Rc;
+
+use serde::{Deserialize, Serialize};
+use slogate_core::billing::BillingConfig;
+use slogate_core::model::{PoolId, Query, Rpu, Template};
+use slogate_core::objective::Outcome;
+use slogate_core::reservoir::{Reservoir, ReservoirConfig};
+use slogate_core::scale::{Autoscaler, AutoscalerConfig, AutoscalerPolicy, ScaleDecision};
+use slogate_core::sim::Simulation;
+use slogate_core::time::{Duration, Instant};
+use slogate_core::tune::{BatchSetup, ExecutionConfig, PlannerTerms, SloBook, TuningConfig, TuningReport, tune_pool};
+use slogate_core::world::World;
+use slogate_loadgen::workload::{DiurnalConfig, TraceEntry, assign_slos, diurnal_workload, to_queries};
+
+use super::{Scenario, build_policy, training_observations};
+use crate::{Error, Result};
+
+/// Days since 1970-01-01 of the workload's day 0, a Monday (2024-04-01).
+pub const FIRST_DAY: i32 = 19_814;
+
+/// Days of workload generated.
+pub const WORKLOAD_DAYS: u32 = 60;
+
+/// The held-out target days (workload day indices, both Mondays).
+pub const TARGET_DAYS: [u32; 2] = [35, 56];
+
+/// Days of history the tuner is given, in column order.
+pub const HISTORIES: [u32; 4] = [0, 1, 7, 30];
+
+/// The SLO tightness values.
+pub const KAPPAS: [f64; 2] = [4.0, 2.0];
+
+/// The pool's starting cluster, RPU.
+pub const START_RPU: u32 = 16;
+
+/// One cell of the table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TunerCell {
+    /// The target day's workload index.
+    pub target_day: u32,
+    /// SLO tightness.
+    pub kappa: f64,
+    /// Days of history given.
+    pub history_days: u32,
+    /// The tuned configuration.
+    pub config: ExecutionConfig,
+    /// What the tuner expected on its validation forecasts.
+    pub expected: Outcome,
+    /// The target day's VR in the world.
+    pub violation_rate: f64,
+    /// Its cost, dollars.
+    pub cost_usd: f64,
+    /// Its queries.
+    pub queries: usize,
+    /// Spinups during the day (planned and reactive).
+    pub spinups: usize,
+    /// Simulations the tuner ran.
+    pub simulations: usize,
+    /// The tuner's wall-clock seconds (not a pure function of the seed).
+    pub tuning_s: f64,
+}
+
+/// The report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TunerReport {
+    /// The seed.
+    pub seed: u64,
+    /// Every cell.
+    pub cells: Vec<TunerCell>,
+}
+
+/// The workload's entries, SLOs at `kappa`.
+fn workload(templates: &[Template], kappa: f64, seed: u64) -> Result<Vec<TraceEntry>> {
+    let config = DiurnalConfig { days: WORKLOAD_DAYS, first_weekday: 0, seed, ..DiurnalConfig::default() };
+    let mut entries = diurnal_workload(templates, &config).map_err(|e| Error::Scenario(e.to_string()))?;
+    assign_slos(&mut entries, templates, kappa).map_err(|e| Error::Scenario(e.to_string()))?;
+    Ok(entries)
+}
+
+/// The reservoir holding the arrivals of workload days `history`.
+fn reservoir_of(entries: &[TraceEntry], history: std::ops::Range<u32>) -> Reservoir {
+    let mut reservoir = Reservoir::new(ReservoirConfig::default());
+    let from = f64::from(history.start) * 86_400.0;
+    let to = f64::from(history.end) * 86_400.0;
+    for entry in entries.iter().filter(|e| (from..to).contains(&e.arrival.as_secs_f64())) {
+        let unix_secs = i64::from(FIRST_DAY) * 86_400 + entry.arrival.as_secs_f64().floor() as i64;
+        reservoir.handle_arrival(unix_secs, entry.template);
+    }
+    reservoir
+}
+
+/// Workload day `day`'s queries, from the day's start.
+pub fn day_queries(entries: &[TraceEntry], day: u32) -> Result<Vec<Query>> {
+    let start = f64::from(day) * 86_400.0;
+    let shifted: Vec<TraceEntry> = entries
+        .iter()
+        .filter(|e| (start..start + 86_400.0).contains(&e.arrival.as_secs_f64()))
+        .map(|e| TraceEntry { arrival: Instant::from_secs_f64(e.arrival.as_secs_f64() - start), ..e.clone() })
+        .collect();
+    Ok(to_queries(&shifted, &PoolId::default())?)
+}
+
+/// The tuner's settings here: the defaults, with the knob space and
+/// rounds sized for a 2-core machine.
+pub fn tuning_config(seed: u64) -> TuningConfig {
+    let mut config = TuningConfig::default();
+    config.forecast.seed = seed;
+    config.scheduler.sizes = vec![Rpu(8), Rpu(16), Rpu(32)];
+    config.tuner.seed = seed;
+    config
+}
+
+/// The batch setup of a pool starting from one warm 16-RPU cluster.
+pub fn batch_setup() -> BatchSetup {
+    BatchSetup {
+        initial_clusters: vec![Rpu(START_RPU)],
+        policy: AutoscalerPolicy::SLOGATE,
+        billing: BillingConfig::default(),
+        terms: PlannerTerms::default(),
+        threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+    }
+}
+
+/// Runs `queries` in the world from one warm 16-RPU cluster with `config`.
+pub fn run_day(queries: &[Query], config: &ExecutionConfig, history: &[slogate_core::predict::Observation], seed: u64) -> Result<(f64, f64, usize)> {
+    let world = World::seeded_with_ready(seed, &[START_RPU]);
+    let router = build_policy("slogate", history)?;
+    let autoscaler = Rc::new(RefCell::new(
+        Autoscaler::new(config.knobs.clone(), AutoscalerPolicy::SLOGATE, BillingConfig::default()).with_schedule(config.spinups.clone()),
+    ));
+    let mut sim = Simulation::new(world, router, queries.to_vec()).with_controller(Box::new(Rc::clone(&autoscaler)));
+    sim.drive_until_idle();
+    let summary = sim.summary();
+    let spinups = autoscaler.borrow().decisions().filter(|d| matches!(d, ScaleDecision::SpinUp { .. })).count();
+    Ok((summary.violation_rate, summary.cost_usd, spinups))
+}
+
+/// Tunes for `target` from `history_days` days of `entries`.
+pub fn tune_for(entries: &[TraceEntry], templates: &[Template], kappa: f64, target: u32, history_days: u32, history: &[slogate_core::predict::Observation], seed: u64) -> Result<TuningReport> {
+    let reservoir = reservoir_of(entries, target.saturating_sub(history_days)..target);
+    let slos = SloBook {
+        by_template: templates.iter().map(|t| (t.id, t.baseline_latency.mul_f64(kappa))).collect::<BTreeMap<_, _>>(),
+        default: Duration::from_secs(60),
+    };
+    let router = build_policy("slogate", history)?;
+    let planner = router.fork_planner().ok_or_else(|| Error::Scenario("slogate cannot plan".into()))?;
+    let day = FIRST_DAY + target as i32;
+    let base = ExecutionConfig { spinups: Vec::new(), knobs: AutoscalerConfig::default() };
+    Ok(tune_pool(&reservoir, day, day - history_days as i32..day, &slos, &batch_setup(), planner.as_ref(), &base, &tuning_config(seed), &mut |_| {}))
+}
+
+/// The whole table.
+pub fn run(seed: u64) -> Result<TunerReport> {
+    let templates = Scenario::templates();
+    let history = training_observations(&[4, 8, 16, 32], seed);
+    let mut cells = Vec::new();
+    for &kappa in &KAPPAS {
+        let entries = workload(&templates, kappa, seed)?;
+        for &target in &TARGET_DAYS {
+            let queries = day_queries(&entries, target)?;
+            for &history_days in &HISTORIES {
+                let started = std::time::Instant::now();
+                let report = tune_for(&entries, &templates, kappa, target, history_days, &history, seed)?;
+                let tuning_s = started.elapsed().as_secs_f64();
+                let (violation_rate, cost_usd, spinups) = run_day(&queries, &report.config, &history, seed)?;
+                cells.push(TunerCell {
+                    target_day: target,
+                    kappa,
+                    history_days,
+                    config: report.config,
+                    expected: report.expected,
+                    violation_rate,
+                    cost_usd,
+                    queries: queries.len(),
+                    spinups,
+                    simulations: report.simulations,
+                    tuning_s,
+                });
+            }
+        }
+    }
+    Ok(TunerReport { seed, cells })
+}
+
+/// Per history length: the mean relative change in VR and cost against no
+/// past data, over the (day, κ) rows.
+pub fn mean_delta(report: &TunerReport) -> Vec<(u32, f64, f64)> {
+    HISTORIES[1..]
+        .iter()
+        .map(|&h| {
+            let pairs: Vec<(&TunerCell, &TunerCell)> = report
+                .cells
+                .iter()
+                .filter(|c| c.history_days == h)
+                .filter_map(|c| report.cells.iter().find(|b| b.history_days == 0 && b.target_day == c.target_day && b.kappa == c.kappa).map(|b| (b, c)))
+                .collect();
+            let relative = |f: &dyn Fn(&TunerCell) -> f64| {
+                let v: Vec<f64> = pairs.iter().filter(|(b, _)| f(b) > 0.0).map(|(b, c)| f(c) / f(b) - 1.0).collect();
+                if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 }
+            };
+            (h, relative(&|c| c.violation_rate), relative(&|c| c.cost_usd))
+        })
+        .collect()
+}
+
+/// The table, as AutoSLO's Table 5 lays it out.
+pub fn render(report: &TunerReport) -> String {
+    let mut out = String::new();
+    writeln!(out, "scenario tuner-table5  seed {}  (diurnal workload, {} days from a Monday; target days held out)", report.seed, WORKLOAD_DAYS).expect("write to String");
+    write!(out, "\n{:<5} {:>3}", "day", "κ").expect("write to String");
+    for h in HISTORIES {
+        let label = match h {
+            0 => "no past data".to_owned(),
+            1 => "past 1 day".to_owned(),
+            n => format!("past {n} days"),
+        };
+        write!(out, " {label:>18}").expect("write to String");
+    }
+    writeln!(out).expect("write to String");
+    write!(out, "{:<5} {:>3}", "", "").expect("write to String");
+    for _ in HISTORIES {
+        write!(out, " {:>7} {:>10}", "VR", "cost $").expect("write to String");
+    }
+    writeln!(out).expect("write to String");
+    for &target in &TARGET_DAYS {
+        for &kappa in &KAPPAS {
+            write!(out, "{target:<5} {kappa:>3}").expect("write to String");
+            for h in HISTORIES {
+                match report.cells.iter().find(|c| c.target_day == target && c.kappa == kappa && c.history_days == h) {
+                    Some(c) => write!(out, " {:>6.1}% {:>10.3}", c.violation_rate * 100.0, c.cost_usd).expect("write to String"),
+                    None => write!(out, " {:>18}", "-").expect("write to String"),
+                }
+            }
+            writeln!(out).expect("write to String");
+        }
+    }
+    write!(out, "{:<9}", "mean Δ").expect("write to String");
+    write!(out, " {:>18}", "—").expect("write to String");
+    for (_, vr, cost) in mean_delta(report) {
+        write!(out, " {:>+6.1}% {:>+9.1}%", vr * 100.0, cost * 100.0).expect("write to String");
+    }
+    writeln!(out).expect("write to String");
+    writeln!(out, "\nplanned spinups and knobs per cell:").expect("write to String");
+    for c in &report.cells {
+        let spinups: Vec<String> = c.config.spinups.iter().map(|s| format!("{}@{:.0}s", s.size, s.at.as_secs_f64())).collect();
+        let k = &c.config.knobs;
+        writeln!(
+            out,
+            "  day {} κ={} past {:>2}: spinups [{}]; T_idle {:.0}s T_min {:.0}s τ_trigger {} θ {} μ {} w {:.0}s; expected VR {:.1}% ${:.3}; {} spinups in the day",
+            c.target_day,
+            c.kappa,
+            c.history_days,
+            spinups.join(", "),
+            k.idle_teardown.as_secs_f64(),
+            k.min_lifetime.as_secs_f64(),
+            k.trigger_target,
+            k.min_observations,
+            k.completions,
+            k.window.as_secs_f64(),
+            c.expected.violations * 100.0,
+            c.expected.cost_usd,
+            c.spinups
+        )
+        .expect("write to String");
+    }
+    out
+}
