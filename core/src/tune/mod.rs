@@ -45,7 +45,13 @@ pub use predicted::{PlannerTerms, PredictedWarehouse};
 pub use schedule::{Schedule, SchedulerConfig, schedule_spinups};
 
 /// Every setting of one tuning run.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+///
+/// The defaults plan for τ = 0.1 with half of it as headroom: the
+/// scheduler and the configuration tuner aim at a violation rate of 0.05
+/// on the forecasts, because the forecasts only approximate the day and the
+/// planner's warehouse only approximates the cluster, and a configuration
+/// chosen right at τ in the plan lands above it as often as below.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TuningConfig {
     /// The forecaster.
@@ -54,6 +60,19 @@ pub struct TuningConfig {
     pub scheduler: SchedulerConfig,
     /// The configuration tuner.
     pub tuner: TunerConfig,
+}
+
+/// The violation rate the defaults plan for: half of τ = 0.1.
+pub const PLANNING_TARGET: f64 = 0.05;
+
+impl Default for TuningConfig {
+    fn default() -> Self {
+        TuningConfig {
+            forecast: ForecastConfig::default(),
+            scheduler: SchedulerConfig { target: PLANNING_TARGET, ..SchedulerConfig::default() },
+            tuner: TunerConfig { target: PLANNING_TARGET, ..TunerConfig::default() },
+        }
+    }
 }
 
 /// Each template's SLO, for forecast queries (the reservoir keeps counts,

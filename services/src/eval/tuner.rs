@@ -4,7 +4,7 @@
 //! A multi-day diurnal workload from loadgen (weekday/weekend profile,
 //! dashboard refreshes every 15 minutes in office hours, a nightly batch,
 //! random bursts, a drifting template mix) runs over 60 days starting on a
-//! Monday. Two target days (Mondays, days 35 and 56) are held out: the
+//! Monday. Two target days (Tuesdays, days 36 and 57) are held out: the
 //! tuner never sees them. For each target day and κ ∈ {2, 4}, the tuner is
 //! given no past data, or the 1, 7 or 30 days before the target through the
 //! reservoir's tables, forecasts the target day, and produces an execution
@@ -44,8 +44,12 @@ pub const FIRST_DAY: i32 = 19_814;
 /// Days of workload generated.
 pub const WORKLOAD_DAYS: u32 = 60;
 
-/// The held-out target days (workload day indices, both Mondays).
-pub const TARGET_DAYS: [u32; 2] = [35, 56];
+/// The held-out target days (workload day indices, both Tuesdays, so that
+/// one day of history is a weekday too).
+pub const TARGET_DAYS: [u32; 2] = [36, 57];
+
+/// Arrivals per hour at a weekday's peak.
+pub const PEAK_QUERIES_PER_HOUR: f64 = 360.0;
 
 /// Days of history the tuner is given, in column order.
 pub const HISTORIES: [u32; 4] = [0, 1, 7, 30];
@@ -94,7 +98,7 @@ pub struct TunerReport {
 
 /// The workload's entries, SLOs at `kappa`.
 fn workload(templates: &[Template], kappa: f64, seed: u64) -> Result<Vec<TraceEntry>> {
-    let config = DiurnalConfig { days: WORKLOAD_DAYS, first_weekday: 0, seed, ..DiurnalConfig::default() };
+    let config = DiurnalConfig { days: WORKLOAD_DAYS, first_weekday: 0, peak_queries_per_hour: PEAK_QUERIES_PER_HOUR, seed, ..DiurnalConfig::default() };
     let mut entries = diurnal_workload(templates, &config).map_err(|e| Error::Scenario(e.to_string()))?;
     assign_slos(&mut entries, templates, kappa).map_err(|e| Error::Scenario(e.to_string()))?;
     Ok(entries)
