@@ -17,6 +17,13 @@
 //! VR and cost, and the choice) and every command is kept in core's
 //! bounded decision log, served with the latest trigger evaluation by
 //! [`GetState`] and [`GetScaleDecisions`].
+//!
+//! A tuned configuration ([`ApplyTuning`], from the policy tuner or the
+//! config file) replaces the knobs and sets a **daily schedule** of planned
+//! spinups, each at a time of day in UTC. The actor turns the occurrences
+//! within the next 24 hours of wall-clock time into core's virtual-time
+//! schedule (through the clock's compression), and does so again every
+//! minute, so the schedule repeats every day.
 
 use std::collections::HashMap;
 
@@ -26,7 +33,8 @@ use slogate_core::model::{ClusterId, ExecutionReport, Pool, PoolId, Query, Query
 use slogate_core::route::{Routing, RoutingPolicy};
 use slogate_core::scale::autoscaler::AutoscalerStats;
 use slogate_core::scale::trigger::TriggerEvaluation;
-use slogate_core::scale::{Autoscaler, AutoscalerConfig, AutoscalerPolicy, ScaleDecision};
+use slogate_core::objective::Outcome;
+use slogate_core::scale::{Autoscaler, AutoscalerConfig, AutoscalerPolicy, ScaleDecision, ScheduledSpinup};
 use slogate_core::sim::{ClusterCommand, Controller, Observation};
 use slogate_core::time::Duration;
 
@@ -84,6 +92,33 @@ pub struct GetScaleDecisions {
     pub limit: usize,
 }
 
+/// A tuned configuration to apply.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "()")]
+pub struct ApplyTuning {
+    /// The knobs.
+    pub knobs: AutoscalerConfig,
+    /// Planned spinups, each `at` as time after 00:00 UTC, every day.
+    pub daily: Vec<ScheduledSpinup>,
+    /// What the tuner expected of it, if it came from the tuner.
+    pub expected: Option<Outcome>,
+    /// Where it came from (`tuner`, `config`).
+    pub source: String,
+}
+
+/// The configuration in force, as applied.
+#[derive(Clone, Debug, Serialize)]
+pub struct ActiveTuning {
+    /// Where it came from.
+    pub source: String,
+    /// Planned spinups, daily, by time after 00:00 UTC.
+    pub daily: Vec<ScheduledSpinup>,
+    /// The tuner's expected VR and cost per day, if any.
+    pub expected: Option<Outcome>,
+    /// Wall-clock UNIX seconds when applied.
+    pub applied_at_unix_s: i64,
+}
+
 /// The Autoscaler's observable state.
 #[derive(Clone, Debug, Serialize)]
 pub struct AutoscalerState {
@@ -103,6 +138,10 @@ pub struct AutoscalerState {
     pub commands_failed: u64,
     /// The last failure's reason.
     pub last_command_error: Option<String>,
+    /// The tuned configuration in force, if any.
+    pub tuning: Option<ActiveTuning>,
+    /// Planned spinups still to fire, in virtual time.
+    pub planned: Vec<ScheduledSpinup>,
 }
 
 /// The router as a snapshot: predictions only (what the triggers read). It
@@ -141,6 +180,27 @@ pub struct AutoscalerActor {
     commands_failed: u64,
     last_command_error: Option<String>,
     mailbox_capacity: usize,
+    tuning: Option<ActiveTuning>,
+}
+
+/// Wall-clock UNIX time, seconds.
+pub fn unix_now_s() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The occurrences of `daily` (times after 00:00 UTC) within 24 hours of
+/// the wall-clock instant `unix_now_s`, as virtual instants: `now` plus the
+/// wall-clock wait times `compression`.
+pub fn upcoming(daily: &[ScheduledSpinup], unix_now_s: f64, now: slogate_core::time::Instant, compression: f64) -> Vec<ScheduledSpinup> {
+    let into_day = unix_now_s.rem_euclid(86_400.0);
+    daily
+        .iter()
+        .map(|spinup| {
+            let at = spinup.at.as_secs_f64().rem_euclid(86_400.0);
+            let wait = if at >= into_day { at - into_day } else { at + 86_400.0 - into_day };
+            ScheduledSpinup { at: now + Duration::from_secs_f64(wait * compression), size: spinup.size }
+        })
+        .collect()
 }
 
 impl AutoscalerActor {
@@ -156,6 +216,15 @@ impl AutoscalerActor {
             commands_failed: 0,
             last_command_error: None,
             mailbox_capacity,
+            tuning: None,
+        }
+    }
+
+    /// Re-arms core's schedule from the daily one.
+    fn arm_schedule(&mut self) {
+        if let Some(tuning) = &self.tuning {
+            let planned = upcoming(&tuning.daily, unix_now_s(), self.clock.now(), self.clock.compression());
+            self.core.set_schedule(planned);
         }
     }
 
@@ -214,14 +283,20 @@ impl Actor for AutoscalerActor {
         // every 50 ms of real time.
         ctx.run_interval(std::time::Duration::from_millis(50), |actor, ctx| {
             let now = actor.clock.now();
-            if actor.core.poll_timeout().is_some_and(|at| at <= now)
-                && let Some(snapshot) = actor.last_snapshot.clone()
-            {
+            if actor.core.poll_timeout().is_some_and(|at| at <= now) {
+                // Before any notice the pool is not known yet; a planned
+                // spinup still fires.
+                let snapshot = actor.last_snapshot.clone().unwrap_or_else(|| PoolSnapshot {
+                    pool: Pool { id: actor.pool.clone(), clusters: Vec::new() },
+                    predictions: Vec::new(),
+                });
                 let router = SnapshotRouter::new(&snapshot);
                 actor.core.handle_timeout(now, &snapshot.pool, &router);
                 actor.act(ctx);
             }
         });
+        // The daily schedule rolls forward.
+        ctx.run_interval(std::time::Duration::from_secs(60), |actor, _ctx| actor.arm_schedule());
     }
 }
 
@@ -258,7 +333,19 @@ impl Handler<GetState> for AutoscalerActor {
             selection_pending: self.core.pending_selection() || self.selecting,
             commands_failed: self.commands_failed,
             last_command_error: self.last_command_error.clone(),
+            tuning: self.tuning.clone(),
+            planned: self.core.schedule().copied().collect(),
         })
+    }
+}
+
+impl Handler<ApplyTuning> for AutoscalerActor {
+    type Result = ();
+
+    fn handle(&mut self, message: ApplyTuning, _ctx: &mut Self::Context) {
+        self.core.set_config(message.knobs);
+        self.tuning = Some(ActiveTuning { source: message.source, daily: message.daily, expected: message.expected, applied_at_unix_s: unix_now_s() as i64 });
+        self.arm_schedule();
     }
 }
 
@@ -268,5 +355,25 @@ impl Handler<GetScaleDecisions> for AutoscalerActor {
     fn handle(&mut self, message: GetScaleDecisions, _ctx: &mut Self::Context) -> Self::Result {
         let decisions: Vec<ScaleDecision> = self.core.decisions().cloned().collect();
         MessageResult(decisions.into_iter().rev().take(message.limit).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use slogate_core::model::Rpu;
+    use slogate_core::time::Instant;
+
+    use super::*;
+
+    #[test]
+    fn daily_spinups_come_round_within_a_day_scaled_by_the_compression() {
+        let daily = [ScheduledSpinup { at: Instant::from_secs_f64(3_600.0), size: Rpu(8) }, ScheduledSpinup { at: Instant::from_secs_f64(7_200.0), size: Rpu(16) }];
+        // 01:30 UTC, virtual now 1000 s, 6x compression: 02:00 is 30 real
+        // minutes (3 virtual hours) away, 01:00 is tomorrow (23.5 real
+        // hours).
+        let now = Instant::from_secs_f64(1_000.0);
+        let next = upcoming(&daily, 20_000.0 * 86_400.0 + 5_400.0, now, 6.0);
+        assert_eq!(next[1], ScheduledSpinup { at: Instant::from_secs_f64(1_000.0 + 1_800.0 * 6.0), size: Rpu(16) });
+        assert_eq!(next[0].at, Instant::from_secs_f64(1_000.0 + (86_400.0 - 1_800.0) * 6.0));
     }
 }

@@ -22,10 +22,11 @@
 //!   core's policies, dispatch, and replies.
 //! - [`tracker`]: one ClusterTracker per cluster: running queries,
 //!   slogate's own billing timer, lifecycle, backend calls.
+//! - [`tuner`]: one Tuner per tuned pool: the policy tuner on a schedule
+//!   and on demand, off the routing path; it persists its choice and hands
+//!   it to the pool's Autoscaler.
 //! - [`warehouse`]: the emulated warehouse as a live backend, in real
 //!   (optionally compressed) time.
-//!
-//! The Tuner actor joins as the node grows.
 //!
 //! # Example
 //!
@@ -55,6 +56,7 @@ pub mod provider;
 pub mod reservoir;
 pub mod router;
 pub mod tracker;
+pub mod tuner;
 pub mod warehouse;
 
 /// Errors of the actors: what a caller may be told in a reply.
@@ -86,6 +88,9 @@ pub enum Error {
     /// The backend refused or did not answer.
     #[error("backend: {0}")]
     Backend(String),
+    /// A tuning run for the pool is already going.
+    #[error("pool `{0}` is already being tuned")]
+    TuningInProgress(String),
 }
 
 /// `Result` with this crate's [`Error`].

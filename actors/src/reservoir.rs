@@ -206,6 +206,11 @@ pub struct Shutdown;
 #[rtype(result = "Vec<(TemplateId, u64)>")]
 pub struct GetCounts(pub CalendarHour);
 
+/// A copy of the tables, for the policy tuner.
+#[derive(Message)]
+#[rtype(result = "Reservoir")]
+pub struct GetSnapshot;
+
 /// Reads the observable state.
 #[derive(Message)]
 #[rtype(result = "ReservoirState")]
@@ -357,6 +362,14 @@ impl Handler<GetCounts> for ReservoirActor {
 
     fn handle(&mut self, message: GetCounts, _ctx: &mut Self::Context) -> Self::Result {
         MessageResult(self.reservoir.counts_in(message.0).collect())
+    }
+}
+
+impl Handler<GetSnapshot> for ReservoirActor {
+    type Result = MessageResult<GetSnapshot>;
+
+    fn handle(&mut self, _message: GetSnapshot, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(self.reservoir.clone())
     }
 }
 

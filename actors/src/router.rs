@@ -115,6 +115,14 @@ pub struct ForkPlanner {
     pub pool: PoolId,
 }
 
+/// The latest SLO per template a pool has seen.
+#[derive(Message)]
+#[rtype(result = "Result<std::collections::BTreeMap<slogate_core::model::TemplateId, slogate_core::time::Duration>>")]
+pub struct GetSloBook {
+    /// The pool.
+    pub pool: PoolId,
+}
+
 /// Connects a pool's Autoscaler: it is notified of every arrival,
 /// completion and cluster change.
 #[derive(Message)]
@@ -247,6 +255,9 @@ struct PoolRuntime {
     autoscaler: Option<Recipient<ScaleNotice>>,
     elastic: bool,
     provisioned: Option<slogate_core::elastic::ProvisionedBilling>,
+    /// The latest SLO each template was submitted with (the tuner gives
+    /// forecast queries these).
+    slos: std::collections::BTreeMap<slogate_core::model::TemplateId, slogate_core::time::Duration>,
 }
 
 impl PoolRuntime {
@@ -389,6 +400,7 @@ impl RouterShard {
                     autoscaler: None,
                     elastic: setup.elastic,
                     provisioned: setup.provisioned,
+                    slos: std::collections::BTreeMap::new(),
                 };
                 (setup.id, runtime)
             })
@@ -479,6 +491,15 @@ impl Handler<ForkPlanner> for RouterShard {
             .fork_planner()
             .ok_or_else(|| Error::Backend(format!("routing policy {} cannot predict completions for the size selector", pool.policy.name())))?;
         Ok((planner, pool.view.clone()))
+    }
+}
+
+impl Handler<GetSloBook> for RouterShard {
+    type Result = Result<std::collections::BTreeMap<slogate_core::model::TemplateId, slogate_core::time::Duration>>;
+
+    fn handle(&mut self, message: GetSloBook, _ctx: &mut Self::Context) -> Self::Result {
+        let pool = self.pools.get(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.clone()))?;
+        Ok(pool.slos.clone())
     }
 }
 
@@ -608,6 +629,7 @@ impl Handler<Submit> for RouterShard {
         let client_query_id = if message.client_query_id.is_empty() { id.to_string() } else { message.client_query_id };
         let query = Query { id, pool: message.pool.clone(), template: message.template, slo: message.slo, arrival: now };
         pool.stats.accepted += 1;
+        pool.slos.insert(query.template, query.slo.latency);
         if let Some(reservoir) = &self.reservoir {
             let unix_secs = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -17,6 +17,8 @@ pub enum ErrorKind {
     Unavailable,
     /// A state-changing admin call lacks a valid bearer token.
     Unauthenticated,
+    /// The request conflicts with work in progress (a tuning run).
+    Conflict,
     /// A bug or a backend failure.
     Internal,
 }
@@ -29,6 +31,7 @@ pub fn status_codes(kind: ErrorKind) -> (tonic::Code, u16) {
         ErrorKind::ResourceExhausted => (tonic::Code::ResourceExhausted, 429),
         ErrorKind::Unavailable => (tonic::Code::Unavailable, 503),
         ErrorKind::Unauthenticated => (tonic::Code::Unauthenticated, 401),
+        ErrorKind::Conflict => (tonic::Code::Aborted, 409),
         ErrorKind::Internal => (tonic::Code::Internal, 500),
     }
 }
@@ -75,6 +78,9 @@ pub enum GatewayError {
     /// A cluster does not exist in the pool.
     #[error("unknown cluster `{0}`")]
     UnknownCluster(String),
+    /// The pool exists but has no tuner.
+    #[error("pool `{0}` has no tuner; set [pool.tune] enabled = true")]
+    NoTuner(String),
     /// Too many queries in flight.
     #[error("admission limit reached: {in_flight} queries in flight (limit {limit}); retry later")]
     AdmissionLimit {
@@ -92,6 +98,9 @@ pub enum GatewayError {
     /// Missing or wrong bearer token.
     #[error("a valid bearer token is required")]
     Unauthenticated,
+    /// Work in progress conflicts with the request.
+    #[error("conflict: {0}")]
+    Conflict(String),
     /// Something that should not happen.
     #[error("internal error: {0}")]
     Internal(String),
@@ -105,10 +114,11 @@ impl GatewayError {
             InvalidSlo { .. } | EmptyQuery | InvalidTemplate | QueryIdTooLong { .. } | PayloadTooLarge { .. } | InvalidArgument(_) => {
                 ErrorKind::InvalidArgument
             }
-            UnknownPool(_) | UnknownCluster(_) => ErrorKind::NotFound,
+            UnknownPool(_) | UnknownCluster(_) | NoTuner(_) => ErrorKind::NotFound,
             AdmissionLimit { .. } => ErrorKind::ResourceExhausted,
             ShuttingDown | Unavailable(_) => ErrorKind::Unavailable,
             Unauthenticated => ErrorKind::Unauthenticated,
+            Conflict(_) => ErrorKind::Conflict,
             Internal(_) => ErrorKind::Internal,
         }
     }
@@ -148,7 +158,7 @@ mod tests {
     #[test]
     fn grpc_and_http_agree_on_every_kind() {
         use ErrorKind::*;
-        for kind in [InvalidArgument, NotFound, ResourceExhausted, Unavailable, Unauthenticated, Internal] {
+        for kind in [InvalidArgument, NotFound, ResourceExhausted, Unavailable, Unauthenticated, Conflict, Internal] {
             let (grpc, http) = status_codes(kind);
             let expected_http = match grpc {
                 tonic::Code::InvalidArgument => 400,
@@ -156,6 +166,7 @@ mod tests {
                 tonic::Code::NotFound => 404,
                 tonic::Code::ResourceExhausted => 429,
                 tonic::Code::Unavailable => 503,
+                tonic::Code::Aborted => 409,
                 _ => 500,
             };
             assert_eq!(http, expected_http, "{kind:?}");

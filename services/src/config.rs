@@ -143,6 +143,98 @@ pub struct PoolSection {
     /// The pool's elastic tier.
     #[serde(default)]
     pub elastic: ElasticSection,
+    /// The pool's policy tuner.
+    #[serde(default)]
+    pub tune: TuneSection,
+}
+
+/// `[pool.tune]`: the policy tuner (AutoSLO §7). Needs `[pool.autoscale]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TuneSection {
+    /// Whether the pool has a Tuner (runs on demand through `POST
+    /// /v1/pools/{pool}/tune`, and every `every_hours`).
+    pub enabled: bool,
+    /// Real hours between scheduled runs; 0 for on demand only.
+    pub every_hours: f64,
+    /// Days of history each run reads from the reservoir.
+    pub history_days: u32,
+    /// Forecast days per run (60% train, 40% validate).
+    pub scenarios: usize,
+    /// The configuration tuner's strategy: `grid`, `random`,
+    /// `coordinate-descent` or `adaptive-batch`.
+    pub strategy: String,
+    /// Configurations at most, for `random` and `adaptive-batch`.
+    pub budget: usize,
+    /// The spinup scheduler's greedy rounds at most.
+    pub rounds: usize,
+    /// The violation rate the tuner plans for (below the pool's τ, for
+    /// headroom).
+    pub target: f64,
+    /// Simulations at once.
+    pub threads: usize,
+}
+
+impl Default for TuneSection {
+    fn default() -> Self {
+        let core = slogate_core::tune::TuningConfig::default();
+        TuneSection {
+            enabled: false,
+            every_hours: 24.0,
+            history_days: 30,
+            scenarios: core.forecast.scenarios,
+            strategy: "coordinate-descent".into(),
+            budget: 32,
+            rounds: core.scheduler.rounds,
+            target: slogate_core::tune::PLANNING_TARGET,
+            threads: 2,
+        }
+    }
+}
+
+impl TuneSection {
+    /// Core's pipeline settings; an error names the key.
+    pub fn to_core(&self, prefix: &str, seed: u64) -> Result<slogate_core::tune::TuningConfig> {
+        use slogate_core::tune::{TuneStrategy, TuningConfig};
+        let key = |name: &str| format!("{prefix}.{name}");
+        let strategy = match self.strategy.as_str() {
+            "grid" => TuneStrategy::Grid,
+            "random" => TuneStrategy::Random { budget: self.budget.max(1) },
+            "coordinate-descent" => TuneStrategy::CoordinateDescent { sweeps: 2 },
+            "adaptive-batch" => TuneStrategy::AdaptiveBatch { initial: 4, budget: self.budget.max(1) },
+            other => return Err(invalid(&key("strategy"), format!("`{other}` is not one of grid, random, coordinate-descent, adaptive-batch"))),
+        };
+        if !(self.every_hours.is_finite() && self.every_hours >= 0.0) {
+            return Err(invalid(&key("every_hours"), format!("must be 0 or more hours, got {}", self.every_hours)));
+        }
+        if !(0.0..=1.0).contains(&self.target) {
+            return Err(invalid(&key("target"), format!("must be a rate in [0, 1], got {}", self.target)));
+        }
+        for (name, value) in [("scenarios", self.scenarios), ("threads", self.threads), ("rounds", self.rounds)] {
+            if value == 0 {
+                return Err(invalid(&key(name), "must be at least 1"));
+            }
+        }
+        let mut config = TuningConfig::default();
+        config.forecast.scenarios = self.scenarios.max(2);
+        config.forecast.seed = seed;
+        config.scheduler.rounds = self.rounds;
+        config.scheduler.target = self.target;
+        config.tuner.strategy = strategy;
+        config.tuner.target = self.target;
+        config.tuner.seed = seed;
+        Ok(config)
+    }
+}
+
+/// `[[pool.autoscale.scheduled]]`: a planned spinup every day.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduledSection {
+    /// Seconds after 00:00 UTC.
+    pub at_s: u32,
+    /// Size, RPU.
+    pub size: u32,
 }
 
 /// `[pool.elastic]`: the elastic (serverless) tier and offload options.
@@ -299,6 +391,8 @@ pub struct AutoscaleSection {
     pub replay_horizon_s: u64,
     /// Threads the selector evaluates candidates on.
     pub selector_threads: usize,
+    /// Planned spinups every day (what `slogate tune` writes).
+    pub scheduled: Vec<ScheduledSection>,
 }
 
 impl Default for AutoscaleSection {
@@ -324,6 +418,7 @@ impl Default for AutoscaleSection {
             max_replay_copies: core.max_replay_copies,
             replay_horizon_s: core.replay_horizon.as_micros() / 1_000_000,
             selector_threads: core.selector_threads,
+            scheduled: Vec::new(),
         }
     }
 }
@@ -384,6 +479,26 @@ impl AutoscaleSection {
             selector_threads: self.selector_threads,
         };
         Ok((config, AutoscalerPolicy { spinup, action: ScaleAction::Select, teardown: self.teardown }))
+    }
+
+    /// The planned daily spinups; an error names the key.
+    pub fn schedule(&self, prefix: &str) -> Result<Vec<slogate_core::scale::ScheduledSpinup>> {
+        self.scheduled
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if s.at_s >= 86_400 {
+                    return Err(invalid(&format!("{prefix}.scheduled[{i}].at_s"), format!("must be under 86400 (a time of day), got {}", s.at_s)));
+                }
+                if s.size == 0 || s.size > 1_024 {
+                    return Err(invalid(&format!("{prefix}.scheduled[{i}].size"), "must be 1–1024 RPU"));
+                }
+                Ok(slogate_core::scale::ScheduledSpinup {
+                    at: slogate_core::time::Instant::from_secs_f64(f64::from(s.at_s)),
+                    size: slogate_core::model::Rpu(s.size),
+                })
+            })
+            .collect()
     }
 }
 
@@ -447,6 +562,7 @@ impl Default for ConfigV1 {
                 provisioned_price_per_rpu_hour_usd: default_provisioned_price(),
                 autoscale: AutoscaleSection::default(),
                 elastic: ElasticSection::default(),
+                tune: TuneSection::default(),
             }],
         }
     }
@@ -572,6 +688,11 @@ impl NodeConfig {
                 return Err(invalid(&format!("pool[{i}].provisioned_price_per_rpu_hour_usd"), format!("must be a non-negative amount, got {price}")));
             }
             pool.autoscale.to_core(&format!("pool[{i}].autoscale"))?;
+            pool.autoscale.schedule(&format!("pool[{i}].autoscale"))?;
+            pool.tune.to_core(&format!("pool[{i}].tune"), 0)?;
+            if pool.tune.enabled && !pool.autoscale.enabled {
+                return Err(invalid(&format!("pool[{i}].tune.enabled"), "the tuner configures the autoscaler: enable [pool.autoscale] too"));
+            }
             pool.elastic.to_core(&format!("pool[{i}].elastic"))?;
             if pool.elastic.enabled && !crate::eval::can_offload(&pool.policy) {
                 return Err(invalid(

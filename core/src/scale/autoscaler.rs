@@ -212,6 +212,15 @@ impl Autoscaler {
         }
     }
 
+    /// Applies new knobs (the policy tuner's): the windows keep their
+    /// records if their width is unchanged and start afresh otherwise.
+    pub fn set_config(&mut self, config: AutoscalerConfig) {
+        if config.window != self.config.window || config.max_window_entries != self.config.max_window_entries {
+            self.windows = ObservationWindows::new(config.window, config.max_window_entries);
+        }
+        self.config = config;
+    }
+
     /// Replaces the planned spinups with `schedule` (any order); those at
     /// or before the next instant handled fire then.
     pub fn set_schedule(&mut self, mut schedule: Vec<ScheduledSpinup>) {

@@ -16,6 +16,7 @@ use slogate_actors::provider;
 use slogate_actors::reservoir::{self, ReservoirActor};
 use slogate_actors::router::{self, RouterShard};
 use slogate_actors::tracker;
+use slogate_actors::tuner;
 use slogate_actors::warehouse::{self, EmulatedWarehouse};
 use slogate_core::model::{ClusterState, PoolId};
 use slogate_proto::GatewayError;
@@ -39,6 +40,8 @@ pub struct AdminState {
     pub histograms: Histograms,
     /// Each autoscaling pool's Autoscaler.
     pub autoscalers: Vec<(PoolId, Addr<AutoscalerActor>)>,
+    /// Each tuned pool's Tuner.
+    pub tuners: Vec<(PoolId, Addr<tuner::TunerActor>)>,
 }
 
 /// A pool's backend actors.
@@ -72,6 +75,7 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .route("/v1/pools/{pool}/queries", web::get().to(queries))
         .route("/v1/pools/{pool}/clusters", web::post().to(add_cluster))
         .route("/v1/pools/{pool}/clusters/{cluster}", web::delete().to(remove_cluster))
+        .route("/v1/pools/{pool}/tune", web::post().to(tune))
         .route("/v1/actors", web::get().to(actors))
         .route("/v1/decisions", web::get().to(decisions));
 }
@@ -249,9 +253,15 @@ async fn actors(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespo
             let autoscaler = actor.send(autoscaler::GetState).await.map_err(mailbox)?;
             autoscalers.insert(pool.0.clone(), serde_json::to_value(autoscaler).expect("state serialises"));
         }
+        let mut tuners = serde_json::Map::new();
+        for (pool, actor) in &state.tuners {
+            let tuner = actor.send(tuner::GetState).await.map_err(mailbox)?;
+            tuners.insert(pool.0.clone(), serde_json::to_value(tuner).expect("state serialises"));
+        }
         Ok::<_, GatewayError>(serde_json::json!({
             "router_shard": router,
             "autoscalers": autoscalers,
+            "tuners": tuners,
             "cluster_trackers": trackers,
             "providers": providers,
             "reservoir": reservoir,
@@ -261,6 +271,25 @@ async fn actors(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespo
     .await;
     match result {
         Ok(body) => HttpResponse::Ok().json(body),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// `POST /v1/pools/{pool}/tune`: starts a tuning run (202), unless one is
+/// going (409). Progress and the result show in `GET /v1/actors`.
+async fn tune(request: HttpRequest, state: web::Data<AdminState>, path: web::Path<String>) -> HttpResponse {
+    let pool = PoolId(path.into_inner());
+    let result = async {
+        authorised(&request, &state, true)?;
+        let Some((_, tuner)) = state.tuners.iter().find(|(id, _)| *id == pool) else {
+            let exists = state.warehouses.iter().any(|b| b.pool == pool);
+            return Err(if exists { GatewayError::NoTuner(pool.0.clone()) } else { GatewayError::UnknownPool(pool.0.clone()) });
+        };
+        tuner.send(tuner::StartTuning { reason: "operator".to_owned() }).await.map_err(mailbox)?.map_err(router_error)
+    }
+    .await;
+    match result {
+        Ok(()) => HttpResponse::Accepted().json(serde_json::json!({"pool": pool.0, "state": "tuning"})),
         Err(e) => error_response(&e),
     }
 }

@@ -25,6 +25,7 @@ pub fn gateway_error(error: slogate_actors::Error) -> GatewayError {
         A::ShuttingDown => GatewayError::ShuttingDown,
         A::UnknownCluster(cluster) => GatewayError::UnknownCluster(cluster),
         A::Backend(reason) => GatewayError::Unavailable(reason),
+        A::TuningInProgress(pool) => GatewayError::Conflict(format!("pool `{pool}` is already being tuned")),
         other @ (A::Storage(_) | A::CorruptStore(_)) => GatewayError::Internal(other.to_string()),
     }
 }

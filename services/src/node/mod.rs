@@ -20,7 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use actix::{Actor, Addr};
-use slogate_actors::autoscaler::AutoscalerActor;
+use slogate_actors::autoscaler::{ApplyTuning, AutoscalerActor};
+use slogate_actors::tuner::{TunerActor, TunerSettings};
 use slogate_actors::clock::VirtualClock;
 use slogate_actors::provider::EmulatedProvider;
 use slogate_actors::reservoir::{self, ReservoirActor, SledStore};
@@ -122,6 +123,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     // Autoscalers, each on its own thread: the size selector's replays run
     // there, off the routing path.
     let mut autoscalers = Vec::new();
+    let mut tuners = Vec::new();
     let mut arbiters = Vec::new();
     for (i, pool) in file.pool.iter().enumerate().filter(|(_, p)| p.autoscale.enabled) {
         let (knobs, policy) = pool.autoscale.to_core(&format!("pool[{i}].autoscale"))?;
@@ -137,6 +139,22 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             .await
             .map_err(|e| Error::Node(e.to_string()))?
             .map_err(|e| Error::Node(e.to_string()))?;
+        let daily = pool.autoscale.schedule(&format!("pool[{i}].autoscale"))?;
+        if !daily.is_empty() {
+            actor.do_send(ApplyTuning { knobs: knobs_for_tuner(pool, i)?, daily, expected: None, source: "config".to_owned() });
+        }
+        // The pool's Tuner, on a thread of its own; a configuration it
+        // chose before a restart is applied as it starts, over the file's.
+        if pool.tune.enabled {
+            let settings = tuner_settings(&config, pool, i)?;
+            let tuner_arbiter = actix::Arbiter::new();
+            let tuner = {
+                let (id, router, reservoir, autoscaler) = (id.clone(), router.clone(), reservoir.clone(), actor.clone());
+                TunerActor::start_in_arbiter(&tuner_arbiter.handle(), move |_| TunerActor::new(id, settings, router, reservoir, autoscaler))
+            };
+            tuners.push((id.clone(), tuner));
+            arbiters.push(tuner_arbiter);
+        }
         autoscalers.push((id, actor));
         arbiters.push(arbiter);
     }
@@ -178,6 +196,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         ready: ready.clone(),
         histograms,
         autoscalers,
+        tuners,
     };
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new().app_data(actix_web::web::Data::new(admin_state.clone())).configure(admin::routes)
@@ -257,4 +276,37 @@ impl Node {
         }
         in_flight
     }
+}
+
+/// A pool's autoscaler knobs, as the config file gives them.
+fn knobs_for_tuner(pool: &crate::config::PoolSection, index: usize) -> Result<slogate_core::scale::AutoscalerConfig> {
+    Ok(pool.autoscale.to_core(&format!("pool[{index}].autoscale"))?.0)
+}
+
+/// What pool `index`'s Tuner plans with: its starting clusters, autoscaler,
+/// billing and elastic tier, and the platform's published delays.
+fn tuner_settings(config: &NodeConfig, pool: &crate::config::PoolSection, index: usize) -> Result<TunerSettings> {
+    let (knobs, policy) = pool.autoscale.to_core(&format!("pool[{index}].autoscale"))?;
+    let elastic = if pool.elastic.enabled { Some(pool.elastic.to_core(&format!("pool[{index}].elastic"))?.config) } else { None };
+    let provisioned = (pool.billing == "provisioned").then(|| slogate_core::elastic::ProvisionedBilling {
+        price_per_hour_usd: pool.provisioned_price_per_rpu_hour_usd,
+        minimum: slogate_core::time::Duration::from_secs(60),
+    });
+    let terms = slogate_core::tune::PlannerTerms { spinup_delay: knobs.spinup_delay, provisioned, elastic, ..slogate_core::tune::PlannerTerms::default() };
+    let setup = slogate_core::tune::BatchSetup {
+        initial_clusters: pool.clusters.iter().copied().map(Rpu).collect(),
+        policy,
+        billing: slogate_core::billing::BillingConfig::default(),
+        terms,
+        threads: pool.tune.threads,
+    };
+    Ok(TunerSettings {
+        every: (pool.tune.every_hours > 0.0).then(|| std::time::Duration::from_secs_f64(pool.tune.every_hours * 3_600.0)),
+        history_days: pool.tune.history_days,
+        config: pool.tune.to_core(&format!("pool[{index}].tune"), config.file.node.seed)?,
+        setup,
+        base_knobs: knobs,
+        default_slo: slogate_core::time::Duration::from_secs(60),
+        state_path: config.data_dir.join("tuner").join(format!("{}.json", pool.name)),
+    })
 }
