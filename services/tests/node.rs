@@ -395,6 +395,81 @@ async fn the_slo_director_offloads_what_overflows_a_clusters_queue() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+fn tuned_config(dir: &std::path::Path) -> NodeConfig {
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 2000.0\nadmin_token = \"s3cret\"\n\
+         [[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [4]\n\
+         [pool.autoscale]\nenabled = true\n\
+         [pool.tune]\nenabled = true\nevery_hours = 0.0\nhistory_days = 1\nscenarios = 4\nstrategy = \"random\"\nbudget = 2\nrounds = 1\n\
+         [[pool]]\nname = \"plain\"\nclusters = [16]\n",
+        dir.display()
+    );
+    NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap()
+}
+
+async fn wait_for_tuning_runs(addr: std::net::SocketAddr, runs: u64) -> serde_json::Value {
+    for _ in 0..600 {
+        let (_, body) = admin_get(addr, "/v1/actors").await;
+        let actors: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if actors["tuners"]["default"]["runs"].as_u64() >= Some(runs) {
+            return actors;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the tuner did not finish {runs} runs within 60 s");
+}
+
+#[actix_rt::test]
+async fn an_operator_tunes_a_pool_and_the_choice_survives_a_restart() {
+    let dir = scratch("tune");
+    let node = node::start(tuned_config(&dir)).await.unwrap();
+    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    // Today's arrivals are the history the tuner forecasts tomorrow from.
+    let mut tasks = Vec::new();
+    for i in 0..30u32 {
+        let mut client = client.clone();
+        tasks.push(tokio::spawn(async move { client.submit(request(&format!("t{i}"), 1 + i % 10, 120_000)).await }));
+    }
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    let (status, body) = admin(node.admin_addr, "POST", "/v1/pools/default/tune", None, "").await;
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = admin(node.admin_addr, "POST", "/v1/pools/plain/tune", Some("s3cret"), "").await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("has no tuner"), "{body}");
+    let (status, _) = admin(node.admin_addr, "POST", "/v1/pools/nowhere/tune", Some("s3cret"), "").await;
+    assert_eq!(status, 404);
+    let (status, body) = admin(node.admin_addr, "POST", "/v1/pools/default/tune", Some("s3cret"), "").await;
+    assert_eq!(status, 202, "{body}");
+    let actors = wait_for_tuning_runs(node.admin_addr, 1).await;
+    let tuner = &actors["tuners"]["default"];
+    assert_eq!(tuner["running"], false, "{tuner}");
+    assert_eq!(tuner["phase"], "done", "{tuner}");
+    let active = &tuner["active"];
+    assert!(active["forecast_queries_per_day"].as_f64().unwrap() > 0.0, "{active}");
+    assert!(active["expected"]["violations"].is_number() && active["expected"]["cost_usd"].is_number(), "{active}");
+    let applied = &actors["autoscalers"]["default"]["tuning"];
+    assert_eq!(applied["source"], "tuner", "{applied}");
+    node.shutdown().await;
+
+    // A restart restores the choice from the data directory.
+    let node = node::start(tuned_config(&dir)).await.unwrap();
+    let mut restored = serde_json::Value::Null;
+    for _ in 0..100 {
+        let (_, body) = admin_get(node.admin_addr, "/v1/actors").await;
+        restored = serde_json::from_str(&body).unwrap();
+        if restored["autoscalers"]["default"]["tuning"]["source"] == "tuner (restored)" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(restored["autoscalers"]["default"]["tuning"]["source"], "tuner (restored)", "{restored}");
+    assert_eq!(restored["tuners"]["default"]["active"], *active);
+    node.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[actix_rt::test]
 async fn provisioned_clusters_bill_while_they_exist_and_trackers_agree() {
     let dir = scratch("provisioned");
