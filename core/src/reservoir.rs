@@ -59,6 +59,24 @@ impl CalendarHour {
         (i64::from(self.day) + 3).rem_euclid(7) as u8
     }
 
+    /// Days since 1970-01-01 of the civil date `year-month-day`, if it is
+    /// one.
+    pub fn day_of(year: i32, month: u8, day: u8) -> Option<i32> {
+        if !(1..=12).contains(&month) || day == 0 || day > 31 {
+            return None;
+        }
+        // Howard Hinnant's days-from-civil algorithm.
+        let y = i64::from(year) - i64::from(month <= 2);
+        let era = y.div_euclid(400);
+        let yoe = y.rem_euclid(400);
+        let mp = (i64::from(month) + 9) % 12;
+        let doy = (153 * mp + 2) / 5 + i64::from(day) - 1;
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+        let days = i32::try_from(era * 146_097 + doe - 719_468).ok()?;
+        // Round-trips only for real dates (rejects 2024-02-31).
+        (CalendarHour { day: days, hour: 0 }.date() == (year, month, day)).then_some(days)
+    }
+
     /// The civil date `(year, month, day)` of this hour.
     pub fn date(self) -> (i32, u8, u8) {
         // Howard Hinnant's days-to-civil algorithm.
@@ -229,6 +247,10 @@ mod tests {
         assert_eq!(hour.weekday(), 0);
         assert_eq!(CalendarHour::from_unix_secs(0).0.weekday(), 3);
         assert_eq!(CalendarHour::from_unix_secs(-1).0.date(), (1969, 12, 31));
+        assert_eq!(CalendarHour::day_of(2024, 5, 27), Some(hour.day));
+        assert_eq!(CalendarHour::day_of(1970, 1, 1), Some(0));
+        assert_eq!(CalendarHour::day_of(2024, 2, 31), None);
+        assert_eq!(CalendarHour::day_of(2024, 13, 1), None);
     }
 
     #[test]

@@ -34,6 +34,47 @@ enum Command {
     /// Write a scenario's workload as a trace file (CSV:
     /// `arrival_s,template,slo_s,pool,query_id`), to edit or replay.
     Trace(TraceArgs),
+    /// Tune a pool offline (AutoSLO's policy tuner) from a stopped node's
+    /// reservoir or a trace, and write the configuration as TOML.
+    Tune(TuneArgs),
+}
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("history").required(true).args(["reservoir", "trace"])))]
+struct TuneArgs {
+    /// A stopped node's data directory (or its `reservoir` folder).
+    #[arg(long)]
+    reservoir: Option<PathBuf>,
+    /// A trace file (`arrival_s,template,slo_s`); day 0 starts at its
+    /// first second.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// The node configuration with the pool (default: the embedded one).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The pool (default: the configuration's first).
+    #[arg(long)]
+    pool: Option<String>,
+    /// The target day, YYYY-MM-DD (default: tomorrow, or the day after the
+    /// trace).
+    #[arg(long)]
+    day: Option<String>,
+    /// Days of history before the target (default: the pool's
+    /// `[pool.tune] history_days`).
+    #[arg(long)]
+    history_days: Option<u32>,
+    /// SLO tightness for catalogue templates of a reservoir (κ × baseline).
+    #[arg(long, default_value_t = 4.0)]
+    kappa: f64,
+    /// SLO of other templates, seconds.
+    #[arg(long, default_value_t = 60.0)]
+    default_slo_s: f64,
+    /// Seeds the forecasts.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Output file (default: standard output).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -148,6 +189,7 @@ pub fn main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> i32 
         Command::Trace(args) => run_trace(&args),
         Command::Serve(args) => run_serve(&args),
         Command::Demo(args) => run_demo(&args),
+        Command::Tune(args) => run_tune(&args),
     };
     match result {
         Ok(()) => 0,
@@ -267,6 +309,63 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
     print(&eval::render_table(&report));
     if let Some(path) = &args.json {
         write_json(path, &report)?;
+    }
+    Ok(())
+}
+
+fn run_tune(args: &TuneArgs) -> Result<()> {
+    let text = match &args.config {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?,
+        None => String::new(),
+    };
+    let config = crate::config::NodeConfig::load(&text, &crate::config::Environment, &crate::config::Overrides::default())?;
+    let day = match &args.day {
+        None => None,
+        Some(text) => {
+            let parts: Vec<&str> = text.split('-').collect();
+            let parsed = match parts.as_slice() {
+                [y, m, d] => match (y.parse(), m.parse(), d.parse()) {
+                    (Ok(y), Ok(m), Ok(d)) => slogate_core::reservoir::CalendarHour::day_of(y, m, d),
+                    _ => None,
+                },
+                _ => None,
+            };
+            Some(parsed.ok_or_else(|| Error::Config(format!("--day must be a date like 2026-12-02, got `{text}`")))?)
+        }
+    };
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if !positive(args.kappa) || !positive(args.default_slo_s) {
+        return Err(Error::Config("--kappa and --default-slo-s must be positive".into()));
+    }
+    let source = match (&args.reservoir, &args.trace) {
+        (Some(dir), _) => crate::tune::Source::Reservoir(dir.clone()),
+        (None, Some(path)) => crate::tune::Source::Trace(path.clone()),
+        (None, None) => unreachable!("clap requires one of --reservoir and --trace"),
+    };
+    let request = crate::tune::TuneRequest {
+        source,
+        config,
+        pool: args.pool.clone(),
+        day,
+        history_days: args.history_days,
+        kappa: args.kappa,
+        default_slo_s: args.default_slo_s,
+        seed: args.seed,
+    };
+    let started = std::time::Instant::now();
+    let (fragment, report) = crate::tune::run(&request, &mut |phase| {
+        let step = match phase {
+            slogate_core::tune::TuningPhase::Forecasting => "[1/3] forecasting the target day",
+            slogate_core::tune::TuningPhase::Scheduling => "[2/3] scheduling spinups (Algorithm 4)",
+            slogate_core::tune::TuningPhase::Configuring => "[3/3] tuning the autoscaler's knobs",
+            slogate_core::tune::TuningPhase::Done => "done",
+        };
+        eprintln!("{step} ({:.1} s)", started.elapsed().as_secs_f64());
+    })?;
+    eprintln!("{} simulations in {:.1} s", report.simulations, started.elapsed().as_secs_f64());
+    match &args.out {
+        Some(path) => std::fs::write(path, &fragment).map_err(|source| Error::Output { path: path.display().to_string(), source })?,
+        None => print(&fragment),
     }
     Ok(())
 }

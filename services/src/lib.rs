@@ -34,6 +34,7 @@ pub mod cli;
 pub mod config;
 pub mod eval;
 pub mod node;
+pub mod tune;
 
 /// Errors of the `slogate` binary. [`Error::exit_code`] maps each to the
 /// process exit code in one place.

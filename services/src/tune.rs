@@ -1,0 +1,254 @@
+//! `slogate tune`: the policy tuner offline, on a stopped node's reservoir
+//! or on a trace file, writing the chosen configuration as TOML to paste
+//! into the pool's section (or to keep next to the node's config).
+//!
+//! - `--reservoir DIR` reads the node's sled reservoir (DIR is the node's
+//!   data directory or its `reservoir` folder; the node must be stopped,
+//!   since sled locks it). The router's predictor also learns from the
+//!   reservoir's execution log. Forecast queries take each template's SLO
+//!   as κ × its baseline latency when the template is one of the embedded
+//!   TPC-DS ones, else `--default-slo-s`.
+//! - `--trace FILE` reads a trace (`arrival_s,template,slo_s`): day 0 starts
+//!   at its first second, the target is the day after its last arrival, and
+//!   each template's SLO is the median of its rows'.
+//!
+//! The pool comes from `--config` (its `--pool`, default the first): its
+//! starting clusters, autoscaler knobs and elastic tier. Progress goes to
+//! standard error, one line per phase.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use slogate_core::model::{Rpu, TemplateId};
+use slogate_core::predict::Observation;
+use slogate_core::reservoir::{CalendarHour, Reservoir, ReservoirConfig};
+use slogate_core::time::Duration;
+use slogate_core::tune::{BatchSetup, ExecutionConfig, PlannerTerms, SloBook, TuningPhase, TuningReport, tune_pool};
+
+use crate::config::{NodeConfig, PoolSection};
+use crate::eval::{Scenario, build_policy, training_observations};
+use crate::{Error, Result};
+
+/// Where the history comes from.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// A node's data directory or its reservoir folder.
+    Reservoir(PathBuf),
+    /// A trace file.
+    Trace(PathBuf),
+}
+
+/// What `slogate tune` was asked.
+#[derive(Clone, Debug)]
+pub struct TuneRequest {
+    /// The history.
+    pub source: Source,
+    /// The node configuration, for the pool.
+    pub config: NodeConfig,
+    /// Which pool.
+    pub pool: Option<String>,
+    /// The target day, days since 1970-01-01 (default: tomorrow for a
+    /// reservoir, the day after the trace).
+    pub day: Option<i32>,
+    /// Days of history before it (default: the pool's `[pool.tune]`).
+    pub history_days: Option<u32>,
+    /// κ for templates of the embedded catalogue (reservoir only).
+    pub kappa: f64,
+    /// SLO of other templates, seconds.
+    pub default_slo_s: f64,
+    /// Seeds the forecasts and the random strategies.
+    pub seed: u64,
+}
+
+/// The history as the tuner reads it.
+struct History {
+    reservoir: Reservoir,
+    slos: BTreeMap<TemplateId, Duration>,
+    observations: Vec<Observation>,
+    default_day: i32,
+}
+
+/// The trace's epoch: its second 0 is 00:00 UTC of this day (2024-04-01),
+/// so its days keep their weekdays stable.
+const TRACE_FIRST_DAY: i32 = 19_814;
+
+fn read_trace(path: &Path) -> Result<History> {
+    let entries = slogate_loadgen::trace::read_trace(path)?;
+    if entries.is_empty() {
+        return Err(Error::Config(format!("{}: the trace has no rows", path.display())));
+    }
+    let mut reservoir = Reservoir::new(ReservoirConfig::default());
+    let mut by_template: BTreeMap<TemplateId, Vec<f64>> = BTreeMap::new();
+    let mut last_s = 0.0f64;
+    for entry in &entries {
+        let at_s = entry.arrival.as_secs_f64();
+        last_s = last_s.max(at_s);
+        reservoir.handle_arrival(i64::from(TRACE_FIRST_DAY) * 86_400 + at_s.floor() as i64, entry.template);
+        if let Some(slo) = entry.slo {
+            by_template.entry(entry.template).or_default().push(slo.as_secs_f64());
+        }
+    }
+    let slos = by_template
+        .into_iter()
+        .map(|(t, mut v)| {
+            v.sort_by(f64::total_cmp);
+            (t, Duration::from_secs_f64(slogate_core::stats::median(&v)))
+        })
+        .collect();
+    let default_day = TRACE_FIRST_DAY + (last_s / 86_400.0).floor() as i32 + 1;
+    Ok(History { reservoir, slos, observations: Vec::new(), default_day })
+}
+
+fn read_reservoir(dir: &Path, kappa: f64) -> Result<History> {
+    use slogate_actors::reservoir::{ReservoirStore, SledStore};
+    let folder = if dir.join("reservoir").is_dir() { dir.join("reservoir") } else { dir.to_path_buf() };
+    if !folder.is_dir() {
+        return Err(Error::Config(format!("{}: no reservoir there (expected a node's data directory)", dir.display())));
+    }
+    let store = SledStore::open(&folder)
+        .map_err(|e| Error::Node(format!("cannot open the reservoir in {} (is the node still running? use POST /v1/pools/{{pool}}/tune then): {e}", folder.display())))?;
+    let tables = store.load().map_err(|e| Error::Node(e.to_string()))?;
+    let mut reservoir = Reservoir::new(ReservoirConfig::default());
+    reservoir.restore(tables.counts, tables.totals, tables.samples);
+    let mut observations = Vec::new();
+    let mut from = 0;
+    loop {
+        let batch = store.executions(from, 10_000).map_err(|e| Error::Node(e.to_string()))?;
+        if batch.is_empty() {
+            break;
+        }
+        from += batch.len() as u64;
+        observations.extend(batch.iter().map(|r| Observation { template: r.template, size: r.size, neighbours: r.neighbours_at_dispatch, latency: r.latency, censored: r.censored }));
+    }
+    let slos = Scenario::templates().iter().map(|t| (t.id, t.baseline_latency.mul_f64(kappa))).collect();
+    let today = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) / 86_400) as i32;
+    Ok(History { reservoir, slos, observations, default_day: today + 1 })
+}
+
+fn pool_of<'a>(config: &'a NodeConfig, name: Option<&str>) -> Result<(usize, &'a PoolSection)> {
+    let pools = &config.file.pool;
+    match name {
+        None => Ok((0, &pools[0])),
+        Some(name) => pools.iter().enumerate().find(|(_, p)| p.name == name).ok_or_else(|| {
+            let known: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+            Error::Config(format!("no pool `{name}` in the configuration (pools: {})", known.join(", ")))
+        }),
+    }
+}
+
+/// Runs the tuner; `progress` hears each phase.
+pub fn run(request: &TuneRequest, progress: &mut dyn FnMut(TuningPhase)) -> Result<(String, TuningReport)> {
+    let history = match &request.source {
+        Source::Reservoir(dir) => read_reservoir(dir, request.kappa)?,
+        Source::Trace(path) => read_trace(path)?,
+    };
+    let (index, pool) = pool_of(&request.config, request.pool.as_deref())?;
+    let (knobs, policy) = pool.autoscale.to_core(&format!("pool[{index}].autoscale"))?;
+    let config = pool.tune.to_core(&format!("pool[{index}].tune"), request.seed)?;
+    let elastic = if pool.elastic.enabled { Some(pool.elastic.to_core(&format!("pool[{index}].elastic"))?.config) } else { None };
+    let setup = BatchSetup {
+        initial_clusters: pool.clusters.iter().copied().map(Rpu).collect(),
+        policy,
+        billing: slogate_core::billing::BillingConfig::default(),
+        terms: PlannerTerms { spinup_delay: knobs.spinup_delay, elastic, ..PlannerTerms::default() },
+        threads: pool.tune.threads,
+    };
+    let mut sizes: Vec<u32> = pool.clusters.clone();
+    sizes.extend(knobs.sizes.iter().map(|s| s.0));
+    let mut observations = training_observations(&sizes, request.seed);
+    observations.extend(history.observations);
+    let router = build_policy("slogate", &observations)?;
+    let planner = router.fork_planner().ok_or_else(|| Error::Config("the slogate router cannot plan".into()))?;
+    let day = request.day.unwrap_or(history.default_day);
+    let history_days = request.history_days.unwrap_or(pool.tune.history_days);
+    let slos = SloBook { by_template: history.slos, default: Duration::from_secs_f64(request.default_slo_s) };
+    let base = ExecutionConfig { spinups: Vec::new(), knobs };
+    let report = tune_pool(&history.reservoir, day, day - history_days as i32..day, &slos, &setup, planner.as_ref(), &base, &config, progress);
+    Ok((render(&pool.name, history_days, &report), report))
+}
+
+/// The configuration as a `[pool.autoscale]` fragment.
+pub fn render(pool: &str, history_days: u32, report: &TuningReport) -> String {
+    let (y, m, d) = CalendarHour { day: report.day, hour: 0 }.date();
+    let k = &report.config.knobs;
+    let mut out = String::new();
+    let _ = writeln!(out, "# slogate tune: pool `{pool}`, target day {y:04}-{m:02}-{d:02}, {history_days} days of history,");
+    let _ = writeln!(out, "# {:.0} forecast queries per day, {} simulations.", report.forecast_queries_per_day, report.simulations);
+    let _ = writeln!(out, "# Expected on the validation forecasts: VR {:.2}%, ${:.3} per day.", report.expected.violations * 100.0, report.expected.cost_usd);
+    let _ = writeln!(out, "# Paste into the pool's [[pool]] section (or replace its [pool.autoscale] keys).");
+    let _ = writeln!(out, "[pool.autoscale]");
+    let _ = writeln!(out, "idle_teardown_s = {}", k.idle_teardown.as_micros() / 1_000_000);
+    let _ = writeln!(out, "min_lifetime_s = {}", k.min_lifetime.as_micros() / 1_000_000);
+    let _ = writeln!(out, "trigger_target = {}", k.trigger_target);
+    let _ = writeln!(out, "min_observations = {}", k.min_observations);
+    let _ = writeln!(out, "completions = {}", k.completions);
+    let _ = writeln!(out, "window_s = {}", k.window.as_micros() / 1_000_000);
+    for spinup in &report.config.spinups {
+        let at_s = spinup.at.as_micros() / 1_000_000;
+        let _ = writeln!(out, "\n[[pool.autoscale.scheduled]]\n# {:02}:{:02}:{:02} UTC\nat_s = {at_s}\nsize = {}", at_s / 3_600, at_s / 60 % 60, at_s % 60, spinup.size.0);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Overrides;
+
+    fn node_config(extra: &str) -> NodeConfig {
+        let text = format!("version = \"1\"\n[[pool]]\nname = \"bi\"\npolicy = \"slogate\"\nclusters = [16]\n[pool.autoscale]\nenabled = true\n[pool.tune]\nscenarios = 4\nstrategy = \"random\"\nbudget = 2\nrounds = 1\n{extra}");
+        NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap()
+    }
+
+    #[test]
+    fn a_trace_tunes_into_a_fragment_the_node_accepts() {
+        let dir = std::env::temp_dir().join(format!("slogate-tune-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let trace = dir.join("trace.csv");
+        // Two days: each at 10:00, 40 queries of template 5 within 80 s.
+        let mut text = "arrival_s,template,slo_s\n".to_owned();
+        for day in 0..2 {
+            for i in 0..40 {
+                let _ = writeln!(text, "{},5,30", day * 86_400 + 36_000 + i * 2);
+            }
+        }
+        std::fs::write(&trace, text).unwrap();
+        let request = TuneRequest { source: Source::Trace(trace), config: node_config(""), pool: None, day: None, history_days: Some(2), kappa: 4.0, default_slo_s: 60.0, seed: 1 };
+        let mut phases = Vec::new();
+        let (fragment, report) = run(&request, &mut |p| phases.push(p)).unwrap();
+        assert_eq!(phases.last(), Some(&TuningPhase::Done));
+        assert_eq!(report.day, TRACE_FIRST_DAY + 2);
+        assert!((report.forecast_queries_per_day - 40.0).abs() < 1e-9, "{}", report.forecast_queries_per_day);
+        // The fragment drops into a pool section and loads.
+        let base = "version = \"1\"\n[[pool]]\nname = \"bi\"\npolicy = \"slogate\"\nclusters = [16]\n";
+        let merged = format!("{base}{}", fragment.replace("\n[pool.autoscale]\n", "\n[pool.autoscale]\nenabled = true\n"));
+        let loaded = NodeConfig::load(&merged, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
+        assert_eq!(loaded.file.pool[0].autoscale.scheduled.len(), report.config.spinups.len());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn bad_sources_and_pools_are_named() {
+        let missing = TuneRequest {
+            source: Source::Reservoir(PathBuf::from("/nonexistent/slogate")),
+            config: node_config(""),
+            pool: None,
+            day: None,
+            history_days: None,
+            kappa: 4.0,
+            default_slo_s: 60.0,
+            seed: 1,
+        };
+        let error = run(&missing, &mut |_| {}).unwrap_err();
+        assert_eq!(error.exit_code(), 2);
+        assert!(error.to_string().contains("no reservoir there"), "{error}");
+        let dir = std::env::temp_dir().join(format!("slogate-tune-pool-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let trace = dir.join("t.csv");
+        std::fs::write(&trace, "arrival_s,template,slo_s\n1,5,30\n").unwrap();
+        let wrong_pool = TuneRequest { source: Source::Trace(trace), pool: Some("etl".into()), ..missing };
+        assert!(run(&wrong_pool, &mut |_| {}).unwrap_err().to_string().contains("no pool `etl`"));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
