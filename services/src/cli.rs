@@ -240,6 +240,14 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
     if args.fit {
         return Err(Error::Scenario("--fit applies only to `calibrate`".into()));
     }
+    if args.scenario == "e2e-diurnal" {
+        let report = crate::eval::e2e::run(args.seed.unwrap_or(1))?;
+        print(&crate::eval::e2e::render(&report));
+        if let Some(path) = &args.json {
+            write_json(path, &report)?;
+        }
+        return Ok(());
+    }
     if args.scenario == "tuner-table5" {
         let report = crate::eval::tuner::run(args.seed.unwrap_or(1))?;
         print(&crate::eval::tuner::render(&report));
@@ -485,6 +493,7 @@ fn load_scenario(name: &str) -> Result<Scenario> {
         known.push("trigger-table4");
         known.push("bursty-service");
         known.push("tuner-table5");
+        known.push("e2e-diurnal");
         return Err(Error::UnknownScenario { name: name.to_owned(), known: known.join(", ") });
     }
     Scenario::from_path(path)

@@ -9,6 +9,8 @@
 //! - [`replay`]: the planner's replay (completions from the router's
 //!   predictor, never from the world) and the spinup size selector
 //!   (Algorithm 3).
+//! - [`rais`]: a RAIS-like baseline: one cluster resized on queue length
+//!   with a price-performance setting.
 //! - [`sro`]: Spandana's Resource Optimizer: the instance count that
 //!   minimises provisioned plus elastic cost over a load profile.
 //! - [`autoscaler`]: the [`Autoscaler`], which wires them together behind
@@ -19,6 +21,7 @@
 //! configuration as defaults.
 
 pub mod autoscaler;
+pub mod rais;
 pub mod replay;
 pub mod sro;
 pub mod trigger;

@@ -14,6 +14,7 @@
 pub mod autoscale;
 pub mod bursty;
 pub mod calibrate;
+pub mod e2e;
 pub mod predictor;
 pub mod scenario;
 pub mod tuner;

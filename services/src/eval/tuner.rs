@@ -35,7 +35,9 @@ use slogate_core::tune::{BatchSetup, ExecutionConfig, PlannerTerms, SloBook, Tun
 use slogate_core::world::World;
 use slogate_loadgen::workload::{DiurnalConfig, TraceEntry, assign_slos, diurnal_workload, to_queries};
 
-use super::{Scenario, build_policy, training_observations};
+use slogate_core::route::elastic::ElasticOptions;
+
+use super::{PoolTerms, Scenario, build_policy_with, training_observations};
 use crate::{Error, Result};
 
 /// Days since 1970-01-01 of the workload's day 0, a Monday (2024-04-01).
@@ -97,7 +99,7 @@ pub struct TunerReport {
 }
 
 /// The workload's entries, SLOs at `kappa`.
-fn workload(templates: &[Template], kappa: f64, seed: u64) -> Result<Vec<TraceEntry>> {
+pub fn workload(templates: &[Template], kappa: f64, seed: u64) -> Result<Vec<TraceEntry>> {
     let config = DiurnalConfig { days: WORKLOAD_DAYS, first_weekday: 0, peak_queries_per_hour: PEAK_QUERIES_PER_HOUR, seed, ..DiurnalConfig::default() };
     let mut entries = diurnal_workload(templates, &config).map_err(|e| Error::Scenario(e.to_string()))?;
     assign_slos(&mut entries, templates, kappa).map_err(|e| Error::Scenario(e.to_string()))?;
@@ -137,21 +139,32 @@ pub fn tuning_config(seed: u64) -> TuningConfig {
     config
 }
 
-/// The batch setup of a pool starting from one warm 16-RPU cluster.
-pub fn batch_setup() -> BatchSetup {
+/// The batch setup of a pool starting from one warm 16-RPU cluster, with
+/// the elastic tier if `elastic`.
+pub fn batch_setup(elastic: Option<&ElasticOptions>) -> BatchSetup {
     BatchSetup {
         initial_clusters: vec![Rpu(START_RPU)],
         policy: AutoscalerPolicy::SLOGATE,
         billing: BillingConfig::default(),
-        terms: PlannerTerms::default(),
+        terms: PlannerTerms { elastic: elastic.map(|e| e.config.clone()), ..PlannerTerms::default() },
         threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
     }
 }
 
-/// Runs `queries` in the world from one warm 16-RPU cluster with `config`.
-pub fn run_day(queries: &[Query], config: &ExecutionConfig, history: &[slogate_core::predict::Observation], seed: u64) -> Result<(f64, f64, usize)> {
-    let world = World::seeded_with_ready(seed, &[START_RPU]);
-    let router = build_policy("slogate", history)?;
+/// The slogate router warmed on `history`, offloading if `elastic`.
+fn router(history: &[slogate_core::predict::Observation], elastic: Option<&ElasticOptions>) -> Result<Box<dyn slogate_core::route::RoutingPolicy>> {
+    build_policy_with("slogate", history, &PoolTerms { elastic: elastic.cloned(), ..PoolTerms::default() })
+}
+
+/// Runs `queries` in the world from one warm 16-RPU cluster with `config`
+/// (and the elastic tier if `elastic`): VR, cost, spinups and the elastic
+/// tier's part of the cost.
+pub fn run_day(queries: &[Query], config: &ExecutionConfig, history: &[slogate_core::predict::Observation], elastic: Option<&ElasticOptions>, seed: u64) -> Result<(f64, f64, usize, f64)> {
+    let mut world = World::seeded_with_ready(seed, &[START_RPU]);
+    if let Some(options) = elastic {
+        world.set_elastic(options.config.clone());
+    }
+    let router = router(history, elastic)?;
     let autoscaler = Rc::new(RefCell::new(
         Autoscaler::new(config.knobs.clone(), AutoscalerPolicy::SLOGATE, BillingConfig::default()).with_schedule(config.spinups.clone()),
     ));
@@ -159,21 +172,32 @@ pub fn run_day(queries: &[Query], config: &ExecutionConfig, history: &[slogate_c
     sim.drive_until_idle();
     let summary = sim.summary();
     let spinups = autoscaler.borrow().decisions().filter(|d| matches!(d, ScaleDecision::SpinUp { .. })).count();
-    Ok((summary.violation_rate, summary.cost_usd, spinups))
+    Ok((summary.violation_rate, summary.cost_usd, spinups, summary.elastic_cost_usd))
 }
 
-/// Tunes for `target` from `history_days` days of `entries`.
-pub fn tune_for(entries: &[TraceEntry], templates: &[Template], kappa: f64, target: u32, history_days: u32, history: &[slogate_core::predict::Observation], seed: u64) -> Result<TuningReport> {
+/// Tunes for `target` from `history_days` days of `entries` (with the
+/// elastic tier if `elastic`).
+#[allow(clippy::too_many_arguments)]
+pub fn tune_for(
+    entries: &[TraceEntry],
+    templates: &[Template],
+    kappa: f64,
+    target: u32,
+    history_days: u32,
+    history: &[slogate_core::predict::Observation],
+    elastic: Option<&ElasticOptions>,
+    seed: u64,
+) -> Result<TuningReport> {
     let reservoir = reservoir_of(entries, target.saturating_sub(history_days)..target);
     let slos = SloBook {
         by_template: templates.iter().map(|t| (t.id, t.baseline_latency.mul_f64(kappa))).collect::<BTreeMap<_, _>>(),
         default: Duration::from_secs(60),
     };
-    let router = build_policy("slogate", history)?;
+    let router = router(history, elastic)?;
     let planner = router.fork_planner().ok_or_else(|| Error::Scenario("slogate cannot plan".into()))?;
     let day = FIRST_DAY + target as i32;
     let base = ExecutionConfig { spinups: Vec::new(), knobs: AutoscalerConfig::default() };
-    Ok(tune_pool(&reservoir, day, day - history_days as i32..day, &slos, &batch_setup(), planner.as_ref(), &base, &tuning_config(seed), &mut |_| {}))
+    Ok(tune_pool(&reservoir, day, day - history_days as i32..day, &slos, &batch_setup(elastic), planner.as_ref(), &base, &tuning_config(seed), &mut |_| {}))
 }
 
 /// The whole table.
@@ -187,9 +211,9 @@ pub fn run(seed: u64) -> Result<TunerReport> {
             let queries = day_queries(&entries, target)?;
             for &history_days in &HISTORIES {
                 let started = std::time::Instant::now();
-                let report = tune_for(&entries, &templates, kappa, target, history_days, &history, seed)?;
+                let report = tune_for(&entries, &templates, kappa, target, history_days, &history, None, seed)?;
                 let tuning_s = started.elapsed().as_secs_f64();
-                let (violation_rate, cost_usd, spinups) = run_day(&queries, &report.config, &history, seed)?;
+                let (violation_rate, cost_usd, spinups, _) = run_day(&queries, &report.config, &history, None, seed)?;
                 cells.push(TunerCell {
                     target_day: target,
                     kappa,

@@ -1,0 +1,148 @@
+//! `slogate eval e2e-diurnal`: end-to-end effectiveness (AutoSLO §8.2,
+//! Figure 6) on the emulated warehouse.
+//!
+//! The workload is `tuner-table5`'s 60-day diurnal one; the scenarios are
+//! its two held-out target days × κ ∈ {4, 2}, with a violation-rate target
+//! τ = 0.1. Each policy runs the whole target day:
+//!
+//! - `64-rpu`: one 64-RPU cluster;
+//! - `2x32-round-robin`: two 32-RPU clusters, round-robin;
+//! - `rais-balanced` and `rais-high-perf`: one cluster from 32 RPU resized
+//!   on queue length, at most 128 RPU (`core::scale::rais`);
+//! - `slogate`: from one 16-RPU cluster, slogate's router and autoscaler
+//!   with the policy tuner's configuration from the 30 days before;
+//! - `slogate-elastic`: the same with the elastic tier, tuned with it.
+//!
+//! The printed table is deterministic for a seed.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use slogate_core::route::elastic::ElasticOptions;
+use slogate_core::route::{BaselinePolicy, RoutingPolicy};
+use slogate_core::scale::rais::{Rais, RaisConfig};
+use slogate_core::sim::{Controller, Simulation};
+use slogate_core::world::World;
+
+use super::tuner::{KAPPAS, TARGET_DAYS, day_queries, run_day, tune_for, workload};
+use super::{Scenario, training_observations};
+use crate::Result;
+
+/// The violation-rate target.
+pub const TAU: f64 = 0.1;
+
+/// The policies, in column order.
+pub const POLICIES: [&str; 6] = ["64-rpu", "2x32-round-robin", "rais-balanced", "rais-high-perf", "slogate", "slogate-elastic"];
+
+/// One policy on one scenario.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct E2eResult {
+    /// The target day.
+    pub target_day: u32,
+    /// SLO tightness.
+    pub kappa: f64,
+    /// The policy.
+    pub policy: String,
+    /// VR over the day.
+    pub violation_rate: f64,
+    /// Cost of the day, dollars.
+    pub cost_usd: f64,
+    /// Of which the elastic tier's.
+    pub elastic_cost_usd: f64,
+}
+
+/// The report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct E2eReport {
+    /// The seed.
+    pub seed: u64,
+    /// Every run.
+    pub results: Vec<E2eResult>,
+}
+
+fn run_fixed(queries: &[slogate_core::model::Query], sizes: &[u32], policy: Box<dyn RoutingPolicy>, controller: Option<Box<dyn Controller>>, seed: u64) -> (f64, f64, f64) {
+    let world = World::seeded_with_ready(seed, sizes);
+    let mut sim = Simulation::new(world, policy, queries.to_vec());
+    if let Some(controller) = controller {
+        sim = sim.with_controller(controller);
+    }
+    sim.drive_until_idle();
+    let summary = sim.summary();
+    (summary.violation_rate, summary.cost_usd, summary.elastic_cost_usd)
+}
+
+/// Runs every scenario and policy.
+pub fn run(seed: u64) -> Result<E2eReport> {
+    let templates = Scenario::templates();
+    let history = training_observations(&[4, 8, 16, 32, 64], seed);
+    let elastic = ElasticOptions::default();
+    let mut results = Vec::new();
+    for &kappa in &KAPPAS {
+        let entries = workload(&templates, kappa, seed)?;
+        for &target in &TARGET_DAYS {
+            let queries = day_queries(&entries, target)?;
+            for policy in POLICIES {
+                let (violation_rate, cost_usd, elastic_cost_usd) = match policy {
+                    "64-rpu" => run_fixed(&queries, &[64], BaselinePolicy::LeastLoaded.build(), None, seed),
+                    "2x32-round-robin" => run_fixed(&queries, &[32, 32], BaselinePolicy::RoundRobin.build(), None, seed),
+                    "rais-balanced" => run_fixed(&queries, &[32], BaselinePolicy::LeastLoaded.build(), Some(Box::new(Rais::new(RaisConfig::balanced()))), seed),
+                    "rais-high-perf" => run_fixed(&queries, &[32], BaselinePolicy::LeastLoaded.build(), Some(Box::new(Rais::new(RaisConfig::high_performance()))), seed),
+                    _ => {
+                        let tier = (policy == "slogate-elastic").then_some(&elastic);
+                        let report = tune_for(&entries, &templates, kappa, target, 30, &history, tier, seed)?;
+                        let (vr, cost, _, elastic_cost) = run_day(&queries, &report.config, &history, tier, seed)?;
+                        (vr, cost, elastic_cost)
+                    }
+                };
+                results.push(E2eResult { target_day: target, kappa, policy: policy.to_owned(), violation_rate, cost_usd, elastic_cost_usd });
+            }
+        }
+    }
+    Ok(E2eReport { seed, results })
+}
+
+/// Per scenario: slogate's cost against the cheapest other policy that
+/// meets τ, if slogate meets it and another does.
+pub fn savings(report: &E2eReport, slogate: &str) -> Vec<(u32, f64, Option<(String, f64)>)> {
+    let mut out = Vec::new();
+    for &target in &TARGET_DAYS {
+        for &kappa in &KAPPAS {
+            let here: Vec<&E2eResult> = report.results.iter().filter(|r| r.target_day == target && r.kappa == kappa).collect();
+            let Some(ours) = here.iter().find(|r| r.policy == slogate) else { continue };
+            let next = here
+                .iter()
+                .filter(|r| !r.policy.starts_with("slogate") && r.violation_rate <= TAU)
+                .min_by(|a, b| a.cost_usd.total_cmp(&b.cost_usd))
+                .map(|r| (r.policy.clone(), ours.cost_usd / r.cost_usd - 1.0));
+            out.push((target, kappa, if ours.violation_rate <= TAU { next } else { None }));
+        }
+    }
+    out
+}
+
+/// The table.
+pub fn render(report: &E2eReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "scenario e2e-diurnal  seed {}  (target days of the tuner-table5 workload, τ = {TAU})", report.seed);
+    for &target in &TARGET_DAYS {
+        for &kappa in &KAPPAS {
+            let _ = writeln!(out, "\nday {target}, κ={kappa}");
+            let _ = writeln!(out, "{:<18} {:>7} {:>10}", "policy", "VR", "cost $");
+            for r in report.results.iter().filter(|r| r.target_day == target && r.kappa == kappa) {
+                let mark = if r.violation_rate <= TAU { " " } else { "!" };
+                let _ = writeln!(out, "{:<18} {:>6.1}%{mark}{:>10.3}", r.policy, r.violation_rate * 100.0, r.cost_usd);
+            }
+        }
+    }
+    let _ = writeln!(out, "\n! marks a day over τ.\n");
+    for slogate in ["slogate", "slogate-elastic"] {
+        for (target, kappa, saving) in savings(report, slogate) {
+            let line = match saving {
+                Some((policy, delta)) => format!("{:+.1}% vs {policy}, the cheapest other policy meeting τ", delta * 100.0),
+                None => "no comparison (slogate or every other policy misses τ)".to_owned(),
+            };
+            let _ = writeln!(out, "{slogate} day {target} κ={kappa}: {line}");
+        }
+    }
+    out
+}
