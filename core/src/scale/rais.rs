@@ -10,6 +10,8 @@
 //! for `scale_down_after` it requests one of half the size (at least
 //! `min_size`). The old cluster is torn down once the new one is ready, and
 //! nothing else changes while a replacement is starting. It is SLO-unaware.
+//! It stops looking while the pool is idle at its smallest size, and looks
+//! again one interval after the next arrival.
 //!
 //! # Properties
 //!
@@ -74,7 +76,7 @@ impl RaisConfig {
 #[derive(Clone, Debug)]
 pub struct Rais {
     config: RaisConfig,
-    next_tick: Instant,
+    next_tick: Option<Instant>,
     light_since: Option<Instant>,
     /// The cluster to tear down once a replacement is ready.
     replacing: Option<ClusterId>,
@@ -86,7 +88,7 @@ pub struct Rais {
 impl Rais {
     /// A controller with `config`, first looking after one interval.
     pub fn new(config: RaisConfig) -> Self {
-        let next_tick = Instant::ZERO + config.interval;
+        let next_tick = Some(Instant::ZERO + config.interval);
         Rais { config, next_tick, light_since: None, replacing: None, commands: Vec::new(), resizes: Vec::new() }
     }
 
@@ -100,7 +102,9 @@ impl Rais {
 
 impl Controller for Rais {
     fn handle_observation(&mut self, now: Instant, observation: Observation<'_>, pool: &Pool, _router: &dyn RoutingPolicy) {
-        let _ = now;
+        if matches!(observation, Observation::Arrival { .. }) && self.next_tick.is_none() {
+            self.next_tick = Some(now + self.config.interval);
+        }
         if let Observation::ClusterReady(new) = observation
             && let Some(old) = self.replacing
             && new != old
@@ -112,16 +116,21 @@ impl Controller for Rais {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        Some(self.next_tick)
+        self.next_tick
     }
 
     fn handle_timeout(&mut self, now: Instant, pool: &Pool, _router: &dyn RoutingPolicy) {
-        self.next_tick = now + self.config.interval;
+        self.next_tick = Some(now + self.config.interval);
         if self.replacing.is_some() {
             return;
         }
         let Some(cluster) = pool.ready_clusters().max_by_key(|c| (c.size, c.id)) else { return };
         let outstanding: usize = pool.clusters.iter().map(|c| c.running.len()).sum();
+        if outstanding == 0 && cluster.size <= self.config.min_size {
+            // Idle at the floor: nothing to watch until the next arrival.
+            self.next_tick = None;
+            return;
+        }
         let per_16 = outstanding as f64 * 16.0 / f64::from(cluster.size.0);
         if per_16 >= self.config.scale_up_per_16_rpu && cluster.size < self.config.max_size {
             let size = Rpu((cluster.size.0 * 2).min(self.config.max_size.0));
@@ -169,6 +178,17 @@ mod tests {
         grown.clusters.push(ClusterView { id: ClusterId(1), size: Rpu(64), state: ClusterState::Ready, ..grown.clusters[0].clone() });
         rais.handle_observation(Instant::from_secs_f64(400.0), Observation::ClusterReady(ClusterId(1)), &grown, &router);
         assert_eq!(rais.poll_command(), Some(ClusterCommand::TearDown { cluster: ClusterId(0) }));
+    }
+
+    #[test]
+    fn an_idle_pool_at_its_floor_stops_the_clock_until_the_next_arrival() {
+        let mut rais = Rais::new(RaisConfig::balanced());
+        let router = RoundRobin::default();
+        rais.handle_timeout(Instant::from_secs_f64(60.0), &pool(8, 0), &router);
+        assert_eq!(rais.poll_timeout(), None);
+        let query = crate::model::Query { id: QueryId(1), pool: PoolId::default(), template: TemplateId(1), slo: Slo { latency: Duration::from_secs(10) }, arrival: Instant::from_secs_f64(500.0) };
+        rais.handle_observation(Instant::from_secs_f64(500.0), Observation::Arrival { query: &query, target: None }, &pool(8, 1), &router);
+        assert_eq!(rais.poll_timeout(), Some(Instant::from_secs_f64(560.0)));
     }
 
     #[test]

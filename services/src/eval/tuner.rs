@@ -316,3 +316,45 @@ pub fn render(report: &TunerReport) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tuner_sees_only_its_history_days_and_the_target_day_starts_at_zero() {
+        let templates = Scenario::templates();
+        let entries = workload(&templates, 4.0, 3).unwrap();
+        let target = TARGET_DAYS[0];
+        let reservoir = reservoir_of(&entries, target - 7..target);
+        let seen: u64 = reservoir.hours().map(|h| reservoir.arrivals_in(h).0).sum();
+        let expected = entries.iter().filter(|e| (f64::from(target - 7) * 86_400.0..f64::from(target) * 86_400.0).contains(&e.arrival.as_secs_f64())).count();
+        assert_eq!(seen as usize, expected);
+        assert!(reservoir.hours().all(|h| (FIRST_DAY + target as i32 - 7..FIRST_DAY + target as i32).contains(&h.day)));
+        let day = day_queries(&entries, target).unwrap();
+        assert!(!day.is_empty() && day.iter().all(|q| q.arrival.as_secs_f64() < 86_400.0));
+    }
+
+    #[test]
+    fn mean_delta_is_relative_to_no_past_data_per_row() {
+        let cell = |history_days, violation_rate, cost_usd| TunerCell {
+            target_day: 36,
+            kappa: 4.0,
+            history_days,
+            config: ExecutionConfig { spinups: Vec::new(), knobs: AutoscalerConfig::default() },
+            expected: Outcome { violations: 0.0, cost_usd: 0.0 },
+            violation_rate,
+            cost_usd,
+            queries: 1,
+            spinups: 0,
+            simulations: 0,
+            tuning_s: 0.0,
+        };
+        let report = TunerReport { seed: 1, cells: vec![cell(0, 0.2, 100.0), cell(1, 0.1, 110.0), cell(7, 0.05, 90.0), cell(30, 0.2, 100.0)] };
+        let deltas = mean_delta(&report);
+        assert_eq!(deltas.len(), 3);
+        assert!((deltas[0].1 + 0.5).abs() < 1e-12 && (deltas[0].2 - 0.1).abs() < 1e-12, "{deltas:?}");
+        assert!((deltas[1].1 + 0.75).abs() < 1e-12 && (deltas[1].2 + 0.1).abs() < 1e-12);
+        assert!(render(&report).contains("past 30 days"));
+    }
+}
