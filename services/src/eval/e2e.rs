@@ -101,9 +101,13 @@ pub fn run(seed: u64) -> Result<E2eReport> {
     Ok(E2eReport { seed, results })
 }
 
-/// Per scenario: slogate's cost against the cheapest other policy that
-/// meets τ, if slogate meets it and another does.
-pub fn savings(report: &E2eReport, slogate: &str) -> Vec<(u32, f64, Option<(String, f64)>)> {
+/// The cheapest other policy meeting τ, and slogate's relative cost
+/// against it.
+type Versus = Option<(String, f64)>;
+
+/// Per scenario `(day, κ, versus)`: slogate's cost against the cheapest
+/// other policy that meets τ, if slogate meets it and another does.
+pub fn savings(report: &E2eReport, slogate: &str) -> Vec<(u32, f64, Versus)> {
     let mut out = Vec::new();
     for &target in &TARGET_DAYS {
         for &kappa in &KAPPAS {
