@@ -154,7 +154,15 @@ async fn after_shutdown_starts_new_submissions_are_unavailable() {
         let mut client = client.clone();
         tokio::spawn(async move { client.submit(request("long", 4, 600_000)).await })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    // Shut down only once the query is in flight (bounded: 2 s).
+    for _ in 0..400 {
+        let (_, running) = admin_get(node.admin_addr, "/v1/pools/default/queries?state=running").await;
+        let (_, done) = admin_get(node.admin_addr, "/v1/pools/default/queries?state=done").await;
+        if running.contains("\"long\"") || done.contains("\"long\"") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     let left = node.shutdown().await;
     assert_eq!(left, 0);
     let reply = in_flight.await.unwrap().unwrap().into_inner();
