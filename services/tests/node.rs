@@ -408,7 +408,7 @@ fn tuned_config(dir: &std::path::Path) -> NodeConfig {
         "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 2000.0\nadmin_token = \"s3cret\"\n\
          [[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [4]\n\
          [pool.autoscale]\nenabled = true\n\
-         [pool.tune]\nenabled = true\nevery_hours = 0.0\nhistory_days = 1\nscenarios = 4\nstrategy = \"random\"\nbudget = 2\nrounds = 1\n\
+         [pool.tune]\nenabled = true\nevery_hours = 0.0\nhistory_days = 1\nscenarios = 4\nstrategy = \"random\"\nbudget = 2\nrounds = 1\nthreads = 1\n\
          [[pool]]\nname = \"plain\"\nclusters = [16]\n",
         dir.display()
     );
