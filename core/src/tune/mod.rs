@@ -10,7 +10,7 @@
 //!
 //! # Layout
 //!
-//! - [`forecast`]: forecasted days from the reservoir's tables (weekly
+//! - [`forecast`](mod@forecast): forecasted days from the reservoir's tables (weekly
 //!   decay, previous day, or a window), split into training and validation.
 //! - [`predicted`]: the planner's warehouse, where queries complete when
 //!   the learned predictor says so.
