@@ -135,8 +135,9 @@ struct TraceArgs {
 #[derive(Debug, clap::Args)]
 struct EvalArgs {
     /// A built-in scenario (`base`, `router-table2`, `calibrate`,
-    /// `predictor-real`, `predictor-sim`, `size-table3`, `trigger-table4`)
-    /// or a scenario TOML file.
+    /// `predictor-real`, `predictor-sim`, `size-table3`, `trigger-table4`,
+    /// `bursty-service`, `tuner-table5`, `e2e-diurnal`) or a scenario TOML
+    /// file.
     scenario: String,
     /// Comma-separated policies (default: the scenario's).
     #[arg(long, value_delimiter = ',')]
