@@ -129,6 +129,20 @@ pub struct ExecutionRecord {
     pub censored: bool,
 }
 
+impl ExecutionRecord {
+    /// The record as the predictors learn from it. The log keeps the
+    /// queries running at dispatch as the concurrency feature.
+    pub fn observation(&self) -> crate::predict::Observation {
+        crate::predict::Observation {
+            template: self.template,
+            size: self.size,
+            neighbours: self.neighbours_at_dispatch,
+            latency: self.latency,
+            censored: self.censored,
+        }
+    }
+}
+
 /// What one arrival changed, for the shell to persist.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReservoirUpdate {

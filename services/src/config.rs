@@ -148,6 +148,39 @@ pub struct PoolSection {
     pub tune: TuneSection,
 }
 
+impl PoolSection {
+    /// The provisioned clusters' billing, if the pool bills so.
+    pub fn provisioned_billing(&self) -> Option<slogate_core::elastic::ProvisionedBilling> {
+        (self.billing == "provisioned").then(|| slogate_core::elastic::ProvisionedBilling {
+            price_per_hour_usd: self.provisioned_price_per_rpu_hour_usd,
+            minimum: slogate_core::time::Duration::from_secs(60),
+        })
+    }
+
+    /// What the policy tuner plans pool `index` with (its starting clusters,
+    /// autoscaler, billing and elastic tier, and the platform's published
+    /// delays), and the autoscaler knobs it starts from. The live Tuner and
+    /// `slogate tune` share it.
+    pub fn planner_setup(&self, index: usize) -> Result<(slogate_core::tune::BatchSetup, slogate_core::scale::AutoscalerConfig)> {
+        let (knobs, policy) = self.autoscale.to_core(&format!("pool[{index}].autoscale"))?;
+        let elastic = if self.elastic.enabled { Some(self.elastic.to_core(&format!("pool[{index}].elastic"))?.config) } else { None };
+        let terms = slogate_core::tune::PlannerTerms {
+            spinup_delay: knobs.spinup_delay,
+            provisioned: self.provisioned_billing(),
+            elastic,
+            ..slogate_core::tune::PlannerTerms::default()
+        };
+        let setup = slogate_core::tune::BatchSetup {
+            initial_clusters: self.clusters.iter().copied().map(slogate_core::model::Rpu).collect(),
+            policy,
+            billing: slogate_core::billing::BillingConfig::default(),
+            terms,
+            threads: self.tune.threads,
+        };
+        Ok((setup, knobs))
+    }
+}
+
 /// `[pool.tune]`: the policy tuner (AutoSLO §7). Needs `[pool.autoscale]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -20,11 +20,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use slogate_core::model::{Rpu, TemplateId};
+use slogate_core::model::TemplateId;
 use slogate_core::predict::Observation;
 use slogate_core::reservoir::{CalendarHour, Reservoir, ReservoirConfig};
 use slogate_core::time::Duration;
-use slogate_core::tune::{BatchSetup, ExecutionConfig, PlannerTerms, SloBook, TuningPhase, TuningReport, tune_pool};
+use slogate_core::tune::{ExecutionConfig, SloBook, TuningPhase, TuningReport, tune_pool};
 
 use crate::config::{NodeConfig, PoolSection};
 use crate::eval::{Scenario, build_policy, training_observations};
@@ -119,7 +119,7 @@ fn read_reservoir(dir: &Path, kappa: f64) -> Result<History> {
             break;
         }
         from += batch.len() as u64;
-        observations.extend(batch.iter().map(|r| Observation { template: r.template, size: r.size, neighbours: r.neighbours_at_dispatch, latency: r.latency, censored: r.censored }));
+        observations.extend(batch.iter().map(|r| r.observation()));
     }
     let slos = Scenario::templates().iter().map(|t| (t.id, t.baseline_latency.mul_f64(kappa))).collect();
     let today = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) / 86_400) as i32;
@@ -144,16 +144,8 @@ pub fn run(request: &TuneRequest, progress: &mut dyn FnMut(TuningPhase)) -> Resu
         Source::Trace(path) => read_trace(path)?,
     };
     let (index, pool) = pool_of(&request.config, request.pool.as_deref())?;
-    let (knobs, policy) = pool.autoscale.to_core(&format!("pool[{index}].autoscale"))?;
+    let (setup, knobs) = pool.planner_setup(index)?;
     let config = pool.tune.to_core(&format!("pool[{index}].tune"), request.seed)?;
-    let elastic = if pool.elastic.enabled { Some(pool.elastic.to_core(&format!("pool[{index}].elastic"))?.config) } else { None };
-    let setup = BatchSetup {
-        initial_clusters: pool.clusters.iter().copied().map(Rpu).collect(),
-        policy,
-        billing: slogate_core::billing::BillingConfig::default(),
-        terms: PlannerTerms { spinup_delay: knobs.spinup_delay, elastic, ..PlannerTerms::default() },
-        threads: pool.tune.threads,
-    };
     let mut sizes: Vec<u32> = pool.clusters.clone();
     sizes.extend(knobs.sizes.iter().map(|s| s.0));
     let mut observations = training_observations(&sizes, request.seed);

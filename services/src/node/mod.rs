@@ -82,10 +82,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         world.seed(file.node.seed);
         let elastic = if pool.elastic.enabled { Some(pool.elastic.to_core(&format!("pool[{i}].elastic"))?) } else { None };
         world.elastic = elastic.as_ref().map(|e| e.config.clone());
-        let provisioned_billing = (pool.billing == "provisioned").then(|| slogate_core::elastic::ProvisionedBilling {
-            price_per_hour_usd: pool.provisioned_price_per_rpu_hour_usd,
-            minimum: slogate_core::time::Duration::from_secs(60),
-        });
+        let provisioned_billing = pool.provisioned_billing();
         let provisioned = provisioned_billing.is_some();
         world.provisioned = provisioned_billing.clone();
         let warehouse = EmulatedWarehouse::new(world, clock, mailbox).start();
@@ -141,7 +138,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             .map_err(|e| Error::Node(e.to_string()))?;
         let daily = pool.autoscale.schedule(&format!("pool[{i}].autoscale"))?;
         if !daily.is_empty() {
-            actor.do_send(ApplyTuning { knobs: knobs_for_tuner(pool, i)?, daily, expected: None, source: "config".to_owned() });
+            actor.do_send(ApplyTuning { knobs: pool.autoscale.to_core(&format!("pool[{i}].autoscale"))?.0, daily, expected: None, source: "config".to_owned() });
         }
         // The pool's Tuner, on a thread of its own; a configuration it
         // chose before a restart is applied as it starts, over the file's.
@@ -236,10 +233,7 @@ fn warm_up_log(store: &SledStore) -> Result<Vec<Observation>> {
     // The log records the queries running at dispatch; the predictors'
     // neighbour count is all overlapping queries, so this slightly
     // understates concurrency until online completions take over.
-    Ok(records
-        .into_iter()
-        .map(|r| Observation { template: r.template, size: r.size, neighbours: r.neighbours_at_dispatch, latency: r.latency, censored: r.censored })
-        .collect())
+    Ok(records.iter().map(|r| r.observation()).collect())
 }
 
 impl Node {
@@ -278,28 +272,9 @@ impl Node {
     }
 }
 
-/// A pool's autoscaler knobs, as the config file gives them.
-fn knobs_for_tuner(pool: &crate::config::PoolSection, index: usize) -> Result<slogate_core::scale::AutoscalerConfig> {
-    Ok(pool.autoscale.to_core(&format!("pool[{index}].autoscale"))?.0)
-}
-
-/// What pool `index`'s Tuner plans with: its starting clusters, autoscaler,
-/// billing and elastic tier, and the platform's published delays.
+/// What pool `index`'s Tuner is given.
 fn tuner_settings(config: &NodeConfig, pool: &crate::config::PoolSection, index: usize) -> Result<TunerSettings> {
-    let (knobs, policy) = pool.autoscale.to_core(&format!("pool[{index}].autoscale"))?;
-    let elastic = if pool.elastic.enabled { Some(pool.elastic.to_core(&format!("pool[{index}].elastic"))?.config) } else { None };
-    let provisioned = (pool.billing == "provisioned").then(|| slogate_core::elastic::ProvisionedBilling {
-        price_per_hour_usd: pool.provisioned_price_per_rpu_hour_usd,
-        minimum: slogate_core::time::Duration::from_secs(60),
-    });
-    let terms = slogate_core::tune::PlannerTerms { spinup_delay: knobs.spinup_delay, provisioned, elastic, ..slogate_core::tune::PlannerTerms::default() };
-    let setup = slogate_core::tune::BatchSetup {
-        initial_clusters: pool.clusters.iter().copied().map(Rpu).collect(),
-        policy,
-        billing: slogate_core::billing::BillingConfig::default(),
-        terms,
-        threads: pool.tune.threads,
-    };
+    let (setup, knobs) = pool.planner_setup(index)?;
     Ok(TunerSettings {
         every: (pool.tune.every_hours > 0.0).then(|| std::time::Duration::from_secs_f64(pool.tune.every_hours * 3_600.0)),
         history_days: pool.tune.history_days,
