@@ -20,10 +20,9 @@
 //!
 //! A tuned configuration ([`ApplyTuning`], from the policy tuner or the
 //! config file) replaces the knobs and sets a **daily schedule** of planned
-//! spinups, each at a time of day in UTC. The actor turns the occurrences
-//! within the next 24 hours of wall-clock time into core's virtual-time
-//! schedule (through the clock's compression), and does so again every
-//! minute, so the schedule repeats every day.
+//! spinups, each at a time of day in UTC. The actor maps today's 00:00 UTC
+//! and the length of a day onto the virtual clock ([`daily_schedule`]);
+//! core's autoscaler fires every occurrence once a day from then on.
 
 use std::collections::HashMap;
 
@@ -34,7 +33,7 @@ use slogate_core::route::{Routing, RoutingPolicy};
 use slogate_core::scale::autoscaler::AutoscalerStats;
 use slogate_core::scale::trigger::TriggerEvaluation;
 use slogate_core::objective::Outcome;
-use slogate_core::scale::{Autoscaler, AutoscalerConfig, AutoscalerPolicy, ScaleDecision, ScheduledSpinup};
+use slogate_core::scale::{Autoscaler, AutoscalerConfig, AutoscalerPolicy, DailySchedule, ScaleDecision, ScheduledSpinup};
 use slogate_core::sim::{ClusterCommand, Controller, Observation};
 use slogate_core::time::Duration;
 
@@ -188,19 +187,16 @@ pub fn unix_now_s() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// The occurrences of `daily` (times after 00:00 UTC) within 24 hours of
-/// the wall-clock instant `unix_now_s`, as virtual instants: `now` plus the
-/// wall-clock wait times `compression`.
-pub fn upcoming(daily: &[ScheduledSpinup], unix_now_s: f64, now: slogate_core::time::Instant, compression: f64) -> Vec<ScheduledSpinup> {
-    let into_day = unix_now_s.rem_euclid(86_400.0);
-    daily
-        .iter()
-        .map(|spinup| {
-            let at = spinup.at.as_secs_f64().rem_euclid(86_400.0);
-            let wait = if at >= into_day { at - into_day } else { at + 86_400.0 - into_day };
-            ScheduledSpinup { at: now + Duration::from_secs_f64(wait * compression), size: spinup.size }
-        })
-        .collect()
+/// `daily` (times after 00:00 UTC) on the virtual clock: the day that
+/// holds the wall-clock instant `unix_now_s` starts `into_day × compression`
+/// virtual seconds before `now`, and a day lasts `86,400 × compression`.
+pub fn daily_schedule(daily: Vec<ScheduledSpinup>, unix_now_s: f64, now: slogate_core::time::Instant, compression: f64) -> DailySchedule {
+    let into_day = unix_now_s.rem_euclid(86_400.0) * compression;
+    DailySchedule {
+        spinups: daily,
+        day_start: slogate_core::time::Instant::from_secs_f64(now.as_secs_f64() - into_day),
+        day_length: Duration::from_secs_f64(86_400.0 * compression),
+    }
 }
 
 impl AutoscalerActor {
@@ -217,14 +213,6 @@ impl AutoscalerActor {
             last_command_error: None,
             mailbox_capacity,
             tuning: None,
-        }
-    }
-
-    /// Re-arms core's schedule from the daily one.
-    fn arm_schedule(&mut self) {
-        if let Some(tuning) = &self.tuning {
-            let planned = upcoming(&tuning.daily, unix_now_s(), self.clock.now(), self.clock.compression());
-            self.core.set_schedule(planned);
         }
     }
 
@@ -295,8 +283,6 @@ impl Actor for AutoscalerActor {
                 actor.act(ctx);
             }
         });
-        // The daily schedule rolls forward.
-        ctx.run_interval(std::time::Duration::from_secs(60), |actor, _ctx| actor.arm_schedule());
     }
 }
 
@@ -344,8 +330,9 @@ impl Handler<ApplyTuning> for AutoscalerActor {
 
     fn handle(&mut self, message: ApplyTuning, _ctx: &mut Self::Context) {
         self.core.set_config(message.knobs);
+        let now = self.clock.now();
+        self.core.set_daily_schedule(now, daily_schedule(message.daily.clone(), unix_now_s(), now, self.clock.compression()));
         self.tuning = Some(ActiveTuning { source: message.source, daily: message.daily, expected: message.expected, applied_at_unix_s: unix_now_s() as i64 });
-        self.arm_schedule();
     }
 }
 
@@ -366,14 +353,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn daily_spinups_come_round_within_a_day_scaled_by_the_compression() {
-        let daily = [ScheduledSpinup { at: Instant::from_secs_f64(3_600.0), size: Rpu(8) }, ScheduledSpinup { at: Instant::from_secs_f64(7_200.0), size: Rpu(16) }];
-        // 01:30 UTC, virtual now 1000 s, 6x compression: 02:00 is 30 real
-        // minutes (3 virtual hours) away, 01:00 is tomorrow (23.5 real
-        // hours).
-        let now = Instant::from_secs_f64(1_000.0);
-        let next = upcoming(&daily, 20_000.0 * 86_400.0 + 5_400.0, now, 6.0);
-        assert_eq!(next[1], ScheduledSpinup { at: Instant::from_secs_f64(1_000.0 + 1_800.0 * 6.0), size: Rpu(16) });
-        assert_eq!(next[0].at, Instant::from_secs_f64(1_000.0 + (86_400.0 - 1_800.0) * 6.0));
+    fn a_day_maps_onto_the_virtual_clock_through_the_compression() {
+        // 01:30 UTC, virtual now 100,000 s, 6x compression: today started
+        // 5,400 x 6 virtual seconds ago and a day lasts 518,400.
+        let daily = vec![ScheduledSpinup { at: Instant::from_secs_f64(7_200.0), size: Rpu(16) }];
+        let schedule = daily_schedule(daily.clone(), 20_000.0 * 86_400.0 + 5_400.0, Instant::from_secs_f64(100_000.0), 6.0);
+        assert_eq!(schedule.day_start, Instant::from_secs_f64(100_000.0 - 5_400.0 * 6.0));
+        assert_eq!(schedule.day_length, Duration::from_secs(518_400));
+        assert_eq!(schedule.spinups, daily);
     }
 }

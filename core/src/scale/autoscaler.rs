@@ -144,6 +144,34 @@ pub struct ScheduledSpinup {
     pub size: Rpu,
 }
 
+/// Planned spinups that repeat every day (the live node's tuned schedule).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DailySchedule {
+    /// Each `at` is a time of day: how long after the day's start, in
+    /// wall-clock time (under 86,400 s).
+    pub spinups: Vec<ScheduledSpinup>,
+    /// The virtual instant a day starts at (any day's 00:00 UTC).
+    pub day_start: Instant,
+    /// A day's length in virtual time (86,400 s times the clock's
+    /// compression).
+    pub day_length: crate::time::Duration,
+}
+
+impl DailySchedule {
+    /// Day `day`'s occurrences (day 0 starts at `day_start`).
+    fn occurrences(&self, day: i64) -> impl Iterator<Item = ScheduledSpinup> + '_ {
+        self.spinups.iter().map(move |s| {
+            let days = day as f64 + s.at.as_secs_f64() / 86_400.0;
+            ScheduledSpinup { at: Instant::from_secs_f64(self.day_start.as_secs_f64() + days * self.day_length.as_secs_f64()), size: s.size }
+        })
+    }
+
+    /// The index of the day holding `now`.
+    fn day_of(&self, now: Instant) -> i64 {
+        ((now.as_secs_f64() - self.day_start.as_secs_f64()) / self.day_length.as_secs_f64().max(1e-9)).floor() as i64
+    }
+}
+
 /// Counters over the autoscaler's life.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AutoscalerStats {
@@ -182,6 +210,9 @@ pub struct Autoscaler {
     pending: Option<(SelectorMode, BTreeSet<ClusterId>)>,
     /// Planned spinups not yet fired, latest first (the next is last).
     schedule: Vec<ScheduledSpinup>,
+    /// The repeating schedule, and the last day whose occurrences are in
+    /// `schedule`.
+    daily: Option<(DailySchedule, i64)>,
 }
 
 impl Autoscaler {
@@ -209,7 +240,31 @@ impl Autoscaler {
             defer_selections: false,
             pending: None,
             schedule: Vec::new(),
+            daily: None,
         }
+    }
+
+    /// Replaces the planned spinups with `daily`, repeating every day from
+    /// `now` on: each occurrence fires once, today's past ones not at all.
+    pub fn set_daily_schedule(&mut self, now: Instant, daily: DailySchedule) {
+        let today = daily.day_of(now);
+        let mut schedule: Vec<ScheduledSpinup> = daily.occurrences(today).filter(|s| s.at >= now).collect();
+        schedule.extend(daily.occurrences(today + 1));
+        self.store_schedule(schedule);
+        self.daily = Some((daily, today + 1));
+    }
+
+    /// Keeps tomorrow's occurrences of the daily schedule armed.
+    fn arm_daily(&mut self, now: Instant) {
+        let Some((daily, armed)) = &mut self.daily else { return };
+        let tomorrow = daily.day_of(now) + 1;
+        if *armed >= tomorrow {
+            return;
+        }
+        let mut added: Vec<ScheduledSpinup> = (*armed + 1..=tomorrow).flat_map(|day| daily.occurrences(day).collect::<Vec<_>>()).collect();
+        *armed = tomorrow;
+        added.append(&mut self.schedule);
+        self.store_schedule(added);
     }
 
     /// Applies new knobs (the policy tuner's): the windows keep their
@@ -221,9 +276,14 @@ impl Autoscaler {
         self.config = config;
     }
 
-    /// Replaces the planned spinups with `schedule` (any order); those at
-    /// or before the next instant handled fire then.
-    pub fn set_schedule(&mut self, mut schedule: Vec<ScheduledSpinup>) {
+    /// Replaces the planned spinups (a daily schedule too) with `schedule`
+    /// (any order); those at or before the next instant handled fire then.
+    pub fn set_schedule(&mut self, schedule: Vec<ScheduledSpinup>) {
+        self.daily = None;
+        self.store_schedule(schedule);
+    }
+
+    fn store_schedule(&mut self, mut schedule: Vec<ScheduledSpinup>) {
         schedule.sort_by(|a, b| b.cmp(a));
         self.schedule = schedule;
     }
@@ -241,6 +301,7 @@ impl Autoscaler {
 
     /// Fires the planned spinups due at `now`.
     fn run_schedule(&mut self, now: Instant, pool: &Pool) {
+        self.arm_daily(now);
         while let Some(next) = self.schedule.last().copied().filter(|s| s.at <= now) {
             self.schedule.pop();
             let live = pool
@@ -594,5 +655,29 @@ mod tests {
         assert_eq!(autoscaler.poll_command(), None);
         assert!(matches!(autoscaler.decisions().last(), Some(ScaleDecision::Skipped { reason, .. }) if reason.contains("maximum")));
         assert_eq!(autoscaler.schedule().count(), 0);
+    }
+
+    #[test]
+    fn a_daily_schedule_fires_each_occurrence_once_a_day() {
+        // Days of 1,000 virtual seconds (86.4x compression); spinups at
+        // 06:00 and 18:00; set at 12:00 of day 0, so day 0's 06:00 is past.
+        let pool = crate::scale::replay::pool_of(&[Rpu(16)]);
+        let router = crate::route::RoundRobin::default();
+        let daily = DailySchedule {
+            spinups: vec![ScheduledSpinup { at: Instant::from_secs_f64(21_600.0), size: Rpu(8) }, ScheduledSpinup { at: Instant::from_secs_f64(64_800.0), size: Rpu(16) }],
+            day_start: Instant::ZERO,
+            day_length: Duration::from_secs(1_000),
+        };
+        let config = AutoscalerConfig { max_clusters: 100, ..AutoscalerConfig::default() };
+        let mut autoscaler = Autoscaler::new(config, AutoscalerPolicy::SLOGATE, BillingConfig::default());
+        autoscaler.set_daily_schedule(Instant::from_secs_f64(500.0), daily);
+        let mut fired = Vec::new();
+        while let Some(at) = autoscaler.poll_timeout().filter(|at| *at < Instant::from_secs_f64(3_000.0)) {
+            autoscaler.handle_timeout(at, &pool, &router);
+            while let Some(ClusterCommand::SpinUp { size }) = autoscaler.poll_command() {
+                fired.push((at.as_secs_f64().round(), size.0));
+            }
+        }
+        assert_eq!(fired, vec![(750.0, 16), (1_250.0, 8), (1_750.0, 16), (2_250.0, 8), (2_750.0, 16)]);
     }
 }

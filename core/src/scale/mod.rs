@@ -34,7 +34,7 @@ use crate::model::Rpu;
 use crate::time::Duration;
 use replay::SelectorConfig;
 
-pub use autoscaler::{Autoscaler, AutoscalerPolicy, ScaleAction, ScaleDecision, ScheduledSpinup, SpinupPolicy};
+pub use autoscaler::{Autoscaler, AutoscalerPolicy, DailySchedule, ScaleAction, ScaleDecision, ScheduledSpinup, SpinupPolicy};
 
 /// The autoscaler's knobs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
