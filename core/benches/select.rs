@@ -14,31 +14,14 @@
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use slogate_core::billing::BillingConfig;
 use slogate_core::model::{QueryId, Rpu, Slo, TemplateId};
-use slogate_core::predict::concurrency::{ConcurrencyAware, ConcurrencyConfig};
-use slogate_core::predict::{LatencyPredictor, Observation};
-use slogate_core::route::slo::SloRouter;
 use slogate_core::scale::AutoscalerConfig;
 use slogate_core::scale::replay::{SelectorConfig, SelectorMode, pool_of, select_spinup_size};
 use slogate_core::scale::windows::ArrivalRecord;
 use slogate_core::time::{Duration, Instant};
 
-fn isolated_s(template: u32, size: u32) -> f64 {
-    f64::from(template % 17 + 1) * 2.0 * 16.0 / f64::from(size)
-}
+mod common;
 
-fn router() -> SloRouter<ConcurrencyAware> {
-    let mut p = ConcurrencyAware::new(ConcurrencyConfig::default());
-    for t in 1..=99u32 {
-        for size in [4u32, 8, 16, 32] {
-            for n in [0u32, 1, 2, 4, 8, 16, 32, 64] {
-                let latency = isolated_s(t, size) * (1.0 + f64::from(n) / 4.0);
-                p.observe(&Observation { template: TemplateId(t), size: Rpu(size), neighbours: n, latency: Duration::from_secs_f64(latency), censored: false });
-            }
-        }
-    }
-    p.fit();
-    SloRouter::new("slogate", p, BillingConfig::default())
-}
+use common::{isolated_s, router};
 
 fn window(rate_per_s: f64, decision: Instant) -> Vec<ArrivalRecord> {
     let count = (300.0 * rate_per_s).round() as u64;

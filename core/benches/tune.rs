@@ -19,32 +19,15 @@
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use slogate_core::billing::BillingConfig;
 use slogate_core::model::{PoolId, Query, QueryId, Rpu, Slo, TemplateId};
-use slogate_core::predict::concurrency::{ConcurrencyAware, ConcurrencyConfig};
-use slogate_core::predict::{LatencyPredictor, Observation};
-use slogate_core::route::slo::SloRouter;
 use slogate_core::scale::{AutoscalerConfig, AutoscalerPolicy};
 use slogate_core::time::{Duration, Instant};
 use slogate_core::tune::batch::QueryTrace;
 use slogate_core::tune::schedule::find_good_spinup_times;
 use slogate_core::tune::{BatchSetup, ExecutionConfig, PlannerTerms, simulate_batch};
 
-fn isolated_s(template: u32, size: u32) -> f64 {
-    f64::from(template % 17 + 1) * 2.0 * 16.0 / f64::from(size)
-}
+mod common;
 
-fn router() -> SloRouter<ConcurrencyAware> {
-    let mut p = ConcurrencyAware::new(ConcurrencyConfig::default());
-    for t in 1..=99u32 {
-        for size in [4u32, 8, 16, 32] {
-            for n in [0u32, 1, 2, 4, 8, 16, 32, 64] {
-                let latency = isolated_s(t, size) * (1.0 + f64::from(n) / 4.0);
-                p.observe(&Observation { template: TemplateId(t), size: Rpu(size), neighbours: n, latency: Duration::from_secs_f64(latency), censored: false });
-            }
-        }
-    }
-    p.fit();
-    SloRouter::new("slogate", p, BillingConfig::default())
-}
+use common::{isolated_s, router};
 
 /// `count` queries over a day, denser in office hours.
 fn day(count: u64, seed: u64) -> Vec<Query> {

@@ -80,7 +80,7 @@ pub struct Rais {
     light_since: Option<Instant>,
     /// The cluster to tear down once a replacement is ready.
     replacing: Option<ClusterId>,
-    commands: Vec<ClusterCommand>,
+    commands: std::collections::VecDeque<ClusterCommand>,
     /// Replacements requested, `(at, size)`.
     pub resizes: Vec<(Instant, Rpu)>,
 }
@@ -89,14 +89,14 @@ impl Rais {
     /// A controller with `config`, first looking after one interval.
     pub fn new(config: RaisConfig) -> Self {
         let next_tick = Some(Instant::ZERO + config.interval);
-        Rais { config, next_tick, light_since: None, replacing: None, commands: Vec::new(), resizes: Vec::new() }
+        Rais { config, next_tick, light_since: None, replacing: None, commands: std::collections::VecDeque::new(), resizes: Vec::new() }
     }
 
     fn resize(&mut self, now: Instant, from: ClusterId, size: Rpu) {
         self.replacing = Some(from);
         self.light_since = None;
         self.resizes.push((now, size));
-        self.commands.push(ClusterCommand::SpinUp { size });
+        self.commands.push_back(ClusterCommand::SpinUp { size });
     }
 }
 
@@ -111,7 +111,7 @@ impl Controller for Rais {
             && pool.clusters.iter().any(|c| c.id == old && c.state == ClusterState::Ready)
         {
             self.replacing = None;
-            self.commands.push(ClusterCommand::TearDown { cluster: old });
+            self.commands.push_back(ClusterCommand::TearDown { cluster: old });
         }
     }
 
@@ -147,7 +147,7 @@ impl Controller for Rais {
     }
 
     fn poll_command(&mut self) -> Option<ClusterCommand> {
-        (!self.commands.is_empty()).then(|| self.commands.remove(0))
+        self.commands.pop_front()
     }
 }
 
