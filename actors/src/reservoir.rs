@@ -48,6 +48,8 @@ pub trait ReservoirStore: Send {
     fn load(&self) -> Result<StoredTables>;
     /// Reads logged executions from sequence `from`, at most `limit`.
     fn executions(&self, from: u64, limit: usize) -> Result<Vec<ExecutionRecord>>;
+    /// Reads the last `limit` logged executions, oldest first.
+    fn recent_executions(&self, limit: usize) -> Result<Vec<ExecutionRecord>>;
     /// Makes everything written so far durable.
     fn flush(&self) -> Result<()>;
 }
@@ -167,6 +169,21 @@ impl ReservoirStore for SledStore {
             .collect()
     }
 
+    fn recent_executions(&self, limit: usize) -> Result<Vec<ExecutionRecord>> {
+        let mut records = self
+            .executions
+            .iter()
+            .rev()
+            .take(limit)
+            .map(|row| {
+                let (_, value) = row?;
+                serde_json::from_slice(&value).map_err(|_| Error::CorruptStore("execution record"))
+            })
+            .collect::<Result<Vec<ExecutionRecord>>>()?;
+        records.reverse();
+        Ok(records)
+    }
+
     fn flush(&self) -> Result<()> {
         self.db.flush()?;
         Ok(())
@@ -210,6 +227,14 @@ pub struct GetCounts(pub CalendarHour);
 #[derive(Message)]
 #[rtype(result = "Reservoir")]
 pub struct GetSnapshot;
+
+/// Reads the most recent `limit` executions of the log, oldest first.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<ExecutionRecord>>")]
+pub struct GetRecentExecutions {
+    /// At most this many.
+    pub limit: usize,
+}
 
 /// Reads the observable state.
 #[derive(Message)]
@@ -370,6 +395,14 @@ impl Handler<GetSnapshot> for ReservoirActor {
 
     fn handle(&mut self, _message: GetSnapshot, _ctx: &mut Self::Context) -> Self::Result {
         MessageResult(self.reservoir.clone())
+    }
+}
+
+impl Handler<GetRecentExecutions> for ReservoirActor {
+    type Result = Result<Vec<ExecutionRecord>>;
+
+    fn handle(&mut self, message: GetRecentExecutions, _ctx: &mut Self::Context) -> Self::Result {
+        self.store.as_ref().ok_or(Error::ShuttingDown)?.recent_executions(message.limit)
     }
 }
 

@@ -785,6 +785,7 @@ impl Handler<CompletionUpdate> for RouterShard {
                         neighbours_at_dispatch: flight.neighbours_at_dispatch,
                         latency,
                         censored: !completed,
+                        queued: report.started.map_or(slogate_core::time::Duration::ZERO, |started| started.saturating_duration_since(report.dispatched)),
                     };
                     if reservoir.try_send(ExecutionUpdate(record)).is_err() {
                         self.reservoir_updates_dropped += 1;

@@ -20,10 +20,10 @@ use slogate_core::model::PoolId;
 use slogate_core::objective::Outcome;
 use slogate_core::scale::AutoscalerConfig;
 use slogate_core::time::Duration;
-use slogate_core::tune::{BatchSetup, ExecutionConfig, SloBook, TuningConfig, TuningPhase, tune_pool};
+use slogate_core::tune::{BatchSetup, Calibration, ExecutionConfig, SloBook, TuningConfig, TuningPhase, tune_pool};
 
 use crate::autoscaler::{ApplyTuning, AutoscalerActor, unix_now_s};
-use crate::reservoir::{GetSnapshot, ReservoirActor};
+use crate::reservoir::{GetRecentExecutions, GetSnapshot, ReservoirActor};
 use crate::router::{ForkPlanner, GetSloBook, RouterShard};
 use crate::{Error, Result};
 
@@ -65,7 +65,14 @@ pub struct TunedConfig {
     pub duration_s: f64,
     /// Wall-clock UNIX seconds when it finished.
     pub finished_at_unix_s: i64,
+    /// What the planner's warehouse learned from the execution log (slots
+    /// per size, latency spread around the predictions).
+    #[serde(default)]
+    pub calibration: Calibration,
 }
+
+/// The most recent logged executions the planner calibrates on.
+pub const CALIBRATION_EXECUTIONS_MAX: usize = 50_000;
 
 /// Starts a run now, unless one is going.
 #[derive(Message)]
@@ -177,14 +184,19 @@ impl TunerActor {
             let tables = reservoir.send(GetSnapshot).await.map_err(|_| "the reservoir is not answering".to_owned())?;
             let slos = router.send(GetSloBook { pool: pool.clone() }).await.map_err(|_| "the router shard is not answering".to_owned())?.map_err(|e| e.to_string())?;
             let (planner, _) = router.send(ForkPlanner { pool }).await.map_err(|_| "the router shard is not answering".to_owned())?.map_err(|e| e.to_string())?;
-            Ok::<_, String>((tables, slos, planner))
+            let executions = reservoir
+                .send(GetRecentExecutions { limit: CALIBRATION_EXECUTIONS_MAX })
+                .await
+                .map_err(|_| "the reservoir is not answering".to_owned())?
+                .map_err(|e| format!("cannot read the execution log: {e}"))?;
+            Ok::<_, String>((tables, slos, planner, executions))
         };
         ctx.spawn(gather.into_actor(self).map(|gathered, actor, ctx| {
-            let (tables, slos, planner) = match gathered {
+            let (tables, slos, planner, executions) = match gathered {
                 Ok(parts) => parts,
                 Err(reason) => return ctx.notify(TuningFinished(Err(reason))),
             };
-            let settings = actor.settings.clone();
+            let mut settings = actor.settings.clone();
             let phase = Arc::clone(&actor.phase);
             let me = ctx.address();
             std::thread::spawn(move || {
@@ -194,6 +206,10 @@ impl TunerActor {
                 let history = day - settings.history_days as i32..day;
                 let book = SloBook { by_template: slos, default: settings.default_slo };
                 let base = ExecutionConfig { spinups: Vec::new(), knobs: settings.base_knobs.clone() };
+                let observations: Vec<_> = executions.iter().map(|r| r.observation()).collect();
+                let samples: Vec<_> = executions.iter().map(|r| r.admission_sample()).collect();
+                let calibration = Calibration::learn(planner.fork_predictor().as_ref(), &observations, &samples);
+                settings.setup.terms.calibration = calibration.clone();
                 let report = tune_pool(&tables, day, history, &book, &settings.setup, planner.as_ref(), &base, &settings.config, &mut |p| {
                     *phase.lock().expect("the phase lock is never poisoned") = Some(p);
                 });
@@ -206,6 +222,7 @@ impl TunerActor {
                     simulations: report.simulations,
                     duration_s: started.elapsed().as_secs_f64(),
                     finished_at_unix_s: unix_now_s() as i64,
+                    calibration,
                 })));
             });
         }));

@@ -1,7 +1,7 @@
 //! The Reservoir actor against a real sled store in a scratch directory.
 
 use actix::Actor;
-use slogate_actors::reservoir::{ArrivalUpdate, ExecutionUpdate, Flush, GetCounts, GetState, ReservoirActor, ReservoirStore, Shutdown, SledStore};
+use slogate_actors::reservoir::{ArrivalUpdate, ExecutionUpdate, Flush, GetCounts, GetRecentExecutions, GetState, ReservoirActor, ReservoirStore, Shutdown, SledStore};
 use slogate_core::model::{ClusterId, QueryId, Rpu, TemplateId};
 use slogate_core::reservoir::{CalendarHour, ExecutionRecord, ReservoirConfig};
 use slogate_core::time::Duration;
@@ -21,6 +21,7 @@ fn record(id: u64) -> ExecutionRecord {
         neighbours_at_dispatch: 2,
         latency: Duration::from_millis(8_000),
         censored: false,
+        queued: Duration::from_millis(id * 100),
     }
 }
 
@@ -53,8 +54,17 @@ async fn counts_and_executions_survive_a_restart() {
     assert_eq!(counts, vec![(TemplateId(1), 10), (TemplateId(2), 10), (TemplateId(3), 10)]);
     let state = actor.send(GetState).await.unwrap();
     assert_eq!((state.arrivals, state.executions), (30, 5));
+    let recent = actor.send(GetRecentExecutions { limit: 3 }).await.unwrap().unwrap();
+    assert_eq!(recent, (2..5).map(record).collect::<Vec<_>>());
     actor.send(Shutdown).await.unwrap().unwrap();
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn execution_records_logged_before_queueing_was_recorded_read_zero_queueing() {
+    let old = r#"{"query":1,"template":3,"cluster":0,"size":16,"neighbours_at_dispatch":2,"latency":8000000,"censored":false}"#;
+    let decoded: ExecutionRecord = serde_json::from_str(old).unwrap();
+    assert_eq!(decoded, ExecutionRecord { queued: Duration::ZERO, ..record(1) });
 }
 
 #[actix_rt::test]

@@ -127,6 +127,10 @@ pub struct ExecutionRecord {
     pub latency: crate::time::Duration,
     /// Timed out or cut short: `latency` is only a lower bound.
     pub censored: bool,
+    /// From placement to start: how long the cluster's admission queue
+    /// held it. Logs written before it was recorded read zero.
+    #[serde(default)]
+    pub queued: crate::time::Duration,
 }
 
 impl ExecutionRecord {
@@ -140,6 +144,11 @@ impl ExecutionRecord {
             latency: self.latency,
             censored: self.censored,
         }
+    }
+
+    /// The record as the planner's admission model learns from it.
+    pub fn admission_sample(&self) -> crate::tune::AdmissionSample {
+        crate::tune::AdmissionSample { size: self.size, neighbours: self.neighbours_at_dispatch, queued: self.queued }
     }
 }
 

@@ -136,7 +136,7 @@ struct TraceArgs {
 struct EvalArgs {
     /// A built-in scenario (`base`, `router-table2`, `calibrate`,
     /// `predictor-real`, `predictor-sim`, `size-table3`, `trigger-table4`,
-    /// `bursty-service`, `tuner-table5`, `e2e-diurnal`) or a scenario TOML
+    /// `bursty-service`, `tuner-table5`, `e2e-diurnal`, `planner-fidelity`) or a scenario TOML
     /// file.
     scenario: String,
     /// Comma-separated policies (default: the scenario's).
@@ -244,6 +244,14 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
     if args.scenario == "e2e-diurnal" {
         let report = crate::eval::e2e::run(args.seed.unwrap_or(1))?;
         print(&crate::eval::e2e::render(&report));
+        if let Some(path) = &args.json {
+            write_json(path, &report)?;
+        }
+        return Ok(());
+    }
+    if args.scenario == "planner-fidelity" {
+        let report = crate::eval::fidelity::run(args.seed.unwrap_or(1))?;
+        print(&crate::eval::fidelity::render(&report));
         if let Some(path) = &args.json {
             write_json(path, &report)?;
         }
@@ -495,6 +503,7 @@ fn load_scenario(name: &str) -> Result<Scenario> {
         known.push("bursty-service");
         known.push("tuner-table5");
         known.push("e2e-diurnal");
+        known.push("planner-fidelity");
         return Err(Error::UnknownScenario { name: name.to_owned(), known: known.join(", ") });
     }
     Scenario::from_path(path)

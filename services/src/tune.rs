@@ -24,10 +24,10 @@ use slogate_core::model::TemplateId;
 use slogate_core::predict::Observation;
 use slogate_core::reservoir::{CalendarHour, Reservoir, ReservoirConfig};
 use slogate_core::time::Duration;
-use slogate_core::tune::{ExecutionConfig, SloBook, TuningPhase, TuningReport, tune_pool};
+use slogate_core::tune::{AdmissionSample, Calibration, ExecutionConfig, SloBook, TuningPhase, TuningReport, tune_pool};
 
 use crate::config::{NodeConfig, PoolSection};
-use crate::eval::{Scenario, build_policy, training_observations};
+use crate::eval::{Scenario, build_policy, training_executions};
 use crate::{Error, Result};
 
 /// Where the history comes from.
@@ -66,8 +66,12 @@ struct History {
     reservoir: Reservoir,
     slos: BTreeMap<TemplateId, Duration>,
     observations: Vec<Observation>,
+    admissions: Vec<AdmissionSample>,
     default_day: i32,
 }
+
+/// The most recent logged executions read.
+const EXECUTIONS_MAX: usize = 200_000;
 
 /// The trace's epoch: its second 0 is 00:00 UTC of this day (2024-04-01),
 /// so its days keep their weekdays stable.
@@ -97,7 +101,7 @@ fn read_trace(path: &Path) -> Result<History> {
         })
         .collect();
     let default_day = TRACE_FIRST_DAY + (last_s / 86_400.0).floor() as i32 + 1;
-    Ok(History { reservoir, slos, observations: Vec::new(), default_day })
+    Ok(History { reservoir, slos, observations: Vec::new(), admissions: Vec::new(), default_day })
 }
 
 fn read_reservoir(dir: &Path, kappa: f64) -> Result<History> {
@@ -111,19 +115,12 @@ fn read_reservoir(dir: &Path, kappa: f64) -> Result<History> {
     let tables = store.load().map_err(|e| Error::Node(e.to_string()))?;
     let mut reservoir = Reservoir::new(ReservoirConfig::default());
     reservoir.restore(tables.counts, tables.totals, tables.samples);
-    let mut observations = Vec::new();
-    let mut from = 0;
-    loop {
-        let batch = store.executions(from, 10_000).map_err(|e| Error::Node(e.to_string()))?;
-        if batch.is_empty() {
-            break;
-        }
-        from += batch.len() as u64;
-        observations.extend(batch.iter().map(|r| r.observation()));
-    }
+    let records = store.recent_executions(EXECUTIONS_MAX).map_err(|e| Error::Node(e.to_string()))?;
+    let observations = records.iter().map(|r| r.observation()).collect();
+    let admissions = records.iter().map(|r| r.admission_sample()).collect();
     let slos = Scenario::templates().iter().map(|t| (t.id, t.baseline_latency.mul_f64(kappa))).collect();
     let today = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) / 86_400) as i32;
-    Ok(History { reservoir, slos, observations, default_day: today + 1 })
+    Ok(History { reservoir, slos, observations, admissions, default_day: today + 1 })
 }
 
 fn pool_of<'a>(config: &'a NodeConfig, name: Option<&str>) -> Result<(usize, &'a PoolSection)> {
@@ -148,26 +145,30 @@ pub fn run(request: &TuneRequest, progress: &mut dyn FnMut(TuningPhase)) -> Resu
     let config = pool.tune.to_core(&format!("pool[{index}].tune"), request.seed)?;
     let mut sizes: Vec<u32> = pool.clusters.clone();
     sizes.extend(knobs.sizes.iter().map(|s| s.0));
-    let mut observations = training_observations(&sizes, request.seed);
+    let (mut observations, mut admissions) = training_executions(&sizes, request.seed);
     observations.extend(history.observations);
+    admissions.extend(history.admissions);
     let router = build_policy("slogate", &observations)?;
     let planner = router.fork_planner().ok_or_else(|| Error::Config("the slogate router cannot plan".into()))?;
+    let mut setup = setup;
+    setup.terms.calibration = Calibration::learn(planner.fork_predictor().as_ref(), &observations, &admissions);
     let day = request.day.unwrap_or(history.default_day);
     let history_days = request.history_days.unwrap_or(pool.tune.history_days);
     let slos = SloBook { by_template: history.slos, default: Duration::from_secs_f64(request.default_slo_s) };
     let base = ExecutionConfig { spinups: Vec::new(), knobs };
     let report = tune_pool(&history.reservoir, day, day - history_days as i32..day, &slos, &setup, planner.as_ref(), &base, &config, progress);
-    Ok((render(&pool.name, history_days, &report), report))
+    Ok((render(&pool.name, history_days, &report, &setup.terms.calibration), report))
 }
 
 /// The configuration as a `[pool.autoscale]` fragment.
-pub fn render(pool: &str, history_days: u32, report: &TuningReport) -> String {
+pub fn render(pool: &str, history_days: u32, report: &TuningReport, calibration: &Calibration) -> String {
     let (y, m, d) = CalendarHour { day: report.day, hour: 0 }.date();
     let k = &report.config.knobs;
     let mut out = String::new();
     let _ = writeln!(out, "# slogate tune: pool `{pool}`, target day {y:04}-{m:02}-{d:02}, {history_days} days of history,");
     let _ = writeln!(out, "# {:.0} forecast queries per day, {} simulations.", report.forecast_queries_per_day, report.simulations);
     let _ = writeln!(out, "# Expected on the validation forecasts: VR {:.2}%, ${:.3} per day.", report.expected.violations * 100.0, report.expected.cost_usd);
+    let _ = writeln!(out, "# Planner calibrated from the execution log: {calibration}.");
     let _ = writeln!(out, "# Paste into the pool's [[pool]] section (or replace its [pool.autoscale] keys).");
     let _ = writeln!(out, "[pool.autoscale]");
     let _ = writeln!(out, "idle_teardown_s = {}", k.idle_teardown.as_micros() / 1_000_000);

@@ -14,6 +14,9 @@
 //!   decay, previous day, or a window), split into training and validation.
 //! - [`predicted`]: the planner's warehouse, where queries complete when
 //!   the learned predictor says so.
+//! - [`calibration`]: what it learns beyond the predictor's curve from
+//!   observed executions: executing slots per size and the spread of
+//!   latencies around the predictions.
 //! - [`batch`]: SimulateBatch, execution configurations × workloads on the
 //!   planner's warehouse, in parallel.
 //! - [`schedule`]: the spinup scheduler: candidate times from congestion
@@ -22,6 +25,7 @@
 //!   descent and adaptive batches over the autoscaler's knobs.
 
 pub mod batch;
+pub mod calibration;
 pub mod configure;
 pub mod forecast;
 pub mod predicted;
@@ -38,6 +42,7 @@ use crate::reservoir::Reservoir;
 use crate::route::PlanningRouter;
 use crate::time::{Duration, Instant};
 
+pub use calibration::{AdmissionModel, AdmissionSample, Calibration, ResidualModel};
 pub use batch::{BatchSetup, ExecutionConfig, RunOutcome, simulate_batch};
 pub use configure::{TuneStrategy, TunerConfig, Tuning, tune_configuration};
 pub use forecast::{ForecastConfig, ForecastDay, ForecastMethod, Forecasts, forecast};

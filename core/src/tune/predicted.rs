@@ -12,9 +12,14 @@
 //! second, so that it takes exactly `predict(t, s, n)` if `n` stays put,
 //! speeds up when neighbours leave and slows down when they arrive. (The
 //! router's own predictions are guarded and never come down; completing by
-//! them would make every query as slow as its busiest moment.) A query
-//! placed on a starting cluster waits there and starts when the cluster is
-//! ready. A query still running at `query_timeout` after its arrival times
+//! them would make every query as slow as its busiest moment.) A cluster
+//! whose size has learned admission slots
+//! ([`AdmissionModel`](crate::tune::AdmissionModel)) executes at
+//! most that many at once and queues the rest in placement order, as the
+//! workload manager does. A query placed on a starting cluster waits there
+//! and is admitted when the cluster is ready.
+//! Each query's work is stretched by its residual factor
+//! ([`ResidualModel`](crate::tune::ResidualModel)). A query still running at `query_timeout` after its arrival times
 //! out. Offloads take the template's isolated latency at the tier's
 //! reference size, scaled by the tier's speed, plus a cold start when no
 //! warm instance is left.
@@ -24,6 +29,7 @@
 //! - (A) Every dispatched query is reported finished exactly once.
 //! - (B) A query running alone takes its predicted isolated latency; with
 //!   a fixed set of neighbours, its predicted latency at that concurrency.
+//! - (D) No cluster executes more queries than its learned slots.
 //! - (C) Deterministic: the same dispatches give the same events.
 
 use std::collections::VecDeque;
@@ -35,6 +41,7 @@ use crate::elastic::{ElasticConfig, ElasticPool, ProvisionedBilling};
 use crate::model::{ClusterId, ClusterState, ExecutionOutcome, ExecutionReport, Query, QueryId, Rpu, Target, TemplateId, WarehouseEvent};
 use crate::predict::LatencyPredictor;
 use crate::sim::Warehouse;
+use crate::tune::calibration::Calibration;
 use crate::time::{Duration, Instant};
 
 /// What the planner knows of the platform besides its predictor.
@@ -52,6 +59,10 @@ pub struct PlannerTerms {
     pub provisioned: Option<ProvisionedBilling>,
     /// The elastic tier, if the pool has one.
     pub elastic: Option<ElasticConfig>,
+    /// Executing slots per size and the latency spread, learned from
+    /// observed executions.
+    #[serde(default)]
+    pub calibration: Calibration,
 }
 
 impl Default for PlannerTerms {
@@ -63,6 +74,7 @@ impl Default for PlannerTerms {
             billing: BillingConfig::default(),
             provisioned: None,
             elastic: None,
+            calibration: Calibration::default(),
         }
     }
 }
@@ -74,7 +86,8 @@ struct Running {
     arrival: Instant,
     dispatched: Instant,
     started: Instant,
-    /// Share of its work left.
+    /// Its work left, in shares of its predicted work (it starts at its
+    /// residual factor).
     remaining: f64,
     /// Share of its work done per second at the cluster's concurrency.
     rate: f64,
@@ -84,7 +97,7 @@ impl Running {
     /// When it completes at its current rate, from `since`, or times out.
     fn finish(&self, since: Instant, timeout: Duration) -> (Instant, ExecutionOutcome) {
         let done = if self.rate > 0.0 { since + Duration::from_secs_f64(self.remaining / self.rate) } else { Instant::MAX };
-        let deadline = self.arrival + timeout;
+        let deadline = (self.arrival + timeout).max(self.started);
         if done > deadline { (deadline, ExecutionOutcome::TimedOut) } else { (done, ExecutionOutcome::Completed) }
     }
 }
@@ -100,8 +113,14 @@ struct Cluster {
     running: Vec<Running>,
     /// When the running queries' `remaining` was last brought up to date.
     progressed_to: Instant,
-    /// Placed while starting: `(query, dispatched)`, in order.
+    /// Placed while starting, or while every slot was taken: `(query,
+    /// dispatched)`, in order.
     waiting: VecDeque<(Query, Instant)>,
+    /// Executing slots, if limited.
+    slots: Option<u32>,
+}
+
+impl Cluster {
 }
 
 /// The planner's warehouse. See the module docs.
@@ -159,6 +178,7 @@ impl PredictedWarehouse {
 
     fn start(&mut self, index: usize, now: Instant, query: &Query, dispatched: Instant) {
         self.progress(index, now);
+        let residual = self.terms.calibration.residuals.factor(query.id);
         let cluster = &mut self.clusters[index];
         cluster.running.push(Running {
             query: query.id,
@@ -166,11 +186,26 @@ impl PredictedWarehouse {
             arrival: query.arrival,
             dispatched,
             started: now,
-            remaining: 1.0,
+            remaining: residual,
             rate: 0.0,
         });
         cluster.billing.handle_query_start(now);
         self.rerate(index);
+    }
+
+    /// Starts waiting queries on cluster `index`, in order, while it has
+    /// free slots.
+    /// Starts waiting queries on cluster `index`, in order, while it has
+    /// free slots.
+    fn admit(&mut self, index: usize, now: Instant) {
+        loop {
+            let cluster = &self.clusters[index];
+            if cluster.waiting.is_empty() || cluster.slots.is_some_and(|slots| cluster.running.len() >= slots as usize) {
+                return;
+            }
+            let (query, dispatched) = self.clusters[index].waiting.pop_front().expect("not empty");
+            self.start(index, now, &query, dispatched);
+        }
     }
 
     /// The earliest predicted event strictly after nothing: `(at, kind)`.
@@ -213,11 +248,8 @@ impl PredictedWarehouse {
             Next::Ready(index) => {
                 let cluster = &mut self.clusters[index];
                 cluster.state = if cluster.gone_at.is_some() { ClusterState::Draining } else { ClusterState::Ready };
-                let waiting: Vec<(Query, Instant)> = cluster.waiting.drain(..).collect();
                 self.events.push_back(WarehouseEvent::ClusterReady { cluster: ClusterId(index as u32), at });
-                for (query, dispatched) in waiting {
-                    self.start(index, at, &query, dispatched);
-                }
+                self.admit(index, at);
                 self.drain_if_empty(index, at);
             }
             Next::Finish(index, position) => {
@@ -229,6 +261,7 @@ impl PredictedWarehouse {
                 let running = cluster.running.swap_remove(position);
                 cluster.billing.handle_query_end(finished);
                 self.rerate(index);
+                self.admit(index, finished);
                 self.events.push_back(WarehouseEvent::QueryFinished(ExecutionReport {
                     query: running.query,
                     target: Target::Cluster(ClusterId(index as u32)),
@@ -309,6 +342,7 @@ impl Warehouse for PredictedWarehouse {
             running: Vec::new(),
             progressed_to: now,
             waiting: VecDeque::new(),
+            slots: self.terms.calibration.admission.slots(size),
         });
         if warm {
             self.events.push_back(WarehouseEvent::ClusterReady { cluster: id, at: now });
@@ -320,7 +354,10 @@ impl Warehouse for PredictedWarehouse {
         self.advance(now);
         let index = cluster.0 as usize;
         match self.clusters[index].state {
-            ClusterState::Ready => self.start(index, now, query, now),
+            ClusterState::Ready => {
+                self.clusters[index].waiting.push_back((query.clone(), now));
+                self.admit(index, now);
+            }
             ClusterState::Starting => self.clusters[index].waiting.push_back((query.clone(), now)),
             state => panic!("dispatch to {cluster}, which is {state:?}: a policy bug the simulator checks"),
         }
@@ -495,6 +532,55 @@ mod tests {
         assert!(reports.iter().all(|r| r.started == Some(Instant::from_secs_f64(30.0))));
         let timed_out = reports.iter().find(|r| r.query == QueryId(2)).unwrap();
         assert_eq!((timed_out.outcome, timed_out.finished), (ExecutionOutcome::TimedOut, Instant::from_secs_f64(50.0)));
+    }
+
+    fn queued_terms() -> PlannerTerms {
+        let mut calibration = Calibration::default();
+        calibration.admission.slots.insert(Rpu(16), 1);
+        PlannerTerms { calibration, ..PlannerTerms::default() }
+    }
+
+    #[test]
+    fn a_full_cluster_queues_in_placement_order() {
+        // One slot: query 1 (10 s) runs alone; queries 2 (10 s) and 3 (2 s)
+        // queue behind it in order, each then running alone.
+        let mut w = PredictedWarehouse::new(Box::new(Linear), queued_terms());
+        w.add_cluster(Instant::ZERO, Rpu(16), true);
+        w.dispatch(Instant::ZERO, &query(1, 10, 0.0), ClusterId(0));
+        w.dispatch(Instant::from_secs_f64(1.0), &query(2, 10, 1.0), ClusterId(0));
+        w.dispatch(Instant::from_secs_f64(2.0), &query(3, 2, 2.0), ClusterId(0));
+        w.handle_timeout(Instant::from_secs_f64(1_000.0));
+        let reports: Vec<ExecutionReport> = std::iter::from_fn(|| w.poll_event()).filter_map(|e| if let WarehouseEvent::QueryFinished(r) = e { Some(r) } else { None }).collect();
+        let spans: Vec<(u64, f64, f64)> = reports.iter().map(|r| (r.query.0, r.started.unwrap().as_secs_f64(), r.finished.as_secs_f64())).collect();
+        assert_eq!(spans, vec![(1, 0.0, 10.0), (2, 10.0, 20.0), (3, 20.0, 22.0)]);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_query_finishes_once_and_no_cluster_exceeds_its_slots(
+            arrivals in proptest::collection::vec((0.0f64..300.0, 1u32..30), 1..60),
+            slots in 1u32..4,
+        ) {
+            let mut terms = queued_terms();
+            terms.calibration.admission.slots.insert(Rpu(16), slots);
+            let mut w = PredictedWarehouse::new(Box::new(Linear), terms);
+            w.add_cluster(Instant::ZERO, Rpu(16), true);
+            let mut sorted = arrivals.clone();
+            sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+            for (i, (at, template)) in sorted.iter().enumerate() {
+                w.dispatch(Instant::from_secs_f64(*at), &query(i as u64, *template, *at), ClusterId(0));
+            }
+            w.handle_timeout(Instant::from_secs_f64(1e6));
+            let reports: Vec<ExecutionReport> = std::iter::from_fn(|| w.poll_event()).filter_map(|e| if let WarehouseEvent::QueryFinished(r) = e { Some(r) } else { None }).collect();
+            let mut ids: Vec<u64> = reports.iter().map(|r| r.query.0).collect();
+            ids.sort_unstable();
+            proptest::prop_assert_eq!(ids, (0..sorted.len() as u64).collect::<Vec<_>>());
+            for r in &reports {
+                let started = r.started.unwrap();
+                let executing = reports.iter().filter(|o| o.started.unwrap() <= started && o.finished > started).count();
+                proptest::prop_assert!(executing <= slots as usize, "{} executing at {:?} with {} slots", executing, started, slots);
+            }
+        }
     }
 
     #[test]

@@ -25,7 +25,7 @@ use slogate_core::sim::{Controller, Simulation};
 use slogate_core::world::World;
 
 use super::tuner::{KAPPAS, TARGET_DAYS, day_queries, run_day, tune_for, workload};
-use super::{Scenario, training_observations};
+use super::{Scenario, training_executions};
 use crate::Result;
 
 /// The violation-rate target.
@@ -74,7 +74,8 @@ fn run_fixed(queries: &[slogate_core::model::Query], sizes: &[u32], policy: Box<
 /// Runs every scenario and policy.
 pub fn run(seed: u64) -> Result<E2eReport> {
     let templates = Scenario::templates();
-    let history = training_observations(&[4, 8, 16, 32, 64], seed);
+    let (history, admission_samples) = training_executions(&[4, 8, 16, 32, 64], seed);
+    let calibration = super::tuner::calibration_for(&history, &admission_samples, seed)?;
     let elastic = ElasticOptions::default();
     let mut results = Vec::new();
     for &kappa in &KAPPAS {
@@ -89,7 +90,7 @@ pub fn run(seed: u64) -> Result<E2eReport> {
                     "rais-high-perf" => run_fixed(&queries, &[32], BaselinePolicy::LeastLoaded.build(), Some(Box::new(Rais::new(RaisConfig::high_performance()))), seed),
                     _ => {
                         let tier = (policy == "slogate-elastic").then_some(&elastic);
-                        let report = tune_for(&entries, &templates, kappa, target, 30, &history, tier, seed)?;
+                        let report = tune_for(&entries, &templates, kappa, target, 30, &history, &calibration, tier, seed)?;
                         let (vr, cost, _, elastic_cost) = run_day(&queries, &report.config, &history, tier, seed)?;
                         (vr, cost, elastic_cost)
                     }

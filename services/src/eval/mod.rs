@@ -15,6 +15,7 @@ pub mod autoscale;
 pub mod bursty;
 pub mod calibrate;
 pub mod e2e;
+pub mod fidelity;
 pub mod predictor;
 pub mod scenario;
 pub mod tuner;
@@ -74,11 +75,18 @@ pub fn policy_by_name(name: &str) -> Result<()> {
 /// deployment would have; the predictors learn only from it, never from the
 /// world's parameters.
 pub fn training_observations(sizes: &[u32], seed: u64) -> Vec<Observation> {
+    training_executions(sizes, seed).0
+}
+
+/// [`training_observations`] and each execution's queueing, for the
+/// planner's [`slogate_core::tune::AdmissionModel`].
+pub fn training_executions(sizes: &[u32], seed: u64) -> (Vec<Observation>, Vec<slogate_core::tune::AdmissionSample>) {
     let templates = Scenario::templates();
     let mut sizes = sizes.to_vec();
     sizes.sort_unstable();
     sizes.dedup();
     let mut observations = Vec::new();
+    let mut admissions = Vec::new();
     for &size in &sizes {
         for (i, rate) in [0.05, 0.1, 0.2].into_iter().enumerate() {
             let run_seed = seed.wrapping_mul(7_919).wrapping_add(u64::from(size) * 31 + i as u64 + 1_000_003);
@@ -97,6 +105,9 @@ pub fn training_observations(sizes: &[u32], seed: u64) -> Vec<Observation> {
                 .map(|(arrival, _)| intervals.iter().filter(|(a, f)| a < arrival && f > arrival).count() as u32)
                 .collect();
             for (record, n) in records.iter().zip(neighbours) {
+                if let Some(started) = record.started {
+                    admissions.push(slogate_core::tune::AdmissionSample { size: Rpu(size), neighbours: n, queued: started - record.arrival });
+                }
                 observations.push(Observation {
                     template: record.template,
                     size: Rpu(size),
@@ -107,7 +118,7 @@ pub fn training_observations(sizes: &[u32], seed: u64) -> Vec<Observation> {
             }
         }
     }
-    observations
+    (observations, admissions)
 }
 
 /// Builds a policy by name: baselines as they are; learned policies (the

@@ -31,13 +31,14 @@ use slogate_core::reservoir::{Reservoir, ReservoirConfig};
 use slogate_core::scale::{Autoscaler, AutoscalerConfig, AutoscalerPolicy, ScaleDecision};
 use slogate_core::sim::Simulation;
 use slogate_core::time::{Duration, Instant};
-use slogate_core::tune::{BatchSetup, ExecutionConfig, PlannerTerms, SloBook, TuningConfig, TuningReport, tune_pool};
+use slogate_core::tune::{Calibration, BatchSetup, ExecutionConfig, PlannerTerms, SloBook, TuningConfig, TuningReport, tune_pool};
 use slogate_core::world::World;
 use slogate_loadgen::workload::{DiurnalConfig, TraceEntry, assign_slos, diurnal_workload, to_queries};
 
+use slogate_core::route::PlanningRouter;
 use slogate_core::route::elastic::ElasticOptions;
 
-use super::{PoolTerms, Scenario, build_policy_with, training_observations};
+use super::{PoolTerms, Scenario, build_policy_with, training_executions};
 use crate::{Error, Result};
 
 /// Days since 1970-01-01 of the workload's day 0, a Monday (2024-04-01).
@@ -140,13 +141,13 @@ pub fn tuning_config(seed: u64) -> TuningConfig {
 }
 
 /// The batch setup of a pool starting from one warm 16-RPU cluster, with
-/// the elastic tier if `elastic`.
-pub fn batch_setup(elastic: Option<&ElasticOptions>) -> BatchSetup {
+/// the elastic tier if `elastic`, calibrated by `calibration`.
+pub fn batch_setup(elastic: Option<&ElasticOptions>, calibration: &Calibration) -> BatchSetup {
     BatchSetup {
         initial_clusters: vec![Rpu(START_RPU)],
         policy: AutoscalerPolicy::SLOGATE,
         billing: BillingConfig::default(),
-        terms: PlannerTerms { elastic: elastic.map(|e| e.config.clone()), ..PlannerTerms::default() },
+        terms: PlannerTerms { elastic: elastic.map(|e| e.config.clone()), calibration: calibration.clone(), ..PlannerTerms::default() },
         threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
     }
 }
@@ -160,19 +161,50 @@ fn router(history: &[slogate_core::predict::Observation], elastic: Option<&Elast
 /// (and the elastic tier if `elastic`): VR, cost, spinups and the elastic
 /// tier's part of the cost.
 pub fn run_day(queries: &[Query], config: &ExecutionConfig, history: &[slogate_core::predict::Observation], elastic: Option<&ElasticOptions>, seed: u64) -> Result<(f64, f64, usize, f64)> {
+    run_day_with(queries, config, AutoscalerPolicy::SLOGATE, history, elastic, seed)
+}
+
+/// [`run_day`] under autoscaling `policy`.
+pub fn run_day_with(
+    queries: &[Query],
+    config: &ExecutionConfig,
+    policy: AutoscalerPolicy,
+    history: &[slogate_core::predict::Observation],
+    elastic: Option<&ElasticOptions>,
+    seed: u64,
+) -> Result<(f64, f64, usize, f64)> {
     let mut world = World::seeded_with_ready(seed, &[START_RPU]);
     if let Some(options) = elastic {
         world.set_elastic(options.config.clone());
     }
     let router = router(history, elastic)?;
     let autoscaler = Rc::new(RefCell::new(
-        Autoscaler::new(config.knobs.clone(), AutoscalerPolicy::SLOGATE, BillingConfig::default()).with_schedule(config.spinups.clone()),
+        Autoscaler::new(config.knobs.clone(), policy, BillingConfig::default()).with_schedule(config.spinups.clone()),
     ));
     let mut sim = Simulation::new(world, router, queries.to_vec()).with_controller(Box::new(Rc::clone(&autoscaler)));
     sim.drive_until_idle();
     let summary = sim.summary();
     let spinups = autoscaler.borrow().decisions().filter(|d| matches!(d, ScaleDecision::SpinUp { .. })).count();
     Ok((summary.violation_rate, summary.cost_usd, spinups, summary.elastic_cost_usd))
+}
+
+/// The planner the tuner plans with for `target`: a fork of the slogate
+/// router warmed on `history`.
+pub fn planner_for(
+    _entries: &[TraceEntry],
+    history: &[slogate_core::predict::Observation],
+    _target: u32,
+    elastic: Option<&ElasticOptions>,
+    _seed: u64,
+) -> Result<Box<dyn PlanningRouter>> {
+    router(history, elastic)?.fork_planner().ok_or_else(|| Error::Scenario("slogate cannot plan".into()))
+}
+
+/// The planner's calibration from the training log `history` and its
+/// queueing `admissions`, against the slogate router's predictor.
+pub fn calibration_for(history: &[slogate_core::predict::Observation], admissions: &[slogate_core::tune::AdmissionSample], _seed: u64) -> Result<Calibration> {
+    let planner = router(history, None)?.fork_planner().ok_or_else(|| Error::Scenario("slogate cannot plan".into()))?;
+    Ok(Calibration::learn(planner.fork_predictor().as_ref(), history, admissions))
 }
 
 /// Tunes for `target` from `history_days` days of `entries` (with the
@@ -185,6 +217,7 @@ pub fn tune_for(
     target: u32,
     history_days: u32,
     history: &[slogate_core::predict::Observation],
+    calibration: &Calibration,
     elastic: Option<&ElasticOptions>,
     seed: u64,
 ) -> Result<TuningReport> {
@@ -193,17 +226,17 @@ pub fn tune_for(
         by_template: templates.iter().map(|t| (t.id, t.baseline_latency.mul_f64(kappa))).collect::<BTreeMap<_, _>>(),
         default: Duration::from_secs(60),
     };
-    let router = router(history, elastic)?;
-    let planner = router.fork_planner().ok_or_else(|| Error::Scenario("slogate cannot plan".into()))?;
+    let planner = planner_for(entries, history, target, elastic, seed)?;
     let day = FIRST_DAY + target as i32;
     let base = ExecutionConfig { spinups: Vec::new(), knobs: AutoscalerConfig::default() };
-    Ok(tune_pool(&reservoir, day, day - history_days as i32..day, &slos, &batch_setup(elastic), planner.as_ref(), &base, &tuning_config(seed), &mut |_| {}))
+    Ok(tune_pool(&reservoir, day, day - history_days as i32..day, &slos, &batch_setup(elastic, calibration), planner.as_ref(), &base, &tuning_config(seed), &mut |_| {}))
 }
 
 /// The whole table.
 pub fn run(seed: u64) -> Result<TunerReport> {
     let templates = Scenario::templates();
-    let history = training_observations(&[4, 8, 16, 32], seed);
+    let (history, admission_samples) = training_executions(&[4, 8, 16, 32], seed);
+    let calibration = calibration_for(&history, &admission_samples, seed)?;
     let mut cells = Vec::new();
     for &kappa in &KAPPAS {
         let entries = workload(&templates, kappa, seed)?;
@@ -211,7 +244,7 @@ pub fn run(seed: u64) -> Result<TunerReport> {
             let queries = day_queries(&entries, target)?;
             for &history_days in &HISTORIES {
                 let started = std::time::Instant::now();
-                let report = tune_for(&entries, &templates, kappa, target, history_days, &history, None, seed)?;
+                let report = tune_for(&entries, &templates, kappa, target, history_days, &history, &calibration, None, seed)?;
                 let tuning_s = started.elapsed().as_secs_f64();
                 let (violation_rate, cost_usd, spinups, _) = run_day(&queries, &report.config, &history, None, seed)?;
                 cells.push(TunerCell {

@@ -227,9 +227,7 @@ const WARM_UP_EXECUTIONS_MAX: usize = 200_000;
 
 fn warm_up_log(store: &SledStore) -> Result<Vec<Observation>> {
     use slogate_actors::reservoir::ReservoirStore;
-    let stored = store.load().map_err(|e| Error::Node(format!("cannot read the execution log: {e}")))?;
-    let from = stored.executions.saturating_sub(WARM_UP_EXECUTIONS_MAX as u64);
-    let records = store.executions(from, WARM_UP_EXECUTIONS_MAX).map_err(|e| Error::Node(format!("cannot read the execution log: {e}")))?;
+    let records = store.recent_executions(WARM_UP_EXECUTIONS_MAX).map_err(|e| Error::Node(format!("cannot read the execution log: {e}")))?;
     // The log records the queries running at dispatch; the predictors'
     // neighbour count is all overlapping queries, so this slightly
     // understates concurrency until online completions take over.
