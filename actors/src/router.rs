@@ -233,6 +233,8 @@ struct InFlight {
     arrival: Instant,
     target: Target,
     neighbours_at_dispatch: u32,
+    /// Another query shared its cluster at some point of its flight.
+    overlapped: bool,
     explanation: String,
     predicted: Option<Duration>,
     client_supplied: bool,
@@ -689,6 +691,11 @@ impl Handler<Submit> for RouterShard {
         if let Target::Cluster(cluster) = chosen {
             let view = pool.view.clusters.iter_mut().find(|c| c.id == cluster).expect("checked above");
             neighbours_at_dispatch = view.running.len() as u32;
+            for running in &view.running {
+                if let Some(flight) = pool.in_flight.get_mut(&running.id) {
+                    flight.overlapped = true;
+                }
+            }
             view.running.push(RunningQuery { id, template: query.template, slo: query.slo, arrival: now, dispatched: now });
         }
         if client_supplied {
@@ -703,6 +710,7 @@ impl Handler<Submit> for RouterShard {
                 arrival: now,
                 target: chosen,
                 neighbours_at_dispatch,
+                overlapped: neighbours_at_dispatch > 0,
                 explanation,
                 predicted,
                 client_supplied,
@@ -785,6 +793,7 @@ impl Handler<CompletionUpdate> for RouterShard {
                         neighbours_at_dispatch: flight.neighbours_at_dispatch,
                         latency,
                         censored: !completed,
+                        ran_alone: !flight.overlapped,
                         queued: report.started.map_or(slogate_core::time::Duration::ZERO, |started| started.saturating_duration_since(report.dispatched)),
                     };
                     if reservoir.try_send(ExecutionUpdate(record)).is_err() {

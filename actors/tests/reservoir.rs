@@ -22,6 +22,7 @@ fn record(id: u64) -> ExecutionRecord {
         latency: Duration::from_millis(8_000),
         censored: false,
         queued: Duration::from_millis(id * 100),
+        ran_alone: id % 2 == 0,
     }
 }
 
@@ -64,7 +65,7 @@ async fn counts_and_executions_survive_a_restart() {
 fn execution_records_logged_before_queueing_was_recorded_read_zero_queueing() {
     let old = r#"{"query":1,"template":3,"cluster":0,"size":16,"neighbours_at_dispatch":2,"latency":8000000,"censored":false}"#;
     let decoded: ExecutionRecord = serde_json::from_str(old).unwrap();
-    assert_eq!(decoded, ExecutionRecord { queued: Duration::ZERO, ..record(1) });
+    assert_eq!(decoded, ExecutionRecord { queued: Duration::ZERO, ran_alone: false, ..record(1) });
 }
 
 #[actix_rt::test]

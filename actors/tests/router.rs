@@ -4,6 +4,7 @@ use actix::{Actor, Addr};
 use slogate_actors::Error;
 use slogate_actors::clock::VirtualClock;
 use slogate_actors::provider::EmulatedProvider;
+use slogate_actors::reservoir::{Flush, GetRecentExecutions, ReservoirActor, SledStore};
 use slogate_actors::router::{Drain, FailInFlight, GetDecisions, GetState, PoolSetup, RouterLimits, RouterShard, Submit, SubmitStatus};
 use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse};
 use slogate_core::model::{ClusterState, PoolId, Rpu, Slo, TemplateId};
@@ -12,10 +13,14 @@ use slogate_core::time::Duration;
 use slogate_core::world::WorldConfig;
 
 async fn node(in_flight_max: usize) -> Addr<RouterShard> {
+    node_logging_to(in_flight_max, 2, None).await
+}
+
+async fn node_logging_to(in_flight_max: usize, cluster_count: usize, reservoir: Option<Addr<ReservoirActor>>) -> Addr<RouterShard> {
     let clock = VirtualClock::start(1_000.0);
     let warehouse = EmulatedWarehouse::new(WorldConfig::default(), clock, 4_096).start();
     let mut clusters = Vec::new();
-    for _ in 0..2 {
+    for _ in 0..cluster_count {
         let id = warehouse.send(AddCluster { size: Rpu(16), warm: true }).await.unwrap();
         clusters.push((id, Rpu(16), ClusterState::Ready));
     }
@@ -36,7 +41,7 @@ async fn node(in_flight_max: usize) -> Addr<RouterShard> {
         idempotency_max: 1_000,
         mailbox_capacity: 4_096,
     };
-    RouterShard::new(clock, vec![pool], None, limits).start()
+    RouterShard::new(clock, vec![pool], reservoir, limits).start()
 }
 
 fn submit(id: &str, template: u32) -> Submit {
@@ -124,4 +129,31 @@ async fn a_requested_cluster_starts_then_takes_queries_once_ready() {
     assert_eq!(view(&router.send(GetState).await.unwrap()), ClusterState::Draining);
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(view(&router.send(GetState).await.unwrap()), ClusterState::Gone);
+}
+
+#[actix_rt::test]
+async fn the_execution_log_records_queueing_and_whether_a_query_ran_alone() {
+    tokio::time::pause();
+    let dir = std::env::temp_dir().join(format!("slogate-router-log-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = SledStore::open(&dir).unwrap();
+    let reservoir = ReservoirActor::new(slogate_core::reservoir::ReservoirConfig::default(), Box::new(store), 1, 64).unwrap().start();
+    // One 16-RPU cluster: a lone query, then eight at once, more than its
+    // admission slots.
+    let router = node_logging_to(1_000, 1, Some(reservoir.clone())).await;
+    router.send(submit("alone", 40)).await.unwrap().unwrap().await.unwrap();
+    let mut replies = Vec::new();
+    for i in 0..8 {
+        replies.push(router.send(submit(&format!("crowd{i}"), 40)).await.unwrap().unwrap());
+    }
+    for reply in replies {
+        reply.await.unwrap();
+    }
+    reservoir.send(Flush).await.unwrap().unwrap();
+    let log = reservoir.send(GetRecentExecutions { limit: 100 }).await.unwrap().unwrap();
+    assert_eq!(log.len(), 9);
+    assert!(log[0].ran_alone && log[0].queued == Duration::ZERO, "{:?}", log[0]);
+    assert!(log[1..].iter().all(|r| !r.ran_alone));
+    assert!(log[1..].iter().any(|r| r.queued > Duration::from_secs(1)), "{log:?}");
+    std::fs::remove_dir_all(&dir).ok();
 }

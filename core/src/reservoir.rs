@@ -131,6 +131,10 @@ pub struct ExecutionRecord {
     /// held it. Logs written before it was recorded read zero.
     #[serde(default)]
     pub queued: crate::time::Duration,
+    /// No other query was on its cluster at any time from its placement to
+    /// its finish. Logs written before it was recorded read `false`.
+    #[serde(default)]
+    pub ran_alone: bool,
 }
 
 impl ExecutionRecord {

@@ -67,6 +67,8 @@ struct History {
     slos: BTreeMap<TemplateId, Duration>,
     observations: Vec<Observation>,
     admissions: Vec<AdmissionSample>,
+    /// Executions that had their cluster to themselves.
+    alone: Vec<Observation>,
     default_day: i32,
 }
 
@@ -101,7 +103,7 @@ fn read_trace(path: &Path) -> Result<History> {
         })
         .collect();
     let default_day = TRACE_FIRST_DAY + (last_s / 86_400.0).floor() as i32 + 1;
-    Ok(History { reservoir, slos, observations: Vec::new(), admissions: Vec::new(), default_day })
+    Ok(History { reservoir, slos, observations: Vec::new(), admissions: Vec::new(), alone: Vec::new(), default_day })
 }
 
 fn read_reservoir(dir: &Path, kappa: f64) -> Result<History> {
@@ -118,9 +120,10 @@ fn read_reservoir(dir: &Path, kappa: f64) -> Result<History> {
     let records = store.recent_executions(EXECUTIONS_MAX).map_err(|e| Error::Node(e.to_string()))?;
     let observations = records.iter().map(|r| r.observation()).collect();
     let admissions = records.iter().map(|r| r.admission_sample()).collect();
+    let alone = records.iter().filter(|r| r.ran_alone).map(|r| r.observation()).collect();
     let slos = Scenario::templates().iter().map(|t| (t.id, t.baseline_latency.mul_f64(kappa))).collect();
     let today = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) / 86_400) as i32;
-    Ok(History { reservoir, slos, observations, admissions, default_day: today + 1 })
+    Ok(History { reservoir, slos, observations, admissions, alone, default_day: today + 1 })
 }
 
 fn pool_of<'a>(config: &'a NodeConfig, name: Option<&str>) -> Result<(usize, &'a PoolSection)> {
@@ -145,13 +148,14 @@ pub fn run(request: &TuneRequest, progress: &mut dyn FnMut(TuningPhase)) -> Resu
     let config = pool.tune.to_core(&format!("pool[{index}].tune"), request.seed)?;
     let mut sizes: Vec<u32> = pool.clusters.clone();
     sizes.extend(knobs.sizes.iter().map(|s| s.0));
-    let (mut observations, mut admissions) = training_executions(&sizes, request.seed);
-    observations.extend(history.observations);
-    admissions.extend(history.admissions);
-    let router = build_policy("slogate", &observations)?;
+    let mut log = training_executions(&sizes, request.seed);
+    log.observations.extend(history.observations);
+    log.admissions.extend(history.admissions);
+    log.alone.extend(history.alone);
+    let router = build_policy("slogate", &log.observations)?;
     let planner = router.fork_planner().ok_or_else(|| Error::Config("the slogate router cannot plan".into()))?;
     let mut setup = setup;
-    setup.terms.calibration = Calibration::learn(planner.fork_predictor().as_ref(), &observations, &admissions);
+    setup.terms.calibration = Calibration::learn(planner.fork_predictor().as_ref(), &log.alone, &log.admissions);
     let day = request.day.unwrap_or(history.default_day);
     let history_days = request.history_days.unwrap_or(pool.tune.history_days);
     let slos = SloBook { by_template: history.slos, default: Duration::from_secs_f64(request.default_slo_s) };

@@ -21,8 +21,12 @@
 //! just fits the SLO at the lowest cost, so a planner that runs every query
 //! at exactly its prediction sees those placements all succeed, while in
 //! the warehouse about half of them run long. [`ResidualModel::learn`]
-//! keeps the quantiles of `actual / predicted` over isolated executions
-//! (no neighbours, so the queue is not in them); the planner's warehouse
+//! keeps the quantiles of `actual / predicted` over executions that had
+//! their cluster to themselves from arrival to finish (so neither the queue
+//! nor a neighbour's slowdown, which the planner models, is counted twice:
+//! with every execution that merely started alone, the spread came out
+//! wider and the planner pessimistic, see `slogate eval
+//! planner-fidelity`); the planner's warehouse
 //! stretches each query's work by a factor drawn from them, a pure function
 //! of the query's id.
 //!
@@ -189,10 +193,11 @@ impl std::fmt::Display for Calibration {
 
 impl Calibration {
     /// Learns both from an execution log: `admissions` for the queue, and
-    /// the isolated, uncensored `observations` against `predictor`'s
-    /// isolated predictions for the residuals.
-    pub fn learn(predictor: &dyn LatencyPredictor, observations: &[Observation], admissions: &[AdmissionSample]) -> Self {
-        let pairs = observations.iter().filter(|o| o.neighbours == 0 && !o.censored).map(|o| (predictor.isolated(o.template, o.size), o.latency));
+    /// for the residuals the uncensored executions in `alone` (those that
+    /// had their cluster to themselves from arrival to finish) against
+    /// `predictor`'s isolated predictions.
+    pub fn learn(predictor: &dyn LatencyPredictor, alone: &[Observation], admissions: &[AdmissionSample]) -> Self {
+        let pairs = alone.iter().filter(|o| !o.censored).map(|o| (predictor.isolated(o.template, o.size), o.latency));
         Calibration { admission: AdmissionModel::learn(admissions), residuals: ResidualModel::learn(pairs) }
     }
 }

@@ -61,8 +61,9 @@ pub struct FidelityReport {
 /// Runs every comparison.
 pub fn run(seed: u64) -> Result<FidelityReport> {
     let templates = Scenario::templates();
-    let (history, admission_samples) = training_executions(&[4, 8, 16, 32], seed);
-    let calibration = super::tuner::calibration_for(&history, &admission_samples, seed)?;
+    let log = training_executions(&[4, 8, 16, 32], seed);
+    let calibration = super::tuner::calibration_for(&log)?;
+    let history = log.observations;
     let configurations = [
         ("fixed-16", AutoscalerPolicy { spinup: SpinupPolicy::Never, teardown: false, ..AutoscalerPolicy::SLOGATE }),
         ("autoscaled", AutoscalerPolicy::SLOGATE),

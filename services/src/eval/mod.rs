@@ -75,18 +75,31 @@ pub fn policy_by_name(name: &str) -> Result<()> {
 /// deployment would have; the predictors learn only from it, never from the
 /// world's parameters.
 pub fn training_observations(sizes: &[u32], seed: u64) -> Vec<Observation> {
-    training_executions(sizes, seed).0
+    training_executions(sizes, seed).observations
 }
 
-/// [`training_observations`] and each execution's queueing, for the
-/// planner's [`slogate_core::tune::AdmissionModel`].
-pub fn training_executions(sizes: &[u32], seed: u64) -> (Vec<Observation>, Vec<slogate_core::tune::AdmissionSample>) {
+/// A training run's execution log, as the router and the planner's
+/// calibration learn from it.
+#[derive(Clone, Debug, Default)]
+pub struct TrainingLog {
+    /// Every execution (see [`training_observations`]).
+    pub observations: Vec<Observation>,
+    /// Each execution's queueing.
+    pub admissions: Vec<slogate_core::tune::AdmissionSample>,
+    /// The completed executions that had their cluster to themselves from
+    /// arrival to finish.
+    pub alone: Vec<Observation>,
+}
+
+/// [`training_observations`] with each execution's queueing and the
+/// executions that ran alone, for the planner's
+/// [`slogate_core::tune::Calibration`].
+pub fn training_executions(sizes: &[u32], seed: u64) -> TrainingLog {
     let templates = Scenario::templates();
     let mut sizes = sizes.to_vec();
     sizes.sort_unstable();
     sizes.dedup();
-    let mut observations = Vec::new();
-    let mut admissions = Vec::new();
+    let mut log = TrainingLog::default();
     for &size in &sizes {
         for (i, rate) in [0.05, 0.1, 0.2].into_iter().enumerate() {
             let run_seed = seed.wrapping_mul(7_919).wrapping_add(u64::from(size) * 31 + i as u64 + 1_000_003);
@@ -106,19 +119,24 @@ pub fn training_executions(sizes: &[u32], seed: u64) -> (Vec<Observation>, Vec<s
                 .collect();
             for (record, n) in records.iter().zip(neighbours) {
                 if let Some(started) = record.started {
-                    admissions.push(slogate_core::tune::AdmissionSample { size: Rpu(size), neighbours: n, queued: started - record.arrival });
+                    log.admissions.push(slogate_core::tune::AdmissionSample { size: Rpu(size), neighbours: n, queued: started - record.arrival });
                 }
-                observations.push(Observation {
+                let observation = Observation {
                     template: record.template,
                     size: Rpu(size),
                     neighbours: n,
                     latency: record.latency(),
                     censored: record.outcome != slogate_core::sim::QueryOutcome::Completed,
-                });
+                };
+                let overlapped = intervals.iter().any(|(a, f)| (*a, *f) != (record.arrival, record.finished) && *a < record.finished && *f > record.arrival);
+                if !overlapped && !observation.censored {
+                    log.alone.push(observation);
+                }
+                log.observations.push(observation);
             }
         }
     }
-    (observations, admissions)
+    log
 }
 
 /// Builds a policy by name: baselines as they are; learned policies (the
@@ -512,3 +530,4 @@ mod tests {
         assert!(err.contains("unknown policy `fastest`") && err.contains("round-robin"), "{err}");
     }
 }
+

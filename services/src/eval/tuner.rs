@@ -38,7 +38,7 @@ use slogate_loadgen::workload::{DiurnalConfig, TraceEntry, assign_slos, diurnal_
 use slogate_core::route::PlanningRouter;
 use slogate_core::route::elastic::ElasticOptions;
 
-use super::{PoolTerms, Scenario, build_policy_with, training_executions};
+use super::{PoolTerms, Scenario, TrainingLog, build_policy_with, training_executions};
 use crate::{Error, Result};
 
 /// Days since 1970-01-01 of the workload's day 0, a Monday (2024-04-01).
@@ -200,11 +200,11 @@ pub fn planner_for(
     router(history, elastic)?.fork_planner().ok_or_else(|| Error::Scenario("slogate cannot plan".into()))
 }
 
-/// The planner's calibration from the training log `history` and its
-/// queueing `admissions`, against the slogate router's predictor.
-pub fn calibration_for(history: &[slogate_core::predict::Observation], admissions: &[slogate_core::tune::AdmissionSample], _seed: u64) -> Result<Calibration> {
-    let planner = router(history, None)?.fork_planner().ok_or_else(|| Error::Scenario("slogate cannot plan".into()))?;
-    Ok(Calibration::learn(planner.fork_predictor().as_ref(), history, admissions))
+/// The planner's calibration from the training log, against the slogate
+/// router's predictor.
+pub fn calibration_for(log: &TrainingLog) -> Result<Calibration> {
+    let planner = router(&log.observations, None)?.fork_planner().ok_or_else(|| Error::Scenario("slogate cannot plan".into()))?;
+    Ok(Calibration::learn(planner.fork_predictor().as_ref(), &log.alone, &log.admissions))
 }
 
 /// Tunes for `target` from `history_days` days of `entries` (with the
@@ -235,8 +235,9 @@ pub fn tune_for(
 /// The whole table.
 pub fn run(seed: u64) -> Result<TunerReport> {
     let templates = Scenario::templates();
-    let (history, admission_samples) = training_executions(&[4, 8, 16, 32], seed);
-    let calibration = calibration_for(&history, &admission_samples, seed)?;
+    let log = training_executions(&[4, 8, 16, 32], seed);
+    let calibration = calibration_for(&log)?;
+    let history = log.observations;
     let mut cells = Vec::new();
     for &kappa in &KAPPAS {
         let entries = workload(&templates, kappa, seed)?;
