@@ -465,6 +465,9 @@ async fn an_operator_tunes_a_pool_and_the_choice_survives_a_restart() {
     let active = &tuner["active"];
     assert!(active["forecast_queries_per_day"].as_f64().unwrap() > 0.0, "{active}");
     assert!(active["expected"]["violations"].is_number() && active["expected"]["cost_usd"].is_number(), "{active}");
+    // What the planner calibrated on is shown: 30 queries at once on one
+    // cluster queue, so its slots are learned from the execution log.
+    assert!(active["calibration"]["admission"]["slots"].as_object().is_some_and(|slots| !slots.is_empty()), "{active}");
     let applied = &actors["autoscalers"]["default"]["tuning"];
     assert_eq!(applied["source"], "tuner", "{applied}");
     node.shutdown().await;

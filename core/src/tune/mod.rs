@@ -6,7 +6,9 @@
 //! forecast query its template's SLO, schedule spinups from the base
 //! configuration (Algorithm 4), then tune the autoscaler's knobs with those
 //! spinups fixed (§7.5). With no history the forecasts are empty and the
-//! base configuration comes back unchanged.
+//! base configuration comes back unchanged. The planner's warehouse is
+//! only as good as its calibration (`setup.terms.calibration`), which the
+//! caller learns from the execution log with [`Calibration::learn`].
 //!
 //! # Layout
 //!

@@ -2,9 +2,10 @@
 //! learned predictor says so (AutoSLO's Workload Simulator), for the policy
 //! tuner's batch simulations.
 //!
-//! It knows only what an operator knows: the predictor (learned from
-//! observed executions), the pricing, and the platform's published delays
-//! and timeout ([`PlannerTerms`]). It never reads the emulated world.
+//! It knows only what an operator knows: the predictor and its
+//! calibration (both learned from observed executions), the pricing, and
+//! the platform's published delays and timeout ([`PlannerTerms`]). It
+//! never reads the emulated world.
 //!
 //! Execution is a fluid model built on the predictor's slowdown curve: a
 //! query of template `t` on a cluster of size `s` progresses, while `n`
@@ -12,25 +13,26 @@
 //! second, so that it takes exactly `predict(t, s, n)` if `n` stays put,
 //! speeds up when neighbours leave and slows down when they arrive. (The
 //! router's own predictions are guarded and never come down; completing by
-//! them would make every query as slow as its busiest moment.) A cluster
-//! whose size has learned admission slots
-//! ([`AdmissionModel`](crate::tune::AdmissionModel)) executes at
-//! most that many at once and queues the rest in placement order, as the
-//! workload manager does. A query placed on a starting cluster waits there
-//! and is admitted when the cluster is ready.
-//! Each query's work is stretched by its residual factor
-//! ([`ResidualModel`](crate::tune::ResidualModel)). A query still running at `query_timeout` after its arrival times
-//! out. Offloads take the template's isolated latency at the tier's
-//! reference size, scaled by the tier's speed, plus a cold start when no
-//! warm instance is left.
+//! them would make every query as slow as its busiest moment.) Each
+//! query's work is its residual factor
+//! ([`ResidualModel`](crate::tune::ResidualModel)) times its predicted
+//! work. A cluster whose size has learned admission slots
+//! ([`AdmissionModel`](crate::tune::AdmissionModel)) executes at most that
+//! many at once and queues the rest in placement order, as the workload
+//! manager does. A query placed on a starting cluster waits there and is
+//! admitted when the cluster is ready. A query still running at
+//! `query_timeout` after its arrival times out. Offloads take the
+//! template's isolated latency at the tier's reference size, scaled by the
+//! tier's speed, plus a cold start when no warm instance is left.
 //!
 //! # Properties
 //!
 //! - (A) Every dispatched query is reported finished exactly once.
-//! - (B) A query running alone takes its predicted isolated latency; with
-//!   a fixed set of neighbours, its predicted latency at that concurrency.
-//! - (D) No cluster executes more queries than its learned slots.
+//! - (B) Without residuals, a query running alone takes its predicted
+//!   isolated latency; with a fixed set of neighbours, its predicted
+//!   latency at that concurrency.
 //! - (C) Deterministic: the same dispatches give the same events.
+//! - (D) No cluster executes more queries than its learned slots.
 
 use std::collections::VecDeque;
 
