@@ -46,9 +46,8 @@ pub trait ReservoirStore: Send {
     fn append_execution(&mut self, record: &ExecutionRecord) -> Result<u64>;
     /// Reads every stored row.
     fn load(&self) -> Result<StoredTables>;
-    /// Reads logged executions from sequence `from`, at most `limit`.
-    fn executions(&self, from: u64, limit: usize) -> Result<Vec<ExecutionRecord>>;
-    /// Reads the last `limit` logged executions, oldest first.
+    /// Reads the last `limit` logged executions, oldest first (by
+    /// sequence number, which only grows but may skip).
     fn recent_executions(&self, limit: usize) -> Result<Vec<ExecutionRecord>>;
     /// Makes everything written so far durable.
     fn flush(&self) -> Result<()>;
@@ -156,17 +155,6 @@ impl ReservoirStore for SledStore {
         }
         tables.executions = self.executions.len() as u64;
         Ok(tables)
-    }
-
-    fn executions(&self, from: u64, limit: usize) -> Result<Vec<ExecutionRecord>> {
-        self.executions
-            .range(from.to_be_bytes()..)
-            .take(limit)
-            .map(|row| {
-                let (_, value) = row?;
-                serde_json::from_slice(&value).map_err(|_| Error::CorruptStore("execution record"))
-            })
-            .collect()
     }
 
     fn recent_executions(&self, limit: usize) -> Result<Vec<ExecutionRecord>> {

@@ -47,7 +47,7 @@ async fn counts_and_executions_survive_a_restart() {
         actor.send(Shutdown).await.unwrap().unwrap();
     }
     let store = SledStore::open(&dir).unwrap();
-    assert_eq!(store.executions(0, 100).unwrap(), (0..5).map(record).collect::<Vec<_>>());
+    assert_eq!(store.recent_executions(100).unwrap(), (0..5).map(record).collect::<Vec<_>>());
     let actor = ReservoirActor::new(config, Box::new(store), 1_000, 64).unwrap().start();
     let (hour, _) = CalendarHour::from_unix_secs(MONDAY_1PM);
     let mut counts = actor.send(GetCounts(hour)).await.unwrap();
