@@ -232,43 +232,31 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
             return Err(Error::Scenario("`predictor-real` takes no --policies or --fit".into()));
         }
         let report = crate::eval::predictor::run()?;
-        print(&crate::eval::predictor::render(&report));
-        if let Some(path) = &args.json {
-            write_json(path, &report)?;
-        }
-        return Ok(());
+        return emit(args, &crate::eval::predictor::render(&report), &report);
     }
     if args.fit {
         return Err(Error::Scenario("--fit applies only to `calibrate`".into()));
     }
+    if ["e2e-diurnal", "planner-fidelity", "tuner-table5"].contains(&args.scenario.as_str()) && args.policies.is_some() {
+        return Err(Error::Scenario(format!("`{}` compares a fixed set of policies and takes no --policies", args.scenario)));
+    }
     if args.scenario == "e2e-diurnal" {
         let report = crate::eval::e2e::run(args.seed.unwrap_or(1))?;
-        print(&crate::eval::e2e::render(&report));
-        if let Some(path) = &args.json {
-            write_json(path, &report)?;
-        }
-        return Ok(());
+        return emit(args, &crate::eval::e2e::render(&report), &report);
     }
     if args.scenario == "planner-fidelity" {
         let report = crate::eval::fidelity::run(args.seed.unwrap_or(1))?;
-        print(&crate::eval::fidelity::render(&report));
-        if let Some(path) = &args.json {
-            write_json(path, &report)?;
-        }
-        return Ok(());
+        return emit(args, &crate::eval::fidelity::render(&report), &report);
     }
     if args.scenario == "tuner-table5" {
         let report = crate::eval::tuner::run(args.seed.unwrap_or(1))?;
-        print(&crate::eval::tuner::render(&report));
+        emit(args, &crate::eval::tuner::render(&report), &report)?;
         let tuning_s: Vec<f64> = report.cells.iter().map(|c| c.tuning_s).collect();
         eprintln!(
             "tuning took {:.1} s in all; the slowest run (one pool, one day) {:.1} s",
             tuning_s.iter().sum::<f64>(),
             tuning_s.iter().copied().fold(0.0, f64::max)
         );
-        if let Some(path) = &args.json {
-            write_json(path, &report)?;
-        }
         return Ok(());
     }
     if args.scenario == "bursty-service" {
@@ -300,11 +288,7 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
     }
     if let Some(experiment) = crate::eval::autoscale::Experiment::from_name(&args.scenario) {
         let report = crate::eval::autoscale::run(experiment, args.policies.as_deref(), args.seed.unwrap_or(1))?;
-        print(&crate::eval::autoscale::render(&report));
-        if let Some(path) = &args.json {
-            write_json(path, &report)?;
-        }
-        return Ok(());
+        return emit(args, &crate::eval::autoscale::render(&report), &report);
     }
     let scenario = load_scenario(&args.scenario)?;
     let policies = args.policies.clone().unwrap_or_else(|| scenario.policies.clone());
@@ -323,11 +307,16 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
         director_queue_per_16_rpu: args.director_queue,
     };
     let report = eval::run_with(&scenario, &policies, seed, &options)?;
-    print(&eval::render_table(&report));
-    if let Some(path) = &args.json {
-        write_json(path, &report)?;
+    emit(args, &eval::render_table(&report), &report)
+}
+
+/// Prints a report's table, and writes the report as JSON if `--json`.
+fn emit(args: &EvalArgs, table: &str, report: &impl serde::Serialize) -> Result<()> {
+    print(table);
+    match &args.json {
+        Some(path) => write_json(path, report),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn run_tune(args: &TuneArgs) -> Result<()> {

@@ -79,6 +79,7 @@ fn bad_input_exits_2_with_a_message_naming_the_problem() {
         (vec!["eval", "base", "--seed", "minus-one"], "invalid value"),
         (vec!["eval"], "SCENARIO"),
         (vec!["eval", "base", "--elastic", "maybe"], "--elastic"),
+        (vec!["eval", "tuner-table5", "--policies", "slogate"], "takes no --policies"),
     ];
     for (args, message) in cases {
         let out = slogate(&args);
