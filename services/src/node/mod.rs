@@ -124,7 +124,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     let mut arbiters = Vec::new();
     for (i, pool) in file.pool.iter().enumerate().filter(|(_, p)| p.autoscale.enabled) {
         let (knobs, policy) = pool.autoscale.to_core(&format!("pool[{i}].autoscale"))?;
-        let core = slogate_core::scale::Autoscaler::new(knobs, policy, slogate_core::billing::BillingConfig::default());
+        let core = slogate_core::scale::Autoscaler::new(knobs.clone(), policy, slogate_core::billing::BillingConfig::default());
         let id = PoolId(pool.name.clone());
         let arbiter = actix::Arbiter::new();
         let actor = {
@@ -138,7 +138,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             .map_err(|e| Error::Node(e.to_string()))?;
         let daily = pool.autoscale.schedule(&format!("pool[{i}].autoscale"))?;
         if !daily.is_empty() {
-            actor.do_send(ApplyTuning { knobs: pool.autoscale.to_core(&format!("pool[{i}].autoscale"))?.0, daily, expected: None, source: "config".to_owned() });
+            actor.do_send(ApplyTuning { knobs: knobs.clone(), daily, expected: None, source: "config".to_owned() });
         }
         // The pool's Tuner, on a thread of its own; a configuration it
         // chose before a restart is applied as it starts, over the file's.
