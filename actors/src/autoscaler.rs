@@ -37,7 +37,7 @@ use slogate_core::scale::{Autoscaler, AutoscalerConfig, AutoscalerPolicy, DailyS
 use slogate_core::sim::{ClusterCommand, Controller, Observation};
 use slogate_core::time::Duration;
 
-use crate::clock::VirtualClock;
+use crate::clock::{VirtualClock, unix_now_s};
 use crate::router::{ForkPlanner, ReleaseCluster, RequestCluster, RouterShard};
 
 /// What happened in the pool.
@@ -180,11 +180,6 @@ pub struct AutoscalerActor {
     last_command_error: Option<String>,
     mailbox_capacity: usize,
     tuning: Option<ActiveTuning>,
-}
-
-/// Wall-clock UNIX time, seconds.
-pub fn unix_now_s() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// `daily` (times after 00:00 UTC) on the virtual clock: the day that

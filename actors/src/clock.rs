@@ -39,3 +39,9 @@ impl VirtualClock {
         std::time::Duration::from_secs_f64(virtual_span.as_secs_f64() / self.compression)
     }
 }
+
+/// Wall-clock UNIX time, seconds: what calendar days (the reservoir's
+/// hours, the tuner's target day, planned times of day) are counted in.
+pub fn unix_now_s() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}

@@ -22,7 +22,8 @@ use slogate_core::scale::AutoscalerConfig;
 use slogate_core::time::Duration;
 use slogate_core::tune::{BatchSetup, Calibration, ExecutionConfig, SloBook, TuningConfig, TuningPhase, tune_pool};
 
-use crate::autoscaler::{ApplyTuning, AutoscalerActor, unix_now_s};
+use crate::autoscaler::{ApplyTuning, AutoscalerActor};
+use crate::clock::unix_now_s;
 use crate::reservoir::{GetRecentExecutions, GetSnapshot, ReservoirActor};
 use crate::router::{ForkPlanner, GetSloBook, RouterShard};
 use crate::{Error, Result};

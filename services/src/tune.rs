@@ -122,7 +122,7 @@ fn read_reservoir(dir: &Path, kappa: f64) -> Result<History> {
     let admissions = records.iter().map(|r| r.admission_sample()).collect();
     let alone = records.iter().filter(|r| r.ran_alone).map(|r| r.observation()).collect();
     let slos = Scenario::templates().iter().map(|t| (t.id, t.baseline_latency.mul_f64(kappa))).collect();
-    let today = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) / 86_400) as i32;
+    let today = (slogate_actors::clock::unix_now_s() / 86_400.0).floor() as i32;
     Ok(History { reservoir, slos, observations, admissions, alone, default_day: today + 1 })
 }
 
