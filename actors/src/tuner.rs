@@ -207,9 +207,7 @@ impl TunerActor {
                 let history = day - settings.history_days as i32..day;
                 let book = SloBook { by_template: slos, default: settings.default_slo };
                 let base = ExecutionConfig { spinups: Vec::new(), knobs: settings.base_knobs.clone() };
-                let alone: Vec<_> = executions.iter().filter(|r| r.ran_alone).map(|r| r.observation()).collect();
-                let samples: Vec<_> = executions.iter().map(|r| r.admission_sample()).collect();
-                let calibration = Calibration::learn(planner.fork_predictor().as_ref(), &alone, &samples);
+                let calibration = Calibration::learn(planner.fork_predictor().as_ref(), &executions);
                 settings.setup.terms.calibration = calibration.clone();
                 let report = tune_pool(&tables, day, history, &book, &settings.setup, planner.as_ref(), &base, &settings.config, &mut |p| {
                     *phase.lock().expect("the phase lock is never poisoned") = Some(p);

@@ -4,13 +4,15 @@
 //!
 //! - `--reservoir DIR` reads the node's sled reservoir (DIR is the node's
 //!   data directory or its `reservoir` folder; the node must be stopped,
-//!   since sled locks it). The router's predictor also learns from the
-//!   reservoir's execution log. Forecast queries take each template's SLO
+//!   since sled locks it). The router's predictor and the planner's
+//!   calibration learn from the reservoir's execution log, as the live
+//!   Tuner's do; with an empty log, from the embedded training run. Forecast queries take each template's SLO
 //!   as κ × its baseline latency when the template is one of the embedded
 //!   TPC-DS ones, else `--default-slo-s`.
 //! - `--trace FILE` reads a trace (`arrival_s,template,slo_s`): day 0 starts
 //!   at its first second, the target is the day after its last arrival, and
-//!   each template's SLO is the median of its rows'.
+//!   each template's SLO is the median of its rows'. The predictor and
+//!   the calibration learn from the embedded training run.
 //!
 //! The pool comes from `--config` (its `--pool`, default the first): its
 //! starting clusters, autoscaler knobs and elastic tier. Progress goes to
@@ -22,9 +24,9 @@ use std::path::{Path, PathBuf};
 
 use slogate_core::model::TemplateId;
 use slogate_core::predict::Observation;
-use slogate_core::reservoir::{CalendarHour, Reservoir, ReservoirConfig};
+use slogate_core::reservoir::{CalendarHour, ExecutionRecord, Reservoir, ReservoirConfig};
 use slogate_core::time::Duration;
-use slogate_core::tune::{AdmissionSample, Calibration, ExecutionConfig, SloBook, TuningPhase, TuningReport, tune_pool};
+use slogate_core::tune::{Calibration, ExecutionConfig, SloBook, TuningPhase, TuningReport, tune_pool};
 
 use crate::config::{NodeConfig, PoolSection};
 use crate::eval::{Scenario, build_policy, training_executions};
@@ -65,10 +67,8 @@ pub struct TuneRequest {
 struct History {
     reservoir: Reservoir,
     slos: BTreeMap<TemplateId, Duration>,
-    observations: Vec<Observation>,
-    admissions: Vec<AdmissionSample>,
-    /// Executions that had their cluster to themselves.
-    alone: Vec<Observation>,
+    /// The node's execution log (empty for a trace).
+    log: Vec<ExecutionRecord>,
     default_day: i32,
 }
 
@@ -103,7 +103,7 @@ fn read_trace(path: &Path) -> Result<History> {
         })
         .collect();
     let default_day = TRACE_FIRST_DAY + (last_s / 86_400.0).floor() as i32 + 1;
-    Ok(History { reservoir, slos, observations: Vec::new(), admissions: Vec::new(), alone: Vec::new(), default_day })
+    Ok(History { reservoir, slos, log: Vec::new(), default_day })
 }
 
 fn read_reservoir(dir: &Path, kappa: f64) -> Result<History> {
@@ -117,13 +117,10 @@ fn read_reservoir(dir: &Path, kappa: f64) -> Result<History> {
     let tables = store.load().map_err(|e| Error::Node(e.to_string()))?;
     let mut reservoir = Reservoir::new(ReservoirConfig::default());
     reservoir.restore(tables.counts, tables.totals, tables.samples);
-    let records = store.recent_executions(EXECUTIONS_MAX).map_err(|e| Error::Node(e.to_string()))?;
-    let observations = records.iter().map(|r| r.observation()).collect();
-    let admissions = records.iter().map(|r| r.admission_sample()).collect();
-    let alone = records.iter().filter(|r| r.ran_alone).map(|r| r.observation()).collect();
+    let log = store.recent_executions(EXECUTIONS_MAX).map_err(|e| Error::Node(e.to_string()))?;
     let slos = Scenario::templates().iter().map(|t| (t.id, t.baseline_latency.mul_f64(kappa))).collect();
     let today = (slogate_actors::clock::unix_now_s() / 86_400.0).floor() as i32;
-    Ok(History { reservoir, slos, observations, admissions, alone, default_day: today + 1 })
+    Ok(History { reservoir, slos, log, default_day: today + 1 })
 }
 
 fn pool_of<'a>(config: &'a NodeConfig, name: Option<&str>) -> Result<(usize, &'a PoolSection)> {
@@ -146,16 +143,20 @@ pub fn run(request: &TuneRequest, progress: &mut dyn FnMut(TuningPhase)) -> Resu
     let (index, pool) = pool_of(&request.config, request.pool.as_deref())?;
     let (setup, knobs) = pool.planner_setup(index)?;
     let config = pool.tune.to_core(&format!("pool[{index}].tune"), request.seed)?;
-    let mut sizes: Vec<u32> = pool.clusters.clone();
-    sizes.extend(knobs.sizes.iter().map(|s| s.0));
-    let mut log = training_executions(&sizes, request.seed);
-    log.observations.extend(history.observations);
-    log.admissions.extend(history.admissions);
-    log.alone.extend(history.alone);
-    let router = build_policy("slogate", &log.observations)?;
+    // The node's log, as the live Tuner plans from it; a trace (or an
+    // empty log) has none, and the embedded training run stands in.
+    let log = if history.log.is_empty() {
+        let mut sizes: Vec<u32> = pool.clusters.clone();
+        sizes.extend(knobs.sizes.iter().map(|s| s.0));
+        training_executions(&sizes, request.seed)
+    } else {
+        history.log
+    };
+    let observations: Vec<Observation> = log.iter().map(ExecutionRecord::observation).collect();
+    let router = build_policy("slogate", &observations)?;
     let planner = router.fork_planner().ok_or_else(|| Error::Config("the slogate router cannot plan".into()))?;
     let mut setup = setup;
-    setup.terms.calibration = Calibration::learn(planner.fork_predictor().as_ref(), &log.alone, &log.admissions);
+    setup.terms.calibration = Calibration::learn(planner.fork_predictor().as_ref(), &log);
     let day = request.day.unwrap_or(history.default_day);
     let history_days = request.history_days.unwrap_or(pool.tune.history_days);
     let slos = SloBook { by_template: history.slos, default: Duration::from_secs_f64(request.default_slo_s) };

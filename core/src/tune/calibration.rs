@@ -48,7 +48,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{QueryId, Rpu};
-use crate::predict::{LatencyPredictor, Observation};
+use crate::predict::LatencyPredictor;
+use crate::reservoir::ExecutionRecord;
 use crate::time::Duration;
 
 /// One observed placement: on a cluster of `size` with `neighbours` others
@@ -192,13 +193,13 @@ impl std::fmt::Display for Calibration {
 }
 
 impl Calibration {
-    /// Learns both from an execution log: `admissions` for the queue, and
-    /// for the residuals the uncensored executions in `alone` (those that
-    /// had their cluster to themselves from arrival to finish) against
-    /// `predictor`'s isolated predictions.
-    pub fn learn(predictor: &dyn LatencyPredictor, alone: &[Observation], admissions: &[AdmissionSample]) -> Self {
-        let pairs = alone.iter().filter(|o| !o.censored).map(|o| (predictor.isolated(o.template, o.size), o.latency));
-        Calibration { admission: AdmissionModel::learn(admissions), residuals: ResidualModel::learn(pairs) }
+    /// Learns both from an execution log: every record's queueing for the
+    /// admission slots, and for the residuals the uncensored records that
+    /// ran alone against `predictor`'s isolated predictions.
+    pub fn learn(predictor: &dyn LatencyPredictor, log: &[ExecutionRecord]) -> Self {
+        let samples: Vec<AdmissionSample> = log.iter().map(ExecutionRecord::admission_sample).collect();
+        let pairs = log.iter().filter(|r| r.ran_alone && !r.censored).map(|r| (predictor.isolated(r.template, r.size), r.latency));
+        Calibration { admission: AdmissionModel::learn(&samples), residuals: ResidualModel::learn(pairs) }
     }
 }
 

@@ -74,9 +74,7 @@ fn run_fixed(queries: &[slogate_core::model::Query], sizes: &[u32], policy: Box<
 /// Runs every scenario and policy.
 pub fn run(seed: u64) -> Result<E2eReport> {
     let templates = Scenario::templates();
-    let log = training_executions(&[4, 8, 16, 32, 64], seed);
-    let calibration = super::tuner::calibration_for(&log)?;
-    let history = log.observations;
+    let (history, calibration) = super::tuner::learn_from(&training_executions(&[4, 8, 16, 32, 64], seed))?;
     let elastic = ElasticOptions::default();
     let mut results = Vec::new();
     for &kappa in &KAPPAS {

@@ -61,20 +61,18 @@ pub struct FidelityReport {
 /// Runs every comparison.
 pub fn run(seed: u64) -> Result<FidelityReport> {
     let templates = Scenario::templates();
-    let log = training_executions(&[4, 8, 16, 32], seed);
-    let calibration = super::tuner::calibration_for(&log)?;
-    let history = log.observations;
+    let (history, calibration) = super::tuner::learn_from(&training_executions(&[4, 8, 16, 32], seed))?;
     let configurations = [
         ("fixed-16", AutoscalerPolicy { spinup: SpinupPolicy::Never, teardown: false, ..AutoscalerPolicy::SLOGATE }),
         ("autoscaled", AutoscalerPolicy::SLOGATE),
     ];
     let config = ExecutionConfig { spinups: Vec::new(), knobs: AutoscalerConfig::default() };
+    let planner = planner_for(&history, None)?;
     let mut rows = Vec::new();
     for &kappa in &KAPPAS {
         let entries = workload(&templates, kappa, seed)?;
         for &target in &TARGET_DAYS {
             let queries = day_queries(&entries, target)?;
-            let planner = planner_for(&entries, &history, target, None, seed)?;
             for (name, policy) in configurations {
                 let (world_violation_rate, world_cost_usd, world_spinups, _) = run_day_with(&queries, &config, policy, &history, None, seed)?;
                 let setup = slogate_core::tune::BatchSetup { policy, ..batch_setup(None, &calibration) };

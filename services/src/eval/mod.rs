@@ -32,6 +32,7 @@ use slogate_core::route::director::{DirectorPlacement, SloDirector};
 use slogate_core::route::elastic::ElasticOptions;
 use slogate_core::route::slo::SloRouter;
 use slogate_core::route::{BaselinePolicy, Routing, RoutingPolicy};
+use slogate_core::reservoir::ExecutionRecord;
 use slogate_core::sim::Simulation;
 use slogate_core::stats::percentile;
 use slogate_core::time::Instant;
@@ -75,31 +76,18 @@ pub fn policy_by_name(name: &str) -> Result<()> {
 /// deployment would have; the predictors learn only from it, never from the
 /// world's parameters.
 pub fn training_observations(sizes: &[u32], seed: u64) -> Vec<Observation> {
-    training_executions(sizes, seed).observations
+    training_executions(sizes, seed).iter().map(ExecutionRecord::observation).collect()
 }
 
-/// A training run's execution log, as the router and the planner's
-/// calibration learn from it.
-#[derive(Clone, Debug, Default)]
-pub struct TrainingLog {
-    /// Every execution (see [`training_observations`]).
-    pub observations: Vec<Observation>,
-    /// Each execution's queueing.
-    pub admissions: Vec<slogate_core::tune::AdmissionSample>,
-    /// The completed executions that had their cluster to themselves from
-    /// arrival to finish.
-    pub alone: Vec<Observation>,
-}
-
-/// [`training_observations`] with each execution's queueing and the
-/// executions that ran alone, for the planner's
-/// [`slogate_core::tune::Calibration`].
-pub fn training_executions(sizes: &[u32], seed: u64) -> TrainingLog {
+/// The training run behind [`training_observations`] as an execution log,
+/// with each execution's queueing and whether it ran alone: what the
+/// planner's [`slogate_core::tune::Calibration`] learns from.
+pub fn training_executions(sizes: &[u32], seed: u64) -> Vec<ExecutionRecord> {
     let templates = Scenario::templates();
     let mut sizes = sizes.to_vec();
     sizes.sort_unstable();
     sizes.dedup();
-    let mut log = TrainingLog::default();
+    let mut log = Vec::new();
     for &size in &sizes {
         for (i, rate) in [0.05, 0.1, 0.2].into_iter().enumerate() {
             let run_seed = seed.wrapping_mul(7_919).wrapping_add(u64::from(size) * 31 + i as u64 + 1_000_003);
@@ -110,29 +98,28 @@ pub fn training_executions(sizes: &[u32], seed: u64) -> TrainingLog {
             let mut sim = Simulation::new(world, slogate_core::route::RoundRobin::default(), queries);
             sim.drive_until_idle();
             let records = sim.records();
-            let intervals: Vec<(Instant, Instant)> = records.iter().map(|r| (r.arrival, r.finished)).collect();
-            // The feature the router knows when it decides: queries already
-            // running on the cluster when this one arrived.
-            let neighbours: Vec<u32> = intervals
-                .iter()
-                .map(|(arrival, _)| intervals.iter().filter(|(a, f)| a < arrival && f > arrival).count() as u32)
-                .collect();
-            for (record, n) in records.iter().zip(neighbours) {
-                if let Some(started) = record.started {
-                    log.admissions.push(slogate_core::tune::AdmissionSample { size: Rpu(size), neighbours: n, queued: started - record.arrival });
+            for (index, record) in records.iter().enumerate() {
+                // The feature the router knows when it decides: queries
+                // already running on the cluster when this one arrived; and
+                // whether any other shared the cluster during its flight.
+                let (mut neighbours, mut overlapped) = (0u32, false);
+                for (other_index, other) in records.iter().enumerate() {
+                    if other_index != index && other.arrival < record.finished && other.finished > record.arrival {
+                        overlapped = true;
+                        neighbours += u32::from(other.arrival < record.arrival);
+                    }
                 }
-                let observation = Observation {
+                log.push(ExecutionRecord {
+                    query: record.query,
                     template: record.template,
+                    cluster: slogate_core::model::ClusterId(0),
                     size: Rpu(size),
-                    neighbours: n,
+                    neighbours_at_dispatch: neighbours,
                     latency: record.latency(),
                     censored: record.outcome != slogate_core::sim::QueryOutcome::Completed,
-                };
-                let overlapped = intervals.iter().any(|(a, f)| (*a, *f) != (record.arrival, record.finished) && *a < record.finished && *f > record.arrival);
-                if !overlapped && !observation.censored {
-                    log.alone.push(observation);
-                }
-                log.observations.push(observation);
+                    queued: record.started.map_or(slogate_core::time::Duration::ZERO, |started| started.saturating_duration_since(record.arrival)),
+                    ran_alone: !overlapped,
+                });
             }
         }
     }
@@ -530,4 +517,3 @@ mod tests {
         assert!(err.contains("unknown policy `fastest`") && err.contains("round-robin"), "{err}");
     }
 }
-

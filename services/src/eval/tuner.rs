@@ -38,7 +38,8 @@ use slogate_loadgen::workload::{DiurnalConfig, TraceEntry, assign_slos, diurnal_
 use slogate_core::route::PlanningRouter;
 use slogate_core::route::elastic::ElasticOptions;
 
-use super::{PoolTerms, Scenario, TrainingLog, build_policy_with, training_executions};
+use super::{PoolTerms, Scenario, build_policy_with, training_executions};
+use slogate_core::reservoir::ExecutionRecord;
 use crate::{Error, Result};
 
 /// Days since 1970-01-01 of the workload's day 0, a Monday (2024-04-01).
@@ -188,23 +189,18 @@ pub fn run_day_with(
     Ok((summary.violation_rate, summary.cost_usd, spinups, summary.elastic_cost_usd))
 }
 
-/// The planner the tuner plans with for `target`: a fork of the slogate
-/// router warmed on `history`.
-pub fn planner_for(
-    _entries: &[TraceEntry],
-    history: &[slogate_core::predict::Observation],
-    _target: u32,
-    elastic: Option<&ElasticOptions>,
-    _seed: u64,
-) -> Result<Box<dyn PlanningRouter>> {
+/// The planner the tuner plans with: a fork of the slogate router warmed
+/// on `history`.
+pub fn planner_for(history: &[slogate_core::predict::Observation], elastic: Option<&ElasticOptions>) -> Result<Box<dyn PlanningRouter>> {
     router(history, elastic)?.fork_planner().ok_or_else(|| Error::Scenario("slogate cannot plan".into()))
 }
 
-/// The planner's calibration from the training log, against the slogate
-/// router's predictor.
-pub fn calibration_for(log: &TrainingLog) -> Result<Calibration> {
-    let planner = router(&log.observations, None)?.fork_planner().ok_or_else(|| Error::Scenario("slogate cannot plan".into()))?;
-    Ok(Calibration::learn(planner.fork_predictor().as_ref(), &log.alone, &log.admissions))
+/// The training log's observations, and the planner's calibration learned
+/// from the log against the predictor they warm.
+pub fn learn_from(log: &[ExecutionRecord]) -> Result<(Vec<slogate_core::predict::Observation>, Calibration)> {
+    let history: Vec<_> = log.iter().map(ExecutionRecord::observation).collect();
+    let calibration = Calibration::learn(planner_for(&history, None)?.fork_predictor().as_ref(), log);
+    Ok((history, calibration))
 }
 
 /// Tunes for `target` from `history_days` days of `entries` (with the
@@ -226,7 +222,7 @@ pub fn tune_for(
         by_template: templates.iter().map(|t| (t.id, t.baseline_latency.mul_f64(kappa))).collect::<BTreeMap<_, _>>(),
         default: Duration::from_secs(60),
     };
-    let planner = planner_for(entries, history, target, elastic, seed)?;
+    let planner = planner_for(history, elastic)?;
     let day = FIRST_DAY + target as i32;
     let base = ExecutionConfig { spinups: Vec::new(), knobs: AutoscalerConfig::default() };
     Ok(tune_pool(&reservoir, day, day - history_days as i32..day, &slos, &batch_setup(elastic, calibration), planner.as_ref(), &base, &tuning_config(seed), &mut |_| {}))
@@ -235,9 +231,7 @@ pub fn tune_for(
 /// The whole table.
 pub fn run(seed: u64) -> Result<TunerReport> {
     let templates = Scenario::templates();
-    let log = training_executions(&[4, 8, 16, 32], seed);
-    let calibration = calibration_for(&log)?;
-    let history = log.observations;
+    let (history, calibration) = learn_from(&training_executions(&[4, 8, 16, 32], seed))?;
     let mut cells = Vec::new();
     for &kappa in &KAPPAS {
         let entries = workload(&templates, kappa, seed)?;
