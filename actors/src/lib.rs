@@ -8,13 +8,16 @@
 //!
 //! # Layout
 //!
+//! - [`backend`]: the [`backend::Backend`] seam: what runs queries (the
+//!   emulated warehouse, a Postgres-wire executor), as a trait object.
 //! - [`autoscaler`]: one Autoscaler per pool: core's triggers on every
 //!   notice from the RouterShard, the size selector on a fork of the
 //!   router, off the routing path.
 //! - [`clock`]: the node's virtual clock (tokio time, compressible).
 //! - [`metrics`]: latency histograms the shells publish.
-//! - [`provider`]: cluster lifecycle requests to the hosting platform
-//!   (emulated: the emulated warehouse applies δ and ζ).
+//! - [`provider`]: the [`provider::Provider`] seam: cluster lifecycle
+//!   requests to the hosting platform (emulated: the emulated warehouse
+//!   applies δ and ζ; fixed endpoints refuse).
 //! - [`reservoir`]: the workload reservoir (count and arrivals tables of
 //!   AutoSLO §7.1) and the execution log, persisted in sled behind
 //!   [`reservoir::ReservoirStore`].
@@ -50,6 +53,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod autoscaler;
+pub mod backend;
 pub mod clock;
 pub mod metrics;
 pub mod provider;
@@ -88,6 +92,10 @@ pub enum Error {
     /// The backend refused or did not answer.
     #[error("backend: {0}")]
     Backend(String),
+    /// The backend or provider cannot do this at all (e.g. spin up a
+    /// cluster for a pool of fixed endpoints).
+    #[error("{0}")]
+    Unsupported(String),
     /// A tuning run for the pool is already going.
     #[error("pool `{0}` is already being tuned")]
     TuningInProgress(String),

@@ -1,9 +1,16 @@
-//! The Provider actor: cluster lifecycle requests to the platform that
-//! hosts the clusters. The emulated provider asks the emulated warehouse,
-//! which applies the spinup delay δ and the teardown delay ζ; EC2 and
-//! Redshift Serverless providers will answer the same messages.
+//! The [`Provider`] seam: cluster lifecycle requests to the platform that
+//! hosts the clusters. The RouterShard and the ClusterTrackers hold an
+//! `Arc<dyn Provider>` and never name an implementation.
 //!
-//! It keeps a bounded log of what it was asked and when, for operators.
+//! - The emulated provider (the [`EmulatedProvider`] actor's address) asks
+//!   the emulated warehouse, which applies the spinup delay δ and the
+//!   teardown delay ζ. It keeps a bounded log of what it was asked and
+//!   when, for operators.
+//! - [`FixedEndpoints`] is a pool of servers slogate did not create (a
+//!   Postgres-wire pool's declared endpoints): it refuses to create or
+//!   release any, saying so.
+//!
+//! EC2 and Redshift providers answer the same trait.
 
 use std::collections::VecDeque;
 
@@ -12,7 +19,8 @@ use serde::Serialize;
 use slogate_core::model::{ClusterId, PoolId, Rpu};
 
 use crate::clock::VirtualClock;
-use crate::warehouse::{AddCluster, EmulatedWarehouse, ExecuteError, TearDown};
+use crate::backend::{ExecuteError, LocalFuture};
+use crate::warehouse::{AddCluster, EmulatedWarehouse, TearDown};
 
 /// Requests a new cluster; it is ready after the platform's spinup delay.
 #[derive(Message)]
@@ -59,7 +67,7 @@ pub struct LifecycleRecord {
 /// The Provider's observable state.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ProviderState {
-    /// `emulated`.
+    /// `emulated` or `fixed`.
     pub kind: &'static str,
     /// Recent requests, newest first.
     pub recent: Vec<LifecycleRecord>,
@@ -149,5 +157,60 @@ impl Handler<GetState> for EmulatedProvider {
 
     fn handle(&mut self, _message: GetState, _ctx: &mut Self::Context) -> Self::Result {
         MessageResult(ProviderState { kind: "emulated", recent: self.recent.iter().cloned().collect() })
+    }
+}
+
+/// Creates and releases a pool's clusters. See the module docs.
+pub trait Provider: Send + Sync {
+    /// Requests a new cluster of `size` for `pool`; it is ready after the
+    /// platform's spinup delay (reported through the backend's watchers).
+    fn spin_up(&self, pool: PoolId, size: Rpu) -> LocalFuture<Result<ClusterId, ExecuteError>>;
+
+    /// Asks the platform to drain and release `cluster`.
+    fn spin_down(&self, pool: PoolId, cluster: ClusterId) -> LocalFuture<Result<(), ExecuteError>>;
+
+    /// The observable state.
+    fn state(&self) -> LocalFuture<Result<ProviderState, ExecuteError>>;
+}
+
+fn provider_not_answering(_: MailboxError) -> ExecuteError {
+    ExecuteError::Unavailable("the provider is not answering".into())
+}
+
+/// The emulated provider as a [`Provider`].
+impl Provider for Addr<EmulatedProvider> {
+    fn spin_up(&self, pool: PoolId, size: Rpu) -> LocalFuture<Result<ClusterId, ExecuteError>> {
+        let provider = self.clone();
+        Box::pin(async move { provider.send(SpinUp { pool, size }).await.map_err(provider_not_answering)? })
+    }
+
+    fn spin_down(&self, pool: PoolId, cluster: ClusterId) -> LocalFuture<Result<(), ExecuteError>> {
+        let provider = self.clone();
+        Box::pin(async move { provider.send(SpinDown { pool, cluster }).await.map_err(provider_not_answering)? })
+    }
+
+    fn state(&self) -> LocalFuture<Result<ProviderState, ExecuteError>> {
+        let provider = self.clone();
+        Box::pin(async move { provider.send(GetState).await.map_err(provider_not_answering) })
+    }
+}
+
+/// Servers slogate did not create: a pool's declared endpoints. It never
+/// creates or releases one.
+pub struct FixedEndpoints;
+
+impl Provider for FixedEndpoints {
+    fn spin_up(&self, pool: PoolId, size: Rpu) -> LocalFuture<Result<ClusterId, ExecuteError>> {
+        let reason = format!("pool `{pool}` runs on fixed endpoints: no provider can create a {size} cluster for it");
+        Box::pin(std::future::ready(Err(ExecuteError::Unsupported(reason))))
+    }
+
+    fn spin_down(&self, pool: PoolId, cluster: ClusterId) -> LocalFuture<Result<(), ExecuteError>> {
+        let reason = format!("pool `{pool}` runs on fixed endpoints: no provider can release {cluster}");
+        Box::pin(std::future::ready(Err(ExecuteError::Unsupported(reason))))
+    }
+
+    fn state(&self) -> LocalFuture<Result<ProviderState, ExecuteError>> {
+        Box::pin(std::future::ready(Ok(ProviderState { kind: "fixed", recent: Vec::new() })))
     }
 }

@@ -8,19 +8,23 @@
 //! 2. answers a retried client query id from its idempotency table (the
 //!    same reply, and the query never runs twice);
 //! 3. asks the policy for a decision, records it (recent decisions are kept
-//!    for the admin API), and sends the query to the backend;
+//!    for the admin API), and sends the query to the pool's [`Backend`]
+//!    (through the cluster's tracker, or straight to the elastic tier);
 //! 4. when the backend reports, updates the pool view, feeds the policy,
 //!    logs the execution to the Reservoir, and replies.
 //!
 //! Every accepted query gets exactly one outcome: completed, timed out, or
-//! failed with a reason (a refused dispatch or a lost backend reply).
+//! failed with a reason (a SQL error, a refused dispatch, a lost backend
+//! reply, a cancel). A query whose every waiting client has gone
+//! ([`ClientGone`]) is cancelled on the server, and so is every query
+//! still running when a shutdown's grace period ends.
 
 use std::collections::{HashMap, VecDeque};
 
 use actix::prelude::*;
 use serde::Serialize;
 use slogate_core::model::{
-    ClusterId, ClusterState, ClusterView, ExecutionOutcome, ExecutionReport, Pool, PoolId, Query, QueryId, Rpu, RunningQuery, Slo, Target,
+    ClusterId, ClusterState, ClusterView, ExecutionOutcome, Pool, PoolId, Query, QueryId, Rpu, RunningQuery, Slo, Target,
     TemplateId,
 };
 use slogate_core::reservoir::ExecutionRecord;
@@ -29,12 +33,14 @@ use slogate_core::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use crate::autoscaler::{PoolSnapshot, ScaleEvent, ScaleNotice};
+use crate::backend::{Backend, CancelReason, ClusterUpdate, Completion, Execution, ExecuteError, ResultRows};
 use crate::clock::VirtualClock;
+use crate::provider::Provider;
 use crate::reservoir::{ArrivalUpdate, ExecutionUpdate, ReservoirActor};
-use crate::tracker::{ClusterTracker, Dispatch, Release, TrackerSetup};
-use crate::provider::{EmulatedProvider, SpinUp};
-use crate::warehouse::{ClusterUpdate, EmulatedWarehouse, ExecuteElastic, WatchClusters};
+use crate::tracker::{Cancel, ClusterTracker, Dispatch, Release, TrackerSetup};
 use crate::{Error, Result};
+use slogate_core::fingerprint::SqlCatalog;
+use std::sync::Arc;
 
 /// How a submitted query ended.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -70,11 +76,52 @@ pub struct SubmitOutcome {
     /// Wall-clock time the backend held the query (zero if it never ran):
     /// the gateway's own overhead is the rest of the client's wait.
     pub backend_wall: std::time::Duration,
+    /// The server's SQLSTATE, when a SQL error failed it.
+    pub sqlstate: Option<String>,
+    /// The rows it returned, for backends that return rows. A retry
+    /// answered from the idempotency table gets the columns only, marked
+    /// truncated: the table does not keep rows.
+    pub result: Option<ResultRows>,
+}
+
+/// An accepted submission: the node's id for it and where its outcome
+/// arrives.
+#[derive(Debug)]
+pub struct Submitted {
+    /// The node's query id (for [`ClientGone`]).
+    pub query: QueryId,
+    /// Receives the outcome.
+    pub reply: oneshot::Receiver<SubmitOutcome>,
+}
+
+/// A client waiting for `query` hung up or passed its deadline. When no
+/// waiting client is left, the query is cancelled on the server.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ClientGone {
+    /// The pool.
+    pub pool: PoolId,
+    /// The query.
+    pub query: QueryId,
+}
+
+impl SubmitOutcome {
+    /// The outcome as the idempotency table keeps it: the result's
+    /// columns, without its rows (marked truncated when it had any).
+    fn without_rows(&self) -> SubmitOutcome {
+        let result = self.result.as_ref().map(|r| ResultRows {
+            columns: r.columns.clone(),
+            rows: Vec::new(),
+            truncated: r.truncated || !r.rows.is_empty(),
+            rows_total: r.rows_total,
+        });
+        SubmitOutcome { result, ..self.clone() }
+    }
 }
 
 /// A submission, already validated by the gRPC layer.
 #[derive(Message)]
-#[rtype(result = "Result<oneshot::Receiver<SubmitOutcome>>")]
+#[rtype(result = "Result<Submitted>")]
 pub struct Submit {
     /// The pool.
     pub pool: PoolId,
@@ -82,6 +129,8 @@ pub struct Submit {
     pub client_query_id: String,
     /// Template or fingerprint.
     pub template: TemplateId,
+    /// Its SQL text, when the client sent text.
+    pub sql: Option<Arc<str>>,
     /// Its SLO.
     pub slo: Slo,
 }
@@ -182,7 +231,8 @@ pub struct GetRecentOutcomes {
 struct CompletionUpdate {
     pool: PoolId,
     query: QueryId,
-    report: Option<ExecutionReport>,
+    /// `None` when the backend lost the query.
+    completion: Option<Completion>,
     backend_wall: std::time::Duration,
 }
 
@@ -212,9 +262,12 @@ pub struct PoolSetup {
     /// Its routing policy.
     pub policy: Box<dyn RoutingPolicy>,
     /// The backend that runs its queries.
-    pub warehouse: Addr<EmulatedWarehouse>,
+    pub backend: Arc<dyn Backend>,
     /// The platform that spins its clusters up and down.
-    pub provider: Addr<EmulatedProvider>,
+    pub provider: Arc<dyn Provider>,
+    /// The SQL text of its named templates (empty for backends that need
+    /// none).
+    pub catalog: Arc<SqlCatalog>,
     /// Its clusters (already requested from the backend).
     pub clusters: Vec<(ClusterId, Rpu, ClusterState)>,
     /// The most queries in flight before submissions are refused.
@@ -243,8 +296,9 @@ struct InFlight {
 
 struct PoolRuntime {
     policy: Box<dyn RoutingPolicy>,
-    warehouse: Addr<EmulatedWarehouse>,
-    provider: Addr<EmulatedProvider>,
+    backend: Arc<dyn Backend>,
+    provider: Arc<dyn Provider>,
+    catalog: Arc<SqlCatalog>,
     trackers: HashMap<ClusterId, Addr<ClusterTracker>>,
     view: Pool,
     in_flight: HashMap<QueryId, InFlight>,
@@ -378,7 +432,7 @@ impl RouterShard {
                             state,
                             billing: limits.billing.clone(),
                             provisioned: setup.provisioned.clone(),
-                            backend: setup.warehouse.clone(),
+                            backend: setup.backend.clone(),
                             provider: setup.provider.clone(),
                             clock,
                             mailbox_capacity: limits.mailbox_capacity,
@@ -388,8 +442,9 @@ impl RouterShard {
                     .collect();
                 let runtime = PoolRuntime {
                     policy: setup.policy,
-                    warehouse: setup.warehouse,
+                    backend: setup.backend,
                     provider: setup.provider,
+                    catalog: setup.catalog,
                     trackers,
                     view: Pool { id: setup.id.clone(), clusters },
                     in_flight: HashMap::new(),
@@ -444,7 +499,7 @@ impl Actor for RouterShard {
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(self.mailbox_capacity);
         for (id, pool) in &self.pools {
-            pool.warehouse.do_send(WatchClusters { pool: id.clone(), recipient: ctx.address().recipient() });
+            pool.backend.watch_clusters(id.clone(), ctx.address().recipient());
         }
     }
 }
@@ -459,9 +514,14 @@ impl Handler<ClusterUpdate> for RouterShard {
             .get_mut(&message.pool)
             .and_then(|p| p.view.clusters.iter_mut().find(|c| c.id == message.cluster))
         {
-            // A cluster released while starting stays draining when it
-            // becomes ready: it must not take new queries.
-            if message.state == ClusterState::Ready && view.state == ClusterState::Draining {
+            // A cluster released while starting (or while unhealthy) stays
+            // draining when it becomes ready: it must not take new queries.
+            if matches!(message.state, ClusterState::Ready | ClusterState::Unhealthy) && view.state == ClusterState::Draining {
+                return;
+            }
+            if message.state == ClusterState::Ready && view.state == ClusterState::Unhealthy {
+                // Back from a failed health check: it was ready before.
+                view.state = ClusterState::Ready;
                 return;
             }
             if message.state == ClusterState::Ready {
@@ -519,20 +579,17 @@ impl Handler<RequestCluster> for RouterShard {
     type Result = ResponseActFuture<Self, Result<ClusterId>>;
 
     fn handle(&mut self, message: RequestCluster, _ctx: &mut Self::Context) -> Self::Result {
-        let (provider, warehouse, provisioned) = match self.pools.get(&message.pool) {
-            Some(pool) if !self.draining => (pool.provider.clone(), pool.warehouse.clone(), pool.provisioned.clone()),
+        let (provider, backend, provisioned) = match self.pools.get(&message.pool) {
+            Some(pool) if !self.draining => (pool.provider.clone(), pool.backend.clone(), pool.provisioned.clone()),
             Some(_) => return Box::pin(fut::ready(Err(Error::ShuttingDown))),
             None => return Box::pin(fut::ready(Err(Error::UnknownPool(message.pool.0)))),
         };
         let size = message.size;
         let pool_id = message.pool;
-        let request = SpinUp { pool: pool_id.clone(), size };
-        let provider_for_tracker = provider.clone();
+        let requested = provider.spin_up(pool_id.clone(), size);
         Box::pin(
-            async move { provider.send(request).await }.into_actor(self).map(move |reply, actor, _ctx| {
-                let cluster = reply
-                    .map_err(|_| Error::Backend("the provider is not answering".into()))?
-                    .map_err(|e| Error::Backend(e.to_string()))?;
+            requested.into_actor(self).map(move |reply, actor, _ctx| {
+                let cluster = reply.map_err(backend_error)?;
                 let now = actor.clock.now();
                 let setup = TrackerSetup {
                     pool: pool_id.clone(),
@@ -541,8 +598,8 @@ impl Handler<RequestCluster> for RouterShard {
                     state: ClusterState::Starting,
                     billing: actor.billing.clone(),
                     provisioned,
-                    backend: warehouse,
-                    provider: provider_for_tracker,
+                    backend,
+                    provider,
                     clock: actor.clock,
                     mailbox_capacity: actor.tracker_mailbox_capacity,
                 };
@@ -575,28 +632,45 @@ impl Handler<ReleaseCluster> for RouterShard {
             return Box::pin(fut::ready(Err(Error::UnknownCluster(message.cluster.to_string()))));
         };
         // Stop routing to it at once; the backend drains it.
-        if matches!(view.state, ClusterState::Ready | ClusterState::Starting) {
+        let previous = view.state;
+        if matches!(view.state, ClusterState::Ready | ClusterState::Starting | ClusterState::Unhealthy) {
             view.state = ClusterState::Draining;
         }
         let tracker = pool.trackers.get(&message.cluster).expect("every cluster in the view has a tracker").clone();
-        Box::pin(
-            async move { tracker.send(Release).await }.into_actor(self).map(|reply, _actor, _ctx| match reply {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(Error::Backend(e.to_string())),
-                Err(_) => Err(Error::Backend("the warehouse is not answering".into())),
-            }),
-        )
+        let (pool_id, cluster) = (message.pool, message.cluster);
+        Box::pin(async move { tracker.send(Release).await }.into_actor(self).map(move |reply, actor, _ctx| {
+            let result = match reply {
+                Ok(result) => result.map_err(backend_error),
+                Err(_) => Err(Error::Backend("the cluster's tracker is not answering".into())),
+            };
+            // A platform that refused keeps the cluster as it was.
+            if result.is_err()
+                && let Some(view) = actor.pools.get_mut(&pool_id).and_then(|p| p.view.clusters.iter_mut().find(|c| c.id == cluster))
+                && view.state == ClusterState::Draining
+            {
+                view.state = previous;
+            }
+            result
+        }))
     }
 }
 
-fn resolved(outcome: SubmitOutcome) -> oneshot::Receiver<SubmitOutcome> {
+fn resolved(query: QueryId, outcome: SubmitOutcome) -> Submitted {
     let (sender, receiver) = oneshot::channel();
     let _ = sender.send(outcome);
-    receiver
+    Submitted { query, reply: receiver }
+}
+
+/// The actors' error for a refused backend or provider request.
+fn backend_error(error: ExecuteError) -> Error {
+    match error {
+        ExecuteError::Unsupported(reason) => Error::Unsupported(reason),
+        other => Error::Backend(other.to_string()),
+    }
 }
 
 impl Handler<Submit> for RouterShard {
-    type Result = Result<oneshot::Receiver<SubmitOutcome>>;
+    type Result = Result<Submitted>;
 
     fn handle(&mut self, message: Submit, ctx: &mut Self::Context) -> Self::Result {
         if self.draining {
@@ -609,13 +683,13 @@ impl Handler<Submit> for RouterShard {
         if !message.client_query_id.is_empty() {
             if let Some(outcome) = pool.done.get(&message.client_query_id) {
                 pool.stats.deduplicated += 1;
-                return Ok(resolved(outcome.clone()));
+                return Ok(resolved(outcome.query, outcome.clone()));
             }
-            if let Some(query) = pool.by_client_id.get(&message.client_query_id) {
+            if let Some(&query) = pool.by_client_id.get(&message.client_query_id) {
                 let (sender, receiver) = oneshot::channel();
-                pool.in_flight.get_mut(query).expect("client ids map to in-flight queries").waiters.push(sender);
+                pool.in_flight.get_mut(&query).expect("client ids map to in-flight queries").waiters.push(sender);
                 pool.stats.deduplicated += 1;
-                return Ok(receiver);
+                return Ok(Submitted { query, reply: receiver });
             }
         }
         if pool.in_flight.len() >= pool.in_flight_max {
@@ -629,7 +703,8 @@ impl Handler<Submit> for RouterShard {
         // so it is not indexed for deduplication.
         let client_supplied = !message.client_query_id.is_empty();
         let client_query_id = if message.client_query_id.is_empty() { id.to_string() } else { message.client_query_id };
-        let query = Query { id, pool: message.pool.clone(), template: message.template, slo: message.slo, arrival: now };
+        let (template, sql) = pool.catalog.resolve(message.template, message.sql);
+        let query = Query { id, pool: message.pool.clone(), template, slo: message.slo, arrival: now };
         pool.stats.accepted += 1;
         pool.slos.insert(query.template, query.slo.latency);
         if let Some(reservoir) = &self.reservoir {
@@ -677,12 +752,14 @@ impl Handler<Submit> for RouterShard {
                     explanation: reason,
                     predicted: None,
                     backend_wall: std::time::Duration::ZERO,
+                    sqlstate: None,
+                    result: None,
                 };
                 if !pool.notify(ScaleEvent::Arrival { query: query.clone(), target: None }) {
                     self.scale_notices_dropped += 1;
                 }
                 self.record_decision(decision);
-                return Ok(resolved(outcome));
+                return Ok(resolved(id, outcome));
             }
         };
         let mut neighbours_at_dispatch = 0;
@@ -718,31 +795,63 @@ impl Handler<Submit> for RouterShard {
         if !pool.notify(ScaleEvent::Arrival { query: query.clone(), target: Some(chosen) }) {
             self.scale_notices_dropped += 1;
         }
-        let (reply, report) = oneshot::channel();
         let pool_id = message.pool;
         let me = ctx.address();
-        // Clusters run through their tracker; the elastic tier is the
-        // backend's own.
-        let sent_to_backend: std::pin::Pin<Box<dyn std::future::Future<Output = bool>>> = match chosen {
+        let clock = self.clock;
+        // Clusters run through their tracker; the elastic tier straight on
+        // the backend.
+        let completion: crate::backend::LocalFuture<Option<Completion>> = match chosen {
             Target::Cluster(cluster) => {
                 let tracker = pool.trackers.get(&cluster).expect("every cluster in the view has a tracker").clone();
-                Box::pin(async move { matches!(tracker.send(Dispatch { query, reply }).await, Ok(Ok(()))) })
+                let (reply, completion) = oneshot::channel();
+                Box::pin(async move {
+                    match tracker.send(Dispatch { query, sql, reply }).await {
+                        Ok(Ok(())) => completion.await.ok(),
+                        Ok(Err(refused)) => Some(refused_completion(refused, clock)),
+                        Err(_) => None,
+                    }
+                })
             }
             Target::Elastic => {
-                let warehouse = pool.warehouse.clone();
-                Box::pin(async move { matches!(warehouse.send(ExecuteElastic { query, reply }).await, Ok(Ok(()))) })
+                let running = pool.backend.execute(Execution { query, target: Target::Elastic, sql });
+                Box::pin(async move { Some(running.await.unwrap_or_else(|refused| refused_completion(refused, clock))) })
             }
         };
         self.record_decision(decision);
         ctx.spawn(
             async move {
                 let sent = std::time::Instant::now();
-                let report = if sent_to_backend.await { report.await.ok() } else { None };
-                me.do_send(CompletionUpdate { pool: pool_id, query: id, report, backend_wall: sent.elapsed() });
+                let completion = completion.await;
+                me.do_send(CompletionUpdate { pool: pool_id, query: id, completion, backend_wall: sent.elapsed() });
             }
             .into_actor(self),
         );
-        Ok(receiver)
+        Ok(Submitted { query: id, reply: receiver })
+    }
+}
+
+/// A dispatch the backend refused, as the query's failure.
+fn refused_completion(refused: ExecuteError, clock: VirtualClock) -> Completion {
+    Completion::Failed(crate::backend::Failure { reason: format!("the backend refused the query: {refused}"), sqlstate: None, started: None, finished: clock.now() })
+}
+
+impl Handler<ClientGone> for RouterShard {
+    type Result = ();
+
+    fn handle(&mut self, message: ClientGone, _ctx: &mut Self::Context) {
+        let Some(pool) = self.pools.get_mut(&message.pool) else { return };
+        let Some(flight) = pool.in_flight.get(&message.query) else { return };
+        if !flight.waiters.iter().all(oneshot::Sender::is_closed) {
+            return;
+        }
+        match flight.target {
+            Target::Cluster(cluster) => {
+                if let Some(tracker) = pool.trackers.get(&cluster) {
+                    tracker.do_send(Cancel { query: message.query, reason: CancelReason::ClientGone });
+                }
+            }
+            Target::Elastic => pool.backend.cancel(message.query, CancelReason::ClientGone),
+        }
     }
 }
 
@@ -760,9 +869,9 @@ impl Handler<CompletionUpdate> for RouterShard {
         {
             view.running.retain(|r| r.id != message.query);
         }
-        let outcome = match &message.report {
-            Some(report) => {
-                pool.policy.handle_completion(now, report);
+        let outcome = match message.completion {
+            Some(Completion::Ran { report, result }) => {
+                pool.policy.handle_completion(now, &report);
                 if !pool.notify(ScaleEvent::Finished(report.clone())) {
                     self.scale_notices_dropped += 1;
                 }
@@ -808,27 +917,35 @@ impl Handler<CompletionUpdate> for RouterShard {
                     explanation: flight.explanation,
                     predicted: flight.predicted,
                     backend_wall: message.backend_wall,
+                    sqlstate: None,
+                    result,
                 }
             }
-            None => {
+            failed => {
                 pool.stats.failed += 1;
                 pool.stats.violations += 1;
+                let (explanation, sqlstate, finished) = match failed {
+                    Some(Completion::Failed(failure)) => (failure.reason, failure.sqlstate, failure.finished),
+                    _ => ("the backend lost the query".to_owned(), None, now),
+                };
                 SubmitOutcome {
                     client_query_id: flight.client_query_id.clone(),
                     query: message.query,
                     status: SubmitStatus::Failed,
                     target: Some(flight.target),
-                    latency: now - flight.arrival,
+                    latency: finished.saturating_duration_since(flight.arrival),
                     slo_met: false,
-                    explanation: "the backend refused or lost the query".to_owned(),
+                    explanation,
                     predicted: flight.predicted,
                     backend_wall: message.backend_wall,
+                    sqlstate,
+                    result: None,
                 }
             }
         };
         if flight.client_supplied {
             pool.by_client_id.remove(&flight.client_query_id);
-            pool.done.insert(flight.client_query_id.clone(), outcome.clone());
+            pool.done.insert(flight.client_query_id.clone(), outcome.without_rows());
             pool.done_order.push_back(flight.client_query_id);
             while pool.done_order.len() > idempotency_max {
                 if let Some(old) = pool.done_order.pop_front() {
@@ -863,6 +980,14 @@ impl Handler<FailInFlight> for RouterShard {
         let mut failed = 0;
         for pool in self.pools.values_mut() {
             for (query, flight) in pool.in_flight.drain() {
+                match flight.target {
+                    Target::Cluster(cluster) => {
+                        if let Some(tracker) = pool.trackers.get(&cluster) {
+                            tracker.do_send(Cancel { query, reason: CancelReason::Shutdown });
+                        }
+                    }
+                    Target::Elastic => pool.backend.cancel(query, CancelReason::Shutdown),
+                }
                 failed += 1;
                 pool.stats.failed += 1;
                 pool.stats.violations += 1;
@@ -876,6 +1001,8 @@ impl Handler<FailInFlight> for RouterShard {
                     explanation: message.reason.clone(),
                     predicted: flight.predicted,
                     backend_wall: std::time::Duration::ZERO,
+                    sqlstate: None,
+                    result: None,
                 };
                 for waiter in flight.waiters {
                     let _ = waiter.send(outcome.clone());

@@ -2,30 +2,42 @@
 //! running queries, slogate's own billing timer for it (core's
 //! [`BillingTimer`], so the node knows its cost without asking the
 //! vendor), and its lifecycle; it makes the backend calls for the cluster
-//! (the RouterShard dispatches through it) and asks the Provider to
-//! release it.
+//! (the RouterShard dispatches through it) through the pool's
+//! [`Backend`], and asks the pool's [`Provider`] to release it.
 
 use actix::prelude::*;
 use serde::Serialize;
 use slogate_core::billing::{BillingConfig, BillingTimer};
 use slogate_core::elastic::ProvisionedBilling;
-use slogate_core::model::{ClusterId, ClusterState, PoolId, Query, QueryId, Rpu};
+use slogate_core::model::{ClusterId, ClusterState, PoolId, Query, QueryId, Rpu, Target};
 use slogate_core::time::Instant;
-use slogate_core::model::ExecutionReport;
 use tokio::sync::oneshot;
 
+use crate::backend::{Backend, CancelReason, ClusterUpdate, Completion, Execution, ExecuteError, Failure};
 use crate::clock::VirtualClock;
-use crate::provider::{EmulatedProvider, SpinDown};
-use crate::warehouse::{ClusterUpdate, EmulatedWarehouse, Execute, ExecuteError, WatchClusters};
+use crate::provider::Provider;
 
-/// Runs a query on this tracker's cluster; the report arrives on `reply`.
+/// Runs a query on this tracker's cluster; its completion arrives on
+/// `reply` (a failure too: only a lost tracker drops it).
 #[derive(Message)]
 #[rtype(result = "Result<(), ExecuteError>")]
 pub struct Dispatch {
     /// The query.
     pub query: Query,
-    /// Receives the report.
-    pub reply: oneshot::Sender<ExecutionReport>,
+    /// Its SQL text, for backends that run SQL.
+    pub sql: Option<std::sync::Arc<str>>,
+    /// Receives the completion.
+    pub reply: oneshot::Sender<Completion>,
+}
+
+/// Stops a query running on this cluster, on the server.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Cancel {
+    /// The query.
+    pub query: QueryId,
+    /// Why.
+    pub reason: CancelReason,
 }
 
 /// Drains and releases the cluster.
@@ -42,8 +54,8 @@ pub struct GetState;
 #[rtype(result = "()")]
 struct Finished {
     query: QueryId,
-    report: Option<ExecutionReport>,
-    reply: oneshot::Sender<ExecutionReport>,
+    completion: Completion,
+    reply: oneshot::Sender<Completion>,
 }
 
 /// A ClusterTracker's observable state.
@@ -55,6 +67,8 @@ pub struct TrackerState {
     pub size: Rpu,
     /// Its lifecycle state.
     pub state: ClusterState,
+    /// Why it is unhealthy, when it is.
+    pub unhealthy_reason: Option<String>,
     /// Queries sent to it and not finished.
     pub running: Vec<QueryId>,
     /// Queries finished on it.
@@ -76,6 +90,7 @@ pub struct ClusterTracker {
     cluster: ClusterId,
     size: Rpu,
     state: ClusterState,
+    unhealthy_reason: Option<String>,
     /// Whether provisioning finished: the warehouse runs (and bills) the
     /// queries it holds from then on, even on a cluster released while it
     /// was starting.
@@ -88,8 +103,8 @@ pub struct ClusterTracker {
     billing_clock: Instant,
     running: Vec<Running>,
     finished: u64,
-    backend: Addr<EmulatedWarehouse>,
-    provider: Addr<EmulatedProvider>,
+    backend: std::sync::Arc<dyn Backend>,
+    provider: std::sync::Arc<dyn Provider>,
     clock: VirtualClock,
     mailbox_capacity: usize,
 }
@@ -110,9 +125,9 @@ pub struct TrackerSetup {
     /// from the tracker's start until the cluster is gone.
     pub provisioned: Option<ProvisionedBilling>,
     /// The backend that runs the cluster's queries.
-    pub backend: Addr<EmulatedWarehouse>,
+    pub backend: std::sync::Arc<dyn Backend>,
     /// The platform that releases it.
-    pub provider: Addr<EmulatedProvider>,
+    pub provider: std::sync::Arc<dyn Provider>,
     /// The node's clock.
     pub clock: VirtualClock,
     /// Mailbox capacity.
@@ -128,6 +143,7 @@ impl ClusterTracker {
             cluster,
             size,
             state,
+            unhealthy_reason: None,
             provisioned: state != ClusterState::Starting,
             billing: BillingTimer::new(billing, size),
             billing_clock: Instant::ZERO,
@@ -155,7 +171,7 @@ impl Actor for ClusterTracker {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(self.mailbox_capacity);
-        self.backend.do_send(WatchClusters { pool: self.pool.clone(), recipient: ctx.address().recipient() });
+        self.backend.watch_clusters(self.pool.clone(), ctx.address().recipient());
     }
 }
 
@@ -176,18 +192,17 @@ impl Handler<Dispatch> for ClusterTracker {
         }
         let id = message.query.id;
         self.running.push(Running { query: id, billed });
-        let backend = self.backend.clone();
-        let cluster = self.cluster;
+        let execution = Execution { query: message.query, target: Target::Cluster(self.cluster), sql: message.sql };
+        let running = self.backend.execute(execution);
+        let clock = self.clock;
         let me = ctx.address();
         let reply = message.reply;
         ctx.spawn(
             async move {
-                let (sender, receiver) = oneshot::channel();
-                let report = match backend.send(Execute { query: message.query, cluster, reply: sender }).await {
-                    Ok(Ok(())) => receiver.await.ok(),
-                    _ => None,
-                };
-                me.do_send(Finished { query: id, report, reply });
+                let completion = running.await.unwrap_or_else(|refused| {
+                    Completion::Failed(Failure { reason: refused.to_string(), sqlstate: None, started: None, finished: clock.now() })
+                });
+                me.do_send(Finished { query: id, completion, reply });
             }
             .into_actor(self),
         );
@@ -202,18 +217,27 @@ impl Handler<Finished> for ClusterTracker {
         if let Some(index) = self.running.iter().position(|r| r.query == message.query) {
             let running = self.running.remove(index);
             if running.billed {
-                let finished = message.report.as_ref().map_or_else(|| self.clock.now(), |r| r.finished);
+                let finished = match &message.completion {
+                    Completion::Ran { report, .. } => report.finished,
+                    Completion::Failed(failure) => failure.finished,
+                };
                 let at = self.billing_instant(finished);
                 self.billing.handle_query_end(at);
             }
         }
         self.finished += 1;
-        if let Some(report) = message.report {
-            // The dispatcher may have gone away; then nobody reads it.
-            let _ = message.reply.send(report);
+        // The dispatcher may have gone away; then nobody reads it.
+        let _ = message.reply.send(message.completion);
+    }
+}
+
+impl Handler<Cancel> for ClusterTracker {
+    type Result = ();
+
+    fn handle(&mut self, message: Cancel, _ctx: &mut Self::Context) {
+        if self.running.iter().any(|r| r.query == message.query) {
+            self.backend.cancel(message.query, message.reason);
         }
-        // Without a report, dropping `reply` tells the dispatcher the query
-        // was lost, which it reports as a failure.
     }
 }
 
@@ -240,9 +264,11 @@ impl Handler<ClusterUpdate> for ClusterTracker {
         {
             *gone = Some(self.clock.now());
         }
-        if !(message.state == ClusterState::Ready && self.state == ClusterState::Draining) {
-            self.state = message.state;
+        if self.state == ClusterState::Draining && matches!(message.state, ClusterState::Ready | ClusterState::Unhealthy) {
+            return;
         }
+        self.unhealthy_reason = if message.state == ClusterState::Unhealthy { message.reason } else { None };
+        self.state = message.state;
     }
 }
 
@@ -253,12 +279,15 @@ impl Handler<Release> for ClusterTracker {
         if self.state == ClusterState::Gone {
             return Box::pin(fut::ready(Err(ExecuteError::NotAccepting(self.cluster, self.state))));
         }
+        let released = self.provider.spin_down(self.pool.clone(), self.cluster);
+        let previous = self.state;
         self.state = ClusterState::Draining;
-        let provider = self.provider.clone();
-        let request = SpinDown { pool: self.pool.clone(), cluster: self.cluster };
-        Box::pin(async move { provider.send(request).await }.into_actor(self).map(move |reply, _actor, _ctx| match reply {
-            Ok(result) => result,
-            Err(_) => Err(ExecuteError::Unavailable("the provider is not answering".into())),
+        Box::pin(released.into_actor(self).map(move |result, actor, _ctx| {
+            // A platform that refused keeps the cluster as it was.
+            if result.is_err() && actor.state == ClusterState::Draining {
+                actor.state = previous;
+            }
+            result
         }))
     }
 }
@@ -272,6 +301,7 @@ impl Handler<GetState> for ClusterTracker {
             cluster: self.cluster,
             size: self.size,
             state: self.state,
+            unhealthy_reason: self.unhealthy_reason.clone(),
             running: self.running.iter().map(|r| r.query).collect(),
             finished: self.finished,
             billed_usd_estimate: match &self.provisioned_billing {

@@ -10,19 +10,20 @@
 //!
 //! The actor decides nothing: it carries out dispatches and lifecycle
 //! commands and hands each [`ExecutionReport`] back to whoever dispatched
-//! the query.
+//! the query. Its address is a [`Backend`].
 
 use std::collections::HashMap;
 
 use actix::prelude::*;
 use serde::Serialize;
-use slogate_core::model::{ClusterId, ClusterState, Query, QueryId, Rpu};
+use slogate_core::model::{ClusterId, ClusterState, PoolId, Query, QueryId, Rpu, Target};
 use slogate_core::time::Instant;
 use slogate_core::model::ExecutionReport;
 use slogate_core::model::WarehouseEvent;
 use slogate_core::world::{World, WorldConfig};
 use tokio::sync::oneshot;
 
+use crate::backend::{Backend, BackendState, CancelReason, ClusterUpdate, Completion, Execution, ExecuteError, LocalFuture};
 use crate::clock::VirtualClock;
 
 /// Requests a cluster; it is ready at once when `warm`, else after δ.
@@ -58,26 +59,6 @@ pub struct ExecuteElastic {
     pub reply: oneshot::Sender<ExecutionReport>,
 }
 
-/// Why a dispatch was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ExecuteError {
-    /// No such cluster.
-    #[error("unknown cluster {0}")]
-    UnknownCluster(ClusterId),
-    /// The cluster is draining or gone.
-    #[error("cluster {0} is {1:?} and accepts no queries")]
-    NotAccepting(ClusterId, ClusterState),
-    /// The query id is already running.
-    #[error("query {0} is already running")]
-    Duplicate(QueryId),
-    /// The backend has no elastic tier.
-    #[error("this backend has no elastic tier")]
-    NoElasticTier,
-    /// The backend or platform is not answering.
-    #[error("unavailable: {0}")]
-    Unavailable(String),
-}
-
 /// Drains and releases a cluster.
 #[derive(Message)]
 #[rtype(result = "Result<(), ExecuteError>")]
@@ -88,24 +69,12 @@ pub struct TearDown(pub ClusterId);
 #[rtype(result = "WarehouseState")]
 pub struct GetState;
 
-/// A cluster changed state (ready or gone), as reported to watchers.
-#[derive(Clone, Debug, Message)]
-#[rtype(result = "()")]
-pub struct ClusterUpdate {
-    /// The pool the watcher registered under.
-    pub pool: slogate_core::model::PoolId,
-    /// Which cluster.
-    pub cluster: ClusterId,
-    /// Its new state.
-    pub state: ClusterState,
-}
-
 /// Registers a watcher of cluster state changes.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct WatchClusters {
     /// Echoed in every update.
-    pub pool: slogate_core::model::PoolId,
+    pub pool: PoolId,
     /// Receives the updates.
     pub recipient: Recipient<ClusterUpdate>,
 }
@@ -151,7 +120,7 @@ pub struct EmulatedWarehouse {
     world: World,
     clock: VirtualClock,
     pending: HashMap<QueryId, oneshot::Sender<ExecutionReport>>,
-    watchers: Vec<(slogate_core::model::PoolId, Recipient<ClusterUpdate>)>,
+    watchers: Vec<(PoolId, Recipient<ClusterUpdate>)>,
     timer_generation: u64,
     finished: u64,
     mailbox_capacity: usize,
@@ -193,7 +162,7 @@ impl EmulatedWarehouse {
                 WarehouseEvent::ClusterGone { cluster, .. } => (cluster, ClusterState::Gone),
             };
             for (pool, watcher) in &self.watchers {
-                watcher.do_send(ClusterUpdate { pool: pool.clone(), cluster, state });
+                watcher.do_send(ClusterUpdate { pool: pool.clone(), cluster, state, reason: None });
             }
         }
         self.timer_generation += 1;
@@ -320,6 +289,52 @@ impl Handler<GetState> for EmulatedWarehouse {
             elastic_billed_usd: self.world.elastic_cost_usd(),
             elastic_invocations: self.world.elastic_invocations().0,
             elastic_cold_starts: self.world.elastic_invocations().1,
+        })
+    }
+}
+
+fn not_answering(_: MailboxError) -> ExecuteError {
+    ExecuteError::Unavailable("the emulated warehouse is not answering".into())
+}
+
+/// The emulated warehouse as a [`Backend`]: the embedded default.
+impl Backend for Addr<EmulatedWarehouse> {
+    fn kind(&self) -> &'static str {
+        "emulated"
+    }
+
+    fn execute(&self, execution: Execution) -> LocalFuture<Result<Completion, ExecuteError>> {
+        let warehouse = self.clone();
+        Box::pin(async move {
+            let (reply, report) = oneshot::channel();
+            let Execution { query, target, .. } = execution;
+            match target {
+                Target::Cluster(cluster) => warehouse.send(Execute { query, cluster, reply }).await.map_err(not_answering)??,
+                Target::Elastic => warehouse.send(ExecuteElastic { query, reply }).await.map_err(not_answering)??,
+            }
+            let report = report.await.map_err(|_| ExecuteError::Unavailable("the emulated warehouse dropped the query".into()))?;
+            Ok(Completion::Ran { report, result: None })
+        })
+    }
+
+    /// The emulated warehouse has no server to stop: a cancelled query runs
+    /// to its end and its report goes to nobody who waits for it.
+    fn cancel(&self, _query: QueryId, _reason: CancelReason) {}
+
+    fn watch_clusters(&self, pool: PoolId, recipient: Recipient<ClusterUpdate>) {
+        self.do_send(WatchClusters { pool, recipient });
+    }
+
+    fn state(&self) -> LocalFuture<Result<BackendState, ExecuteError>> {
+        let warehouse = self.clone();
+        Box::pin(async move {
+            let state = warehouse.send(GetState).await.map_err(not_answering)?;
+            Ok(BackendState {
+                kind: "emulated",
+                vendor_billed_usd: Some(state.clusters.iter().map(|c| c.billed_usd).sum()),
+                executing: state.clusters.iter().map(|c| (c.id, c.executing)).collect(),
+                detail: serde_json::to_value(&state).expect("the warehouse state serialises"),
+            })
         })
     }
 }

@@ -28,8 +28,9 @@ async fn node_logging_to(in_flight_max: usize, cluster_count: usize, reservoir: 
     let pool = PoolSetup {
         id: PoolId::default(),
         policy: BaselinePolicy::LeastLoaded.build(),
-        provider,
-        warehouse,
+        provider: std::sync::Arc::new(provider),
+        backend: std::sync::Arc::new(warehouse),
+        catalog: std::sync::Arc::default(),
         clusters,
         in_flight_max,
         elastic: false,
@@ -45,7 +46,7 @@ async fn node_logging_to(in_flight_max: usize, cluster_count: usize, reservoir: 
 }
 
 fn submit(id: &str, template: u32) -> Submit {
-    Submit { pool: PoolId::default(), client_query_id: id.into(), template: TemplateId(template), slo: Slo { latency: Duration::from_secs(120) } }
+    Submit { pool: PoolId::default(), client_query_id: id.into(), template: TemplateId(template), sql: None, slo: Slo { latency: Duration::from_secs(120) } }
 }
 
 #[actix_rt::test]
@@ -58,7 +59,7 @@ async fn every_accepted_query_gets_exactly_one_outcome() {
     }
     let mut outcomes = Vec::new();
     for reply in replies {
-        outcomes.push(reply.await.unwrap());
+        outcomes.push(reply.reply.await.unwrap());
     }
     assert!(outcomes.iter().all(|o| matches!(o.status, SubmitStatus::Completed | SubmitStatus::TimedOut)));
     assert!(outcomes.iter().all(|o| o.target.is_some() && o.latency > Duration::ZERO));
@@ -77,8 +78,8 @@ async fn a_retried_query_id_runs_once_and_gets_the_same_reply() {
     let router = node(1_000).await;
     let first = router.send(submit("same", 4)).await.unwrap().unwrap();
     let retry_in_flight = router.send(submit("same", 4)).await.unwrap().unwrap();
-    let (first, retry_in_flight) = (first.await.unwrap(), retry_in_flight.await.unwrap());
-    let retry_after = router.send(submit("same", 4)).await.unwrap().unwrap().await.unwrap();
+    let (first, retry_in_flight) = (first.reply.await.unwrap(), retry_in_flight.reply.await.unwrap());
+    let retry_after = router.send(submit("same", 4)).await.unwrap().unwrap().reply.await.unwrap();
     assert_eq!(first, retry_in_flight);
     assert_eq!(first, retry_after);
     let stats = router.send(GetState).await.unwrap().pools[0].stats.clone();
@@ -97,7 +98,7 @@ async fn unknown_pool_admission_limit_and_draining_are_refused() {
     router.send(Drain).await.unwrap();
     assert!(matches!(router.send(submit("d", 4)).await.unwrap(), Err(Error::ShuttingDown)));
     // In-flight queries still finish after the drain starts.
-    assert_eq!(_a.await.unwrap().status, SubmitStatus::Completed);
+    assert_eq!(_a.reply.await.unwrap().status, SubmitStatus::Completed);
 }
 
 #[actix_rt::test]
@@ -107,7 +108,7 @@ async fn queries_still_running_at_the_end_of_shutdown_fail_with_a_reason() {
     let reply = router.send(submit("slow", 4)).await.unwrap().unwrap();
     router.send(Drain).await.unwrap();
     assert_eq!(router.send(FailInFlight { reason: "shutting down".into() }).await.unwrap(), 1);
-    let outcome = reply.await.unwrap();
+    let outcome = reply.reply.await.unwrap();
     assert_eq!(outcome.status, SubmitStatus::Failed);
     assert_eq!(outcome.explanation, "shutting down");
     let state = router.send(GetState).await.unwrap();
@@ -141,13 +142,13 @@ async fn the_execution_log_records_queueing_and_whether_a_query_ran_alone() {
     // One 16-RPU cluster: a lone query, then eight at once, more than its
     // admission slots.
     let router = node_logging_to(1_000, 1, Some(reservoir.clone())).await;
-    router.send(submit("alone", 40)).await.unwrap().unwrap().await.unwrap();
+    router.send(submit("alone", 40)).await.unwrap().unwrap().reply.await.unwrap();
     let mut replies = Vec::new();
     for i in 0..8 {
         replies.push(router.send(submit(&format!("crowd{i}"), 40)).await.unwrap().unwrap());
     }
     for reply in replies {
-        reply.await.unwrap();
+        reply.reply.await.unwrap();
     }
     reservoir.send(Flush).await.unwrap().unwrap();
     let log = reservoir.send(GetRecentExecutions { limit: 100 }).await.unwrap().unwrap();

@@ -21,8 +21,8 @@ fn tracker(backend: &Addr<EmulatedWarehouse>, cluster: ClusterId, state: Cluster
         state,
         billing: BillingConfig::default(),
         provisioned: None,
-        backend: backend.clone(),
-        provider: EmulatedProvider::new(backend.clone(), clock, 64).start(),
+        backend: std::sync::Arc::new(backend.clone()),
+        provider: std::sync::Arc::new(EmulatedProvider::new(backend.clone(), clock, 64).start()),
         clock,
         mailbox_capacity: 256,
     })
@@ -46,7 +46,7 @@ async fn tracker_runs_queries_and_estimates_the_bill_the_warehouse_charges() {
             slo: Slo { latency: Duration::from_secs(100) },
             arrival: Instant::ZERO,
         };
-        tracker.send(Dispatch { query, reply }).await.unwrap().unwrap();
+        tracker.send(Dispatch { query, sql: None, reply }).await.unwrap().unwrap();
         reports.push(report);
     }
     for report in reports {
@@ -63,7 +63,7 @@ async fn tracker_runs_queries_and_estimates_the_bill_the_warehouse_charges() {
     tracker.send(Release).await.unwrap().unwrap();
     let (reply, _) = oneshot::channel();
     let late = Query { id: QueryId(9), pool: PoolId::default(), template: TemplateId(3), slo: Slo { latency: Duration::from_secs(1) }, arrival: Instant::ZERO };
-    assert!(tracker.send(Dispatch { query: late, reply }).await.unwrap().is_err());
+    assert!(tracker.send(Dispatch { query: late, sql: None, reply }).await.unwrap().is_err());
 }
 
 #[actix_rt::test]
@@ -75,7 +75,7 @@ async fn a_cluster_released_while_starting_still_bills_the_queries_it_holds() {
     let tracker = tracker(&backend, cluster, ClusterState::Starting, clock);
     let (reply, report) = oneshot::channel();
     let query = Query { id: QueryId(1), pool: PoolId::default(), template: TemplateId(3), slo: Slo { latency: Duration::from_secs(900) }, arrival: Instant::ZERO };
-    tracker.send(Dispatch { query, reply }).await.unwrap().unwrap();
+    tracker.send(Dispatch { query, sql: None, reply }).await.unwrap().unwrap();
     // Released before δ = 300 virtual seconds (0.3 s here) pass: it runs
     // what it holds once provisioned, then goes.
     tracker.send(Release).await.unwrap().unwrap();

@@ -3,7 +3,8 @@
 
 use actix::Actor;
 use slogate_actors::clock::VirtualClock;
-use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse, Execute, ExecuteError, GetState, TearDown};
+use slogate_actors::backend::ExecuteError;
+use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse, Execute, GetState, TearDown};
 use slogate_core::model::{ClusterState, PoolId, Query, QueryId, Rpu, Slo, TemplateId};
 use slogate_core::time::{Duration, Instant};
 use slogate_core::model::ExecutionOutcome;

@@ -10,8 +10,61 @@
 //! - (A) Replacing a number or a quoted string with another leaves the
 //!   fingerprint unchanged; so do case, whitespace and comments.
 //! - (B) The fingerprint is at least [`FINGERPRINT_BASE`].
+//! - (C) A [`SqlCatalog`] gives SQL text whose fingerprint matches a
+//!   named template's text that template's id, so a TPC-DS query sent as
+//!   text and the same query sent as its template number are one template
+//!   to the predictor; any other text keeps its fingerprint.
+
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::model::TemplateId;
+
+/// The SQL text of named templates (a pool's query catalog, e.g. the 99
+/// TPC-DS queries as ids 1–99), for backends that run SQL.
+#[derive(Clone, Debug, Default)]
+pub struct SqlCatalog {
+    texts: HashMap<TemplateId, Arc<str>>,
+    by_fingerprint: HashMap<TemplateId, TemplateId>,
+}
+
+impl SqlCatalog {
+    /// A catalog of `(template, text)` pairs.
+    ///
+    /// # Panics
+    ///
+    /// If a template id is not below [`FINGERPRINT_BASE`] (it would be
+    /// mistaken for a fingerprint).
+    pub fn new(entries: impl IntoIterator<Item = (TemplateId, String)>) -> Self {
+        let mut catalog = SqlCatalog::default();
+        for (template, text) in entries {
+            assert!(template.0 < FINGERPRINT_BASE, "named template {template} collides with the fingerprint range");
+            catalog.by_fingerprint.insert(fingerprint_sql(&text), template);
+            catalog.texts.insert(template, Arc::from(text));
+        }
+        catalog
+    }
+
+    /// Templates in the catalog.
+    pub fn len(&self) -> usize {
+        self.texts.len()
+    }
+
+    /// Whether the catalog is empty.
+    pub fn is_empty(&self) -> bool {
+        self.texts.is_empty()
+    }
+
+    /// The template a submission is, and the SQL to run for it: the
+    /// client's text when it sent text (under its named template's id when
+    /// it matches one), else the catalog's text for the named template.
+    pub fn resolve(&self, template: TemplateId, sql: Option<Arc<str>>) -> (TemplateId, Option<Arc<str>>) {
+        match sql {
+            Some(text) => (self.by_fingerprint.get(&template).copied().unwrap_or(template), Some(text)),
+            None => (template, self.texts.get(&template).cloned()),
+        }
+    }
+}
 
 /// The smallest fingerprint id; named templates stay below it.
 pub const FINGERPRINT_BASE: u32 = 1 << 24;
@@ -106,6 +159,19 @@ mod tests {
     fn different_shapes_get_different_fingerprints() {
         assert_ne!(fingerprint_sql("select a from t"), fingerprint_sql("select b from t"));
         assert_ne!(fingerprint_sql("select * from t1"), fingerprint_sql("select * from t2"));
+    }
+
+    #[test]
+    fn catalog_text_takes_its_templates_id_and_a_template_number_gets_its_text() {
+        let catalog = SqlCatalog::new([(TemplateId(17), "select * from store_sales where ss_quantity > 10".to_owned())]);
+        let sent = "SELECT * FROM store_sales WHERE ss_quantity > 99";
+        let (template, sql) = catalog.resolve(fingerprint_sql(sent), Some(Arc::from(sent)));
+        assert_eq!((template, sql.as_deref()), (TemplateId(17), Some(sent)));
+        let (template, sql) = catalog.resolve(TemplateId(17), None);
+        assert_eq!((template, sql.as_deref()), (TemplateId(17), Some("select * from store_sales where ss_quantity > 10")));
+        let other = fingerprint_sql("select 1");
+        assert_eq!(catalog.resolve(other, Some(Arc::from("select 1"))).0, other);
+        assert_eq!(catalog.resolve(TemplateId(18), None), (TemplateId(18), None));
     }
 
     proptest! {

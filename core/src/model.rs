@@ -110,9 +110,10 @@ pub struct Query {
     pub arrival: Instant,
 }
 
-/// The lifecycle of a cluster. Transitions only go forward:
+/// The lifecycle of a cluster. Transitions go forward,
 /// `Starting → Ready → Draining → Gone`, and `Starting → Gone` on a failed
-/// spinup.
+/// spinup; the one way back is a ready cluster that failed its health
+/// check (`Ready → Unhealthy`) and passed it again (`Unhealthy → Ready`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ClusterState {
@@ -120,6 +121,9 @@ pub enum ClusterState {
     Starting,
     /// Accepting queries.
     Ready,
+    /// Failing its health check (a real server that refuses connections or
+    /// died mid-query): routed around until it passes again.
+    Unhealthy,
     /// Finishing its running queries; accepts no new ones.
     Draining,
     /// Released; billed no more.
@@ -137,7 +141,15 @@ impl ClusterState {
         use ClusterState::*;
         matches!(
             (self, next),
-            (Starting, Ready) | (Starting, Gone) | (Ready, Draining) | (Ready, Gone) | (Draining, Gone)
+            (Starting, Ready)
+                | (Starting, Gone)
+                | (Ready, Draining)
+                | (Ready, Gone)
+                | (Ready, Unhealthy)
+                | (Unhealthy, Ready)
+                | (Unhealthy, Draining)
+                | (Unhealthy, Gone)
+                | (Draining, Gone)
         )
     }
 }
@@ -282,6 +294,8 @@ mod tests {
         assert!(!Ready.can_become(Starting));
         assert!(!Gone.can_become(Ready));
         assert!(!Draining.can_become(Ready));
+        assert!(Ready.can_become(Unhealthy) && Unhealthy.can_become(Ready));
+        assert!(!Starting.can_become(Unhealthy) && !Unhealthy.accepts_queries());
     }
 
     #[test]

@@ -572,7 +572,7 @@ impl World {
                 c.gone_at = Some(now + teardown);
             }
             ClusterState::Starting => c.teardown_requested = true,
-            ClusterState::Ready => c.state = ClusterState::Draining,
+            ClusterState::Ready | ClusterState::Unhealthy => c.state = ClusterState::Draining,
             ClusterState::Draining | ClusterState::Gone => {}
         }
         Self::process(&self.config, c, now, &mut self.events);

@@ -367,7 +367,7 @@ async fn queries_no_cluster_can_serve_in_time_are_offloaded_to_the_elastic_tier(
     assert!(offloaded > 0, "nothing was offloaded");
     let (_, body) = admin_get(node.admin_addr, "/v1/actors").await;
     let actors: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let warehouse = &actors["warehouses"]["default"];
+    let warehouse = &actors["backends"]["default"]["detail"];
     assert_eq!(warehouse["elastic_invocations"].as_u64().unwrap(), offloaded, "{warehouse}");
     assert!(warehouse["elastic_billed_usd"].as_f64().unwrap() > 0.0);
     node.shutdown().await;
@@ -406,7 +406,7 @@ async fn the_slo_director_offloads_what_overflows_a_clusters_queue() {
     assert!(offloaded > 0 && queued >= 2, "offloaded {offloaded}, queued {queued}");
     let (_, body) = admin_get(node.admin_addr, "/v1/actors").await;
     let actors: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(actors["warehouses"]["default"]["elastic_invocations"].as_u64().unwrap(), offloaded, "{actors}");
+    assert_eq!(actors["backends"]["default"]["detail"]["elastic_invocations"].as_u64().unwrap(), offloaded, "{actors}");
     node.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -507,7 +507,7 @@ async fn provisioned_clusters_bill_while_they_exist_and_trackers_agree() {
     let snapshot = || async {
         let (_, body) = admin_get(node.admin_addr, "/v1/actors").await;
         let actors: serde_json::Value = serde_json::from_str(&body).unwrap();
-        let warehouse = &actors["warehouses"]["default"];
+        let warehouse = &actors["backends"]["default"]["detail"];
         let estimate = actors["cluster_trackers"]["default"][0]["billed_usd_estimate"].as_f64().unwrap();
         (warehouse["virtual_now_s"].as_f64().unwrap(), warehouse["clusters"][0]["billed_usd"].as_f64().unwrap(), estimate)
     };

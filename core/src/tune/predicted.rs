@@ -399,7 +399,7 @@ impl Warehouse for PredictedWarehouse {
             }
             // It serves what it holds once ready, then drains.
             ClusterState::Starting => c.gone_at = Some(c.ready_at),
-            ClusterState::Ready => {
+            ClusterState::Ready | ClusterState::Unhealthy => {
                 c.state = ClusterState::Draining;
                 self.drain_if_empty(index, now);
             }

@@ -12,12 +12,12 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use slogate_actors::autoscaler::{self, AutoscalerActor};
 use slogate_actors::metrics::Histogram;
-use slogate_actors::provider;
+use slogate_actors::backend::{Backend, BackendState};
+use slogate_actors::provider::Provider;
 use slogate_actors::reservoir::{self, ReservoirActor};
 use slogate_actors::router::{self, RouterShard};
 use slogate_actors::tracker;
 use slogate_actors::tuner;
-use slogate_actors::warehouse::{self, EmulatedWarehouse};
 use slogate_core::model::{ClusterState, PoolId};
 use slogate_proto::GatewayError;
 
@@ -29,7 +29,7 @@ pub struct AdminState {
     /// The Reservoir.
     pub reservoir: Addr<ReservoirActor>,
     /// Each pool's backend and provider.
-    pub warehouses: Vec<PoolBackends>,
+    pub backends: Vec<PoolBackends>,
     /// Bearer token for protected calls; empty refuses them.
     pub token: String,
     /// Whether reads need the token.
@@ -44,15 +44,15 @@ pub struct AdminState {
     pub tuners: Vec<(PoolId, Addr<tuner::TunerActor>)>,
 }
 
-/// A pool's backend actors.
+/// A pool's backend and provider.
 #[derive(Clone)]
 pub struct PoolBackends {
     /// The pool.
     pub pool: PoolId,
-    /// Its emulated warehouse.
-    pub warehouse: Addr<EmulatedWarehouse>,
-    /// Its provider.
-    pub provider: Addr<provider::EmulatedProvider>,
+    /// What runs its queries.
+    pub backend: Arc<dyn Backend>,
+    /// What creates and releases its clusters.
+    pub provider: Arc<dyn Provider>,
 }
 
 /// The node's latency histograms.
@@ -139,21 +139,38 @@ async fn readyz(state: web::Data<AdminState>) -> HttpResponse {
 struct PoolView {
     #[serde(flatten)]
     router: router::PoolState,
-    /// What the warehouse has billed so far, per cluster and in total.
+    /// What the clusters have billed so far, dollars: the vendor's bill
+    /// when the backend knows it, else the trackers' estimates.
     billed_usd: f64,
-    warehouse: Option<warehouse::WarehouseState>,
+    backend: Option<BackendState>,
+}
+
+fn backend_unavailable(error: slogate_actors::backend::ExecuteError) -> GatewayError {
+    GatewayError::Unavailable(error.to_string())
+}
+
+/// The states of `pool`'s cluster trackers, by cluster id.
+async fn tracker_states(state: &AdminState, pool: &PoolId) -> Result<Vec<tracker::TrackerState>, GatewayError> {
+    let mut states = Vec::new();
+    for (_, tracker) in state.router.send(router::GetTrackers(pool.clone())).await.map_err(mailbox)? {
+        states.push(tracker.send(tracker::GetState).await.map_err(mailbox)?);
+    }
+    Ok(states)
 }
 
 async fn pool_views(state: &AdminState) -> Result<Vec<PoolView>, GatewayError> {
     let router = state.router.send(router::GetState).await.map_err(mailbox)?;
     let mut views = Vec::new();
     for pool in router.pools {
-        let warehouse = match state.warehouses.iter().find(|b| b.pool == pool.id) {
-            Some(backends) => Some(backends.warehouse.send(warehouse::GetState).await.map_err(mailbox)?),
+        let backend = match state.backends.iter().find(|b| b.pool == pool.id) {
+            Some(backends) => Some(backends.backend.state().await.map_err(backend_unavailable)?),
             None => None,
         };
-        let billed_usd = warehouse.as_ref().map_or(0.0, |w| w.clusters.iter().map(|c| c.billed_usd).sum());
-        views.push(PoolView { router: pool, billed_usd, warehouse });
+        let billed_usd = match backend.as_ref().and_then(|b| b.vendor_billed_usd) {
+            Some(billed) => billed,
+            None => tracker_states(state, &pool.id).await?.iter().map(|t| t.billed_usd_estimate).sum(),
+        };
+        views.push(PoolView { router: pool, billed_usd, backend });
     }
     Ok(views)
 }
@@ -233,19 +250,16 @@ async fn actors(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespo
         authorised(&request, &state, false)?;
         let router = state.router.send(router::GetState).await.map_err(mailbox)?;
         let reservoir = state.reservoir.send(reservoir::GetState).await.map_err(mailbox)?;
-        let mut warehouses = serde_json::Map::new();
+        let mut backend_states = serde_json::Map::new();
         let mut trackers = serde_json::Map::new();
         let mut providers = serde_json::Map::new();
-        for backends in &state.warehouses {
+        for backends in &state.backends {
             let pool = &backends.pool;
-            let warehouse = backends.warehouse.send(warehouse::GetState).await.map_err(mailbox)?;
-            warehouses.insert(pool.0.clone(), serde_json::to_value(warehouse).expect("state serialises"));
-            let provider = backends.provider.send(provider::GetState).await.map_err(mailbox)?;
+            let backend = backends.backend.state().await.map_err(backend_unavailable)?;
+            backend_states.insert(pool.0.clone(), serde_json::to_value(backend).expect("state serialises"));
+            let provider = backends.provider.state().await.map_err(backend_unavailable)?;
             providers.insert(pool.0.clone(), serde_json::to_value(provider).expect("state serialises"));
-            let mut pool_trackers = Vec::new();
-            for (_, tracker) in state.router.send(router::GetTrackers(pool.clone())).await.map_err(mailbox)? {
-                pool_trackers.push(tracker.send(tracker::GetState).await.map_err(mailbox)?);
-            }
+            let pool_trackers = tracker_states(&state, pool).await?;
             trackers.insert(pool.0.clone(), serde_json::to_value(pool_trackers).expect("state serialises"));
         }
         let mut autoscalers = serde_json::Map::new();
@@ -265,7 +279,7 @@ async fn actors(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespo
             "cluster_trackers": trackers,
             "providers": providers,
             "reservoir": reservoir,
-            "warehouses": warehouses,
+            "backends": backend_states,
         }))
     }
     .await;
@@ -282,7 +296,7 @@ async fn tune(request: HttpRequest, state: web::Data<AdminState>, path: web::Pat
     let result = async {
         authorised(&request, &state, true)?;
         let Some((_, tuner)) = state.tuners.iter().find(|(id, _)| *id == pool) else {
-            let exists = state.warehouses.iter().any(|b| b.pool == pool);
+            let exists = state.backends.iter().any(|b| b.pool == pool);
             return Err(if exists { GatewayError::NoTuner(pool.0.clone()) } else { GatewayError::UnknownPool(pool.0.clone()) });
         };
         tuner.send(tuner::StartTuning { reason: "operator".to_owned() }).await.map_err(mailbox)?.map_err(router_error)
@@ -428,16 +442,16 @@ async fn metrics(request: HttpRequest, state: web::Data<AdminState>) -> HttpResp
     family("failed_total", "counter", "Queries that failed.", &|v| v.router.stats.failed as f64);
     family("slo_violations_total", "counter", "Queries that missed their SLO.", &|v| v.router.stats.violations as f64);
     family("in_flight", "gauge", "Queries in flight.", &|v| v.router.in_flight as f64);
-    family("billed_usd", "counter", "Dollars billed by the warehouse so far.", &|v| v.billed_usd);
+    family("billed_usd", "counter", "Dollars the clusters billed so far (the vendor's bill, or slogate's estimate).", &|v| v.billed_usd);
     writeln!(
         out,
         "# HELP slogate_cluster_queries Queries on each cluster: executing, or waiting in its admission queue.\n# TYPE slogate_cluster_queries gauge"
     )
     .expect("write to String");
     for view in &views {
-        let Some(warehouse) = &view.warehouse else { continue };
+        let Some(backend) = &view.backend else { continue };
         for cluster in &view.router.clusters {
-            let executing = warehouse.clusters.iter().find(|c| c.id == cluster.id).map_or(0, |c| c.executing);
+            let executing = backend.executing.iter().find(|(id, _)| *id == cluster.id).map_or(0, |&(_, n)| n);
             let waiting = cluster.running.len().saturating_sub(executing);
             let (pool, id) = (&view.router.id.0, cluster.id.0);
             writeln!(out, "slogate_cluster_queries{{pool=\"{pool}\",cluster=\"c{id}\",state=\"executing\"}} {executing}").expect("write to String");

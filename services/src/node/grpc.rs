@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use actix::Addr;
 use slogate_actors::metrics::Histogram;
-use slogate_actors::router::{RouterShard, Submit, SubmitOutcome, SubmitStatus};
+use slogate_actors::backend::ResultRows;
+use slogate_actors::router::{ClientGone, RouterShard, Submit, SubmitOutcome, SubmitStatus};
 use slogate_proto::GatewayError;
 use slogate_proto::v1::gateway_server::Gateway;
-use slogate_proto::v1::{QueryStatus, SubmitRequest, SubmitResponse};
+use slogate_proto::v1::{QueryStatus, ResultSet, Row, SubmitRequest, SubmitResponse, submit_request};
 use slogate_proto::validate::{Limits, validate_submit};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
@@ -25,6 +26,7 @@ pub fn gateway_error(error: slogate_actors::Error) -> GatewayError {
         A::ShuttingDown => GatewayError::ShuttingDown,
         A::UnknownCluster(cluster) => GatewayError::UnknownCluster(cluster),
         A::Backend(reason) => GatewayError::Unavailable(reason),
+        A::Unsupported(reason) => GatewayError::Conflict(reason),
         A::TuningInProgress(pool) => GatewayError::Conflict(format!("pool `{pool}` is already being tuned")),
         other @ (A::Storage(_) | A::CorruptStore(_)) => GatewayError::Internal(other.to_string()),
     }
@@ -54,16 +56,60 @@ impl GatewayService {
 
     async fn route_and_wait(&self, request: &SubmitRequest) -> Result<SubmitOutcome, GatewayError> {
         let spec = validate_submit(request, &self.limits)?;
-        let reply = self
+        let sql = match &request.query {
+            Some(submit_request::Query::Sql(text)) => Some(Arc::from(text.as_str())),
+            _ => None,
+        };
+        let pool = spec.pool.clone();
+        let submitted = self
             .router
-            .send(Submit { pool: spec.pool, client_query_id: spec.client_query_id, template: spec.template, slo: spec.slo })
+            .send(Submit { pool: spec.pool, client_query_id: spec.client_query_id, template: spec.template, sql, slo: spec.slo })
             .await
             .map_err(|e| match e {
                 actix::MailboxError::Closed => GatewayError::ShuttingDown,
                 actix::MailboxError::Timeout => GatewayError::Internal("router timed out".into()),
             })?
             .map_err(gateway_error)?;
-        reply.await.map_err(|_| GatewayError::Internal("the router dropped the query's reply".into()))
+        // Dropped unanswered (the client hung up, or its deadline passed
+        // and tonic dropped this future), it tells the router, which
+        // cancels the query on the server once no client waits for it.
+        let mut waiting = ClientWaiting { router: self.router.clone(), pool, query: submitted.query, answered: false };
+        let outcome = submitted.reply.await.map_err(|_| GatewayError::Internal("the router dropped the query's reply".into()));
+        waiting.answered = true;
+        outcome
+    }
+}
+
+/// A client waiting for a query's outcome; see `route_and_wait`.
+struct ClientWaiting {
+    router: Addr<RouterShard>,
+    pool: slogate_core::model::PoolId,
+    query: slogate_core::model::QueryId,
+    answered: bool,
+}
+
+impl Drop for ClientWaiting {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.router.do_send(ClientGone { pool: self.pool.clone(), query: self.query });
+        }
+    }
+}
+
+/// The rows as the wire carries them.
+fn result_set(rows: ResultRows) -> ResultSet {
+    ResultSet {
+        columns: rows.columns,
+        rows: rows
+            .rows
+            .into_iter()
+            .map(|row| {
+                let nulls = row.iter().enumerate().filter(|(_, v)| v.is_none()).map(|(i, _)| i as u32).collect();
+                Row { values: row.into_iter().map(Option::unwrap_or_default).collect(), nulls }
+            })
+            .collect(),
+        truncated: rows.truncated,
+        rows_total: rows.rows_total,
     }
 }
 
@@ -81,8 +127,9 @@ fn response(outcome: SubmitOutcome) -> SubmitResponse {
         latency_ms: outcome.latency.as_millis_f64(),
         slo_met: outcome.slo_met,
         explanation: outcome.explanation,
-        result: None,
+        result: outcome.result.map(result_set),
         error_code: 0,
+        sqlstate: outcome.sqlstate.unwrap_or_default(),
     }
 }
 

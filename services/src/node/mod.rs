@@ -23,7 +23,8 @@ use actix::{Actor, Addr};
 use slogate_actors::autoscaler::{ApplyTuning, AutoscalerActor};
 use slogate_actors::tuner::{TunerActor, TunerSettings};
 use slogate_actors::clock::VirtualClock;
-use slogate_actors::provider::EmulatedProvider;
+use slogate_actors::backend::Backend;
+use slogate_actors::provider::{EmulatedProvider, Provider};
 use slogate_actors::reservoir::{self, ReservoirActor, SledStore};
 use slogate_actors::router::{self, PoolSetup, RouterLimits, RouterShard};
 use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse};
@@ -76,7 +77,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         .start();
 
     let mut pools = Vec::new();
-    let mut warehouses = Vec::new();
+    let mut backends = Vec::new();
     for (i, pool) in file.pool.iter().enumerate() {
         let mut world = WorldConfig::default();
         world.seed(file.node.seed);
@@ -94,13 +95,15 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         let terms = crate::eval::PoolTerms { elastic: elastic.clone(), provisioned, director_queue_per_16_rpu: Some(pool.elastic.director_queue_per_16_rpu) };
         let policy = crate::eval::build_policy_with(&pool.policy, &history, &terms).map_err(|e| Error::Config(e.to_string()))?;
         let id = PoolId(pool.name.clone());
-        let provider = EmulatedProvider::new(warehouse.clone(), clock, mailbox).start();
-        warehouses.push(admin::PoolBackends { pool: id.clone(), warehouse: warehouse.clone(), provider: provider.clone() });
+        let provider: Arc<dyn Provider> = Arc::new(EmulatedProvider::new(warehouse.clone(), clock, mailbox).start());
+        let backend: Arc<dyn Backend> = Arc::new(warehouse);
+        backends.push(admin::PoolBackends { pool: id.clone(), backend: backend.clone(), provider: provider.clone() });
         pools.push(PoolSetup {
             id,
             policy,
-            warehouse,
+            backend,
             provider,
+            catalog: Arc::default(),
             clusters,
             in_flight_max: file.limits.in_flight_per_pool_max,
             elastic: elastic.is_some(),
@@ -187,7 +190,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     let admin_state = admin::AdminState {
         router: router.clone(),
         reservoir: reservoir.clone(),
-        warehouses,
+        backends,
         token: file.node.admin_token.clone(),
         reads_require_token: file.node.reads_require_token,
         ready: ready.clone(),
