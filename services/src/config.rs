@@ -127,8 +127,23 @@ pub struct PoolSection {
     /// Routing policy.
     #[serde(default = "default_policy")]
     pub policy: String,
-    /// Initial clusters on the emulated warehouse, sizes in RPU.
+    /// What runs its queries: `emulated` (the embedded warehouse) or
+    /// `postgres` (servers that speak the PostgreSQL protocol: Amazon
+    /// Redshift, Redshift Serverless endpoints, PostgreSQL), one per
+    /// `[[pool.endpoint]]`.
+    #[serde(default = "default_backend")]
+    pub backend: String,
+    /// Initial clusters on the emulated warehouse, sizes in RPU (emulated
+    /// pools only).
+    #[serde(default)]
     pub clusters: Vec<u32>,
+    /// A postgres pool's servers, one cluster each (`c0`, `c1`, … in
+    /// order).
+    #[serde(default)]
+    pub endpoint: Vec<EndpointSection>,
+    /// A postgres pool's executor settings.
+    #[serde(default)]
+    pub postgres: PostgresSection,
     /// How clusters bill: `usage` (the warehouse timer: running while
     /// queries run, 60 s minimum windows) or `provisioned` (from spinup
     /// until teardown, per second, 60 s minimum).
@@ -178,6 +193,153 @@ impl PoolSection {
             threads: self.tune.threads,
         };
         Ok((setup, knobs))
+    }
+}
+
+/// `[[pool.endpoint]]`: one server of a postgres pool. Its password is
+/// never in the file: `password_env` names an environment variable, or
+/// `password_file` a file, that holds it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointSection {
+    /// Host name or address.
+    pub host: String,
+    /// TCP port (Redshift listens on 5439).
+    #[serde(default = "default_pg_port")]
+    pub port: u16,
+    /// Database.
+    pub database: String,
+    /// User.
+    pub user: String,
+    /// TLS: only `disable` in this build (see the README).
+    #[serde(default = "default_tls")]
+    pub tls: String,
+    /// Its size, RPU (billing and the predictor's size features).
+    pub size_rpu: u32,
+    /// Connections at most: the cluster's concurrency limit; slogate
+    /// queues beyond it.
+    #[serde(default = "default_connections")]
+    pub connections: usize,
+    /// The environment variable holding the password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_env: Option<String>,
+    /// The file holding the password (trailing newline ignored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+}
+
+fn default_pg_port() -> u16 {
+    5432
+}
+
+fn default_tls() -> String {
+    "disable".into()
+}
+
+fn default_connections() -> usize {
+    4
+}
+
+fn default_backend() -> String {
+    "emulated".into()
+}
+
+impl EndpointSection {
+    /// The password, read from where the file says; `None` when it names
+    /// no source (trust or peer authentication).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] naming the key when the variable is unset or the
+    /// file unreadable. The password itself is never in an error.
+    pub fn password(&self, env: &dyn Strings, key: &str) -> Result<Option<String>> {
+        if let Some(variable) = &self.password_env {
+            return env
+                .get(variable)
+                .map(Some)
+                .ok_or_else(|| invalid(&format!("{key}.password_env"), format!("the environment variable `{variable}` is not set")));
+        }
+        if let Some(path) = &self.password_file {
+            let text = std::fs::read_to_string(path).map_err(|e| invalid(&format!("{key}.password_file"), format!("cannot read {}: {e}", path.display())))?;
+            return Ok(Some(text.trim_end_matches(['\n', '\r']).to_owned()));
+        }
+        Ok(None)
+    }
+
+    /// The executor's endpoint, with its password resolved.
+    pub fn to_endpoint(&self, env: &dyn Strings, key: &str) -> Result<crate::backend::postgres::Endpoint> {
+        Ok(crate::backend::postgres::Endpoint {
+            host: self.host.clone(),
+            port: self.port,
+            database: self.database.clone(),
+            user: self.user.clone(),
+            password: self.password(env, key)?,
+            size: slogate_core::model::Rpu(self.size_rpu),
+            connections: self.connections,
+        })
+    }
+}
+
+/// `[pool.postgres]`: a postgres pool's executor settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PostgresSection {
+    /// The query timeout, seconds: the server's `statement_timeout`, and
+    /// the longest a query waits for a connection.
+    pub query_timeout_s: f64,
+    /// Rows returned per query at most (the response says when it was
+    /// truncated).
+    pub result_rows_max: usize,
+    /// Bytes of values returned per query at most.
+    pub result_bytes_max: usize,
+    /// Between health checks of each server, milliseconds.
+    pub health_check_interval_ms: u64,
+    /// Connecting gives up after this, milliseconds.
+    pub connect_timeout_ms: u64,
+    /// A directory of SQL files (`17.sql` or `query17.sql`), the text of
+    /// the pool's named templates: a submission by template number runs
+    /// its text, and submitted text that matches one is that template.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub catalog_dir: Option<PathBuf>,
+}
+
+impl Default for PostgresSection {
+    fn default() -> Self {
+        PostgresSection {
+            query_timeout_s: 3_600.0,
+            result_rows_max: 1_000,
+            result_bytes_max: 1 << 20,
+            health_check_interval_ms: 1_000,
+            connect_timeout_ms: 5_000,
+            catalog_dir: None,
+        }
+    }
+}
+
+impl PostgresSection {
+    /// The executor's settings; an error names the key.
+    pub fn to_settings(&self, prefix: &str) -> Result<crate::backend::postgres::PostgresSettings> {
+        let key = |name: &str| format!("{prefix}.{name}");
+        if !(self.query_timeout_s.is_finite() && self.query_timeout_s >= 0.001 && self.query_timeout_s <= 7.0 * 86_400.0) {
+            return Err(invalid(&key("query_timeout_s"), format!("must be between 0.001 and 604800 seconds, got {}", self.query_timeout_s)));
+        }
+        for (name, value) in [
+            ("result_rows_max", self.result_rows_max as u64),
+            ("result_bytes_max", self.result_bytes_max as u64),
+            ("health_check_interval_ms", self.health_check_interval_ms),
+            ("connect_timeout_ms", self.connect_timeout_ms),
+        ] {
+            if value == 0 {
+                return Err(invalid(&key(name), "must be at least 1"));
+            }
+        }
+        Ok(crate::backend::postgres::PostgresSettings {
+            query_timeout: std::time::Duration::from_secs_f64(self.query_timeout_s),
+            result_rows_max: self.result_rows_max,
+            result_bytes_max: self.result_bytes_max,
+            health_check_interval: std::time::Duration::from_millis(self.health_check_interval_ms),
+            connect_timeout: std::time::Duration::from_millis(self.connect_timeout_ms),
+        })
     }
 }
 
@@ -590,7 +752,10 @@ impl Default for ConfigV1 {
             pool: vec![PoolSection {
                 name: "default".into(),
                 policy: default_policy(),
+                backend: default_backend(),
                 clusters: vec![16, 16],
+                endpoint: Vec::new(),
+                postgres: PostgresSection::default(),
                 billing: default_billing(),
                 provisioned_price_per_rpu_hour_usd: default_provisioned_price(),
                 autoscale: AutoscaleSection::default(),
@@ -710,8 +875,17 @@ impl NodeConfig {
             if let Err(error) = crate::eval::policy_by_name(&pool.policy) {
                 return Err(invalid(&format!("pool[{i}].policy"), error));
             }
-            if pool.clusters.is_empty() || pool.clusters.iter().any(|&s| s == 0 || s > 1_024) {
-                return Err(invalid(&format!("pool[{i}].clusters"), "needs one or more sizes in 1–1024 RPU"));
+            match pool.backend.as_str() {
+                "emulated" => {
+                    if pool.clusters.is_empty() || pool.clusters.iter().any(|&s| s == 0 || s > 1_024) {
+                        return Err(invalid(&format!("pool[{i}].clusters"), "needs one or more sizes in 1–1024 RPU"));
+                    }
+                    if !pool.endpoint.is_empty() {
+                        return Err(invalid(&format!("pool[{i}].endpoint"), "endpoints need backend = \"postgres\""));
+                    }
+                }
+                "postgres" => Self::validate_postgres_pool(&file, pool, i)?,
+                other => return Err(invalid(&format!("pool[{i}].backend"), format!("`{other}` is not one of emulated, postgres"))),
             }
             if pool.billing != "usage" && pool.billing != "provisioned" {
                 return Err(invalid(&format!("pool[{i}].billing"), format!("`{}` is not one of usage, provisioned", pool.billing)));
@@ -741,6 +915,51 @@ impl NodeConfig {
             }
         }
         Ok(NodeConfig { grpc_addr, admin_addr, data_dir: file.node.data_dir.clone(), file })
+    }
+
+    /// A postgres pool runs on its declared endpoints in real time: no
+    /// emulated clusters, no autoscaler or elastic tier (no provider can
+    /// create servers for it yet), and no time compression.
+    fn validate_postgres_pool(file: &ConfigV1, pool: &PoolSection, i: usize) -> Result<()> {
+        let key = |name: &str| format!("pool[{i}].{name}");
+        if !pool.clusters.is_empty() {
+            return Err(invalid(&key("clusters"), "a postgres pool's clusters are its [[pool.endpoint]]s; leave clusters out"));
+        }
+        if pool.endpoint.is_empty() {
+            return Err(invalid(&key("endpoint"), "a postgres pool needs one or more [[pool.endpoint]]"));
+        }
+        for (j, endpoint) in pool.endpoint.iter().enumerate() {
+            let key = |name: &str| format!("pool[{i}].endpoint[{j}].{name}");
+            if endpoint.host.is_empty() || endpoint.database.is_empty() || endpoint.user.is_empty() {
+                return Err(invalid(&key("host"), "host, database and user must be non-empty"));
+            }
+            if endpoint.size_rpu == 0 || endpoint.size_rpu > 1_024 {
+                return Err(invalid(&key("size_rpu"), format!("must be in 1–1024 RPU, got {}", endpoint.size_rpu)));
+            }
+            if endpoint.connections == 0 || endpoint.connections > 1_024 {
+                return Err(invalid(&key("connections"), format!("must be in 1–1024, got {}", endpoint.connections)));
+            }
+            if endpoint.tls != "disable" {
+                return Err(invalid(&key("tls"), format!("`{}`: this build connects without TLS only (`disable`)", endpoint.tls)));
+            }
+            if endpoint.password_env.is_some() && endpoint.password_file.is_some() {
+                return Err(invalid(&key("password_env"), "give password_env or password_file, not both"));
+            }
+        }
+        pool.postgres.to_settings(&key("postgres"))?;
+        if pool.autoscale.enabled {
+            return Err(invalid(&key("autoscale.enabled"), "a postgres pool runs on fixed endpoints: no provider can create servers for it"));
+        }
+        if pool.elastic.enabled {
+            return Err(invalid(&key("elastic.enabled"), "a postgres pool has no elastic tier"));
+        }
+        if file.node.time_compression != 1.0 {
+            return Err(invalid(
+                "node.time_compression",
+                format!("must be 1 when a pool runs on real servers (pool `{}`), got {}", pool.name, file.node.time_compression),
+            ));
+        }
+        Ok(())
     }
 
     /// The documented example file, `deploy/slogate.example.toml`: every

@@ -13,6 +13,8 @@
 //!   its table/JSON reports.
 //! - [`eval::calibrate`]: the calibration report and the fit behind the
 //!   world model's defaults.
+//! - [`backend`]: backends beyond the emulated warehouse: the
+//!   Postgres-wire executor, and SQL catalogs.
 //! - [`config`]: the node's configuration (file, environment, flags).
 //! - [`node`]: `slogate serve`, a gateway node: actors, gRPC, admin API.
 //! - [`cli`]: the command line (argument parsing, exit codes).
@@ -30,6 +32,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod eval;

@@ -24,17 +24,19 @@ use slogate_actors::autoscaler::{ApplyTuning, AutoscalerActor};
 use slogate_actors::tuner::{TunerActor, TunerSettings};
 use slogate_actors::clock::VirtualClock;
 use slogate_actors::backend::Backend;
-use slogate_actors::provider::{EmulatedProvider, Provider};
+use slogate_actors::provider::{EmulatedProvider, FixedEndpoints, Provider};
 use slogate_actors::reservoir::{self, ReservoirActor, SledStore};
 use slogate_actors::router::{self, PoolSetup, RouterLimits, RouterShard};
 use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse};
-use slogate_core::model::{ClusterState, PoolId, Rpu};
+use slogate_core::fingerprint::SqlCatalog;
+use slogate_core::model::{ClusterId, ClusterState, PoolId, Rpu};
 use slogate_core::predict::Observation;
 use slogate_core::reservoir::ReservoirConfig;
 use slogate_core::world::WorldConfig;
 use slogate_proto::v1::gateway_server::GatewayServer;
 use slogate_proto::validate::Limits;
 
+use crate::backend::postgres::PostgresBackend;
 use crate::config::NodeConfig;
 use crate::{Error, Result};
 
@@ -71,45 +73,39 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     // Learned policies warm up on the execution log; they keep learning
     // from completions online.
     let history = warm_up_log(&store)?;
-    let reservoir_config = ReservoirConfig { arrival_samples_per_hour_max: file.reservoir.arrival_samples_per_hour_max, seed: file.node.seed };
-    let reservoir = ReservoirActor::new(reservoir_config, Box::new(store), file.reservoir.flush_every, mailbox)
-        .map_err(|e| Error::Node(format!("cannot load the reservoir: {e}")))?
-        .start();
-
+    // Pools first: a backend that fails to start then drops the store,
+    // which releases the data directory's lock.
     let mut pools = Vec::new();
     let mut backends = Vec::new();
     for (i, pool) in file.pool.iter().enumerate() {
-        let mut world = WorldConfig::default();
-        world.seed(file.node.seed);
+        let id = PoolId(pool.name.clone());
         let elastic = if pool.elastic.enabled { Some(pool.elastic.to_core(&format!("pool[{i}].elastic"))?) } else { None };
-        world.elastic = elastic.as_ref().map(|e| e.config.clone());
         let provisioned_billing = pool.provisioned_billing();
         let provisioned = provisioned_billing.is_some();
-        world.provisioned = provisioned_billing.clone();
-        let warehouse = EmulatedWarehouse::new(world, clock, mailbox).start();
-        let mut clusters = Vec::new();
-        for &size in &pool.clusters {
-            let id = warehouse.send(AddCluster { size: Rpu(size), warm: true }).await.map_err(|e| Error::Node(e.to_string()))?;
-            clusters.push((id, Rpu(size), ClusterState::Ready));
-        }
+        let wiring = match pool.backend.as_str() {
+            "postgres" => postgres_pool(&id, pool, i, clock).await?,
+            _ => emulated_pool(file.node.seed, pool, elastic.as_ref(), clock, mailbox).await?,
+        };
         let terms = crate::eval::PoolTerms { elastic: elastic.clone(), provisioned, director_queue_per_16_rpu: Some(pool.elastic.director_queue_per_16_rpu) };
         let policy = crate::eval::build_policy_with(&pool.policy, &history, &terms).map_err(|e| Error::Config(e.to_string()))?;
-        let id = PoolId(pool.name.clone());
-        let provider: Arc<dyn Provider> = Arc::new(EmulatedProvider::new(warehouse.clone(), clock, mailbox).start());
-        let backend: Arc<dyn Backend> = Arc::new(warehouse);
-        backends.push(admin::PoolBackends { pool: id.clone(), backend: backend.clone(), provider: provider.clone() });
+        backends.push(admin::PoolBackends { pool: id.clone(), backend: wiring.backend.clone(), provider: wiring.provider.clone() });
         pools.push(PoolSetup {
             id,
             policy,
-            backend,
-            provider,
-            catalog: Arc::default(),
-            clusters,
+            backend: wiring.backend,
+            provider: wiring.provider,
+            catalog: wiring.catalog,
+            clusters: wiring.clusters,
             in_flight_max: file.limits.in_flight_per_pool_max,
             elastic: elastic.is_some(),
             provisioned: provisioned_billing,
         });
     }
+    let reservoir_config = ReservoirConfig { arrival_samples_per_hour_max: file.reservoir.arrival_samples_per_hour_max, seed: file.node.seed };
+    let reservoir = ReservoirActor::new(reservoir_config, Box::new(store), file.reservoir.flush_every, mailbox)
+        .map_err(|e| Error::Node(format!("cannot load the reservoir: {e}")))?
+        .start();
+
     let limits = RouterLimits {
         billing: slogate_core::billing::BillingConfig::default(),
         decisions_max: file.limits.decisions_kept,
@@ -223,6 +219,57 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         grace: std::time::Duration::from_secs(file.limits.shutdown_grace_s),
         arbiters,
     })
+}
+
+/// What runs a pool's queries and holds its clusters.
+struct PoolWiring {
+    backend: Arc<dyn Backend>,
+    provider: Arc<dyn Provider>,
+    catalog: Arc<SqlCatalog>,
+    clusters: Vec<(ClusterId, Rpu, ClusterState)>,
+}
+
+/// An emulated pool: its own emulated warehouse, warm clusters of the
+/// configured sizes, and the emulated provider.
+async fn emulated_pool(
+    seed: u64,
+    pool: &crate::config::PoolSection,
+    elastic: Option<&slogate_core::route::elastic::ElasticOptions>,
+    clock: VirtualClock,
+    mailbox: usize,
+) -> Result<PoolWiring> {
+    let mut world = WorldConfig::default();
+    world.seed(seed);
+    world.elastic = elastic.map(|e| e.config.clone());
+    world.provisioned = pool.provisioned_billing();
+    let warehouse = EmulatedWarehouse::new(world, clock, mailbox).start();
+    let mut clusters = Vec::new();
+    for &size in &pool.clusters {
+        let id = warehouse.send(AddCluster { size: Rpu(size), warm: true }).await.map_err(|e| Error::Node(e.to_string()))?;
+        clusters.push((id, Rpu(size), ClusterState::Ready));
+    }
+    let provider = EmulatedProvider::new(warehouse.clone(), clock, mailbox).start();
+    Ok(PoolWiring { backend: Arc::new(warehouse), provider: Arc::new(provider), catalog: Arc::default(), clusters })
+}
+
+/// A postgres pool: the Postgres-wire executor over its endpoints (each
+/// checked at start), which slogate did not create and cannot release.
+async fn postgres_pool(id: &PoolId, pool: &crate::config::PoolSection, index: usize, clock: VirtualClock) -> Result<PoolWiring> {
+    let endpoints = pool
+        .endpoint
+        .iter()
+        .enumerate()
+        .map(|(j, endpoint)| endpoint.to_endpoint(&crate::config::Environment, &format!("pool[{index}].endpoint[{j}]")))
+        .collect::<Result<Vec<_>>>()?;
+    let settings = pool.postgres.to_settings(&format!("pool[{index}].postgres"))?;
+    let catalog = match &pool.postgres.catalog_dir {
+        Some(dir) => crate::backend::load_catalog(dir)?,
+        None => SqlCatalog::default(),
+    };
+    let backend = PostgresBackend::connect(id.clone(), endpoints, settings, clock).await?;
+    let clusters = backend.clusters().into_iter().map(|(cluster, size)| (cluster, size, ClusterState::Ready)).collect();
+    tracing::info!(message = "Postgres pool connected.", pool = %id, clusters = pool.endpoint.len(), catalog_templates = catalog.len());
+    Ok(PoolWiring { backend: Arc::new(backend), provider: Arc::new(FixedEndpoints), catalog: Arc::new(catalog), clusters })
 }
 
 /// The most recent executions a learned policy warms up on.
