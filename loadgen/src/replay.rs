@@ -37,6 +37,9 @@ pub struct ReplayConfig {
     pub deadline: WallDuration,
     /// Show progress on standard error.
     pub progress: bool,
+    /// SQL text per template: entries whose template has text are sent as
+    /// that text (for SQL backends), the rest by template number.
+    pub sql: Option<Arc<BTreeMap<u32, String>>>,
 }
 
 /// Latency percentiles, milliseconds.
@@ -69,6 +72,14 @@ pub struct ReplayReport {
     pub latency_ms: Percentiles,
     /// Wall-clock round trip seen by this client, ms.
     pub round_trip_ms: Percentiles,
+    /// Replies per target (`c0`, `c1`, `elastic`).
+    pub targets: BTreeMap<String, u64>,
+    /// The router's Q-error on completed queries it predicted,
+    /// `max(predicted / measured, measured / predicted)`; empty when the
+    /// policy made no predictions.
+    pub q_error: Option<Percentiles>,
+    /// Completed queries the Q-error is over.
+    pub q_error_queries: u64,
     /// Wall time of the whole replay, seconds. (The gateway's own added
     /// latency is in the node's `/metrics`.)
     pub elapsed_s: f64,
@@ -85,8 +96,17 @@ fn percentiles(mut values: Vec<f64>) -> Percentiles {
     Percentiles { p50: at(0.5), p95: at(0.95), p99: at(0.99) }
 }
 
+/// What one reply said.
+struct Reply {
+    status: QueryStatus,
+    slo_met: bool,
+    latency_ms: f64,
+    predicted_ms: f64,
+    target: String,
+}
+
 struct Sample {
-    status: std::result::Result<(QueryStatus, bool, f64), tonic::Code>,
+    status: std::result::Result<Reply, tonic::Code>,
     round_trip_ms: f64,
 }
 
@@ -148,7 +168,10 @@ pub async fn replay(entries: &[TraceEntry], config: &ReplayConfig) -> Result<Rep
             let request = SubmitRequest {
                 pool: entry.pool.as_ref().map_or_else(|| config.pool.clone(), |p| p.0.clone()),
                 query_id: format!("r{round}-{}", entry.query_id.map_or(index as u64, |q| q.0)),
-                query: Some(Query::Template(entry.template.0)),
+                query: Some(match config.sql.as_ref().and_then(|texts| texts.get(&entry.template.0)) {
+                    Some(text) => Query::Sql(text.clone()),
+                    None => Query::Template(entry.template.0),
+                }),
                 slo_ms: (slo.as_millis_f64().ceil() as u64).max(1),
                 ..SubmitRequest::default()
             };
@@ -160,7 +183,13 @@ pub async fn replay(entries: &[TraceEntry], config: &ReplayConfig) -> Result<Rep
                 let status = match client.submit(request).await {
                     Ok(reply) => {
                         let reply = reply.into_inner();
-                        Ok((reply.status(), reply.slo_met, reply.latency_ms))
+                        Ok(Reply {
+                            status: reply.status(),
+                            slo_met: reply.slo_met,
+                            latency_ms: reply.latency_ms,
+                            predicted_ms: reply.predicted_ms,
+                            target: reply.target,
+                        })
                     }
                     Err(status) => Err(status.code()),
                 };
@@ -176,6 +205,7 @@ pub async fn replay(entries: &[TraceEntry], config: &ReplayConfig) -> Result<Rep
     let mut latencies = Vec::new();
     let mut round_trips = Vec::new();
     let mut violations = 0;
+    let mut q_errors = Vec::new();
     loop {
         let sample = tokio::select! {
             sample = receiver.recv() => sample,
@@ -184,16 +214,22 @@ pub async fn replay(entries: &[TraceEntry], config: &ReplayConfig) -> Result<Rep
         let Some(sample) = sample else { break };
         round_trips.push(sample.round_trip_ms);
         match sample.status {
-            Ok((status, slo_met, latency_ms)) => {
-                match status {
+            Ok(reply) => {
+                match reply.status {
                     QueryStatus::Completed => report.completed += 1,
                     QueryStatus::TimedOut => report.timed_out += 1,
                     _ => report.failed += 1,
                 }
-                if !slo_met {
+                if !reply.slo_met {
                     violations += 1;
                 }
-                latencies.push(latency_ms);
+                if reply.status == QueryStatus::Completed && reply.predicted_ms > 0.0 && reply.latency_ms > 0.0 {
+                    q_errors.push((reply.predicted_ms / reply.latency_ms).max(reply.latency_ms / reply.predicted_ms));
+                }
+                if !reply.target.is_empty() {
+                    *report.targets.entry(reply.target).or_default() += 1;
+                }
+                latencies.push(reply.latency_ms);
             }
             Err(code) => {
                 violations += 1;
@@ -209,6 +245,8 @@ pub async fn replay(entries: &[TraceEntry], config: &ReplayConfig) -> Result<Rep
     report.violation_rate = if total == 0 { 0.0 } else { violations as f64 / total as f64 };
     report.latency_ms = percentiles(latencies);
     report.round_trip_ms = percentiles(round_trips);
+    report.q_error_queries = q_errors.len() as u64;
+    report.q_error = (!q_errors.is_empty()).then(|| percentiles(q_errors));
     Ok(report)
 }
 

@@ -445,6 +445,7 @@ fn run_demo(args: &DemoArgs) -> Result<()> {
             repeat: 1,
             deadline: std::time::Duration::from_secs(3_600),
             progress: true,
+            sql: None,
         };
         let report = replay(&entries, &replay_config).await;
         let billed = slogate_loadgen::replay::billed_usd(node.admin_addr, "default").await;

@@ -126,6 +126,7 @@ async fn run(args: RunArgs) -> i32 {
         repeat: args.repeat,
         deadline: std::time::Duration::from_secs(args.deadline_s),
         progress: true,
+        sql: None,
     };
     let report = match replay(&entries, &config).await {
         Ok(report) => report,
