@@ -28,8 +28,10 @@ enum Command {
     /// Run a gateway node: gRPC for clients, HTTP admin API for operators,
     /// on the embedded emulated warehouse unless configured otherwise.
     Serve(ServeArgs),
-    /// One-command demo: start a node on the embedded emulated warehouse,
-    /// replay BaseWorkload against it over gRPC, print the report, stop.
+    /// One-command demo: start a node on the embedded emulated warehouse
+    /// (or, with `--backend postgres`, on two throwaway PostgreSQL servers
+    /// with TPC-DS loaded), replay BaseWorkload against it over gRPC, print
+    /// the report, stop.
     Demo(DemoArgs),
     /// Write a scenario's workload as a trace file (CSV:
     /// `arrival_s,template,slo_s,pool,query_id`), to edit or replay.
@@ -99,19 +101,50 @@ struct ServeArgs {
 
 #[derive(Debug, clap::Args)]
 struct DemoArgs {
+    /// What runs the queries: `emulated` (the embedded warehouse) or
+    /// `postgres` (two local PostgreSQL servers with TPC-DS; needs Debian's
+    /// postgresql, and PyPI duckdb==1.4.4 and duckdb-ext-tpcds once, to
+    /// generate the data).
+    #[arg(long, default_value = "emulated")]
+    backend: String,
     /// Virtual (workload) seconds per real second, for the node and the
-    /// replay alike.
-    #[arg(long, default_value_t = 600.0)]
-    time_compression: f64,
-    /// λ of BaseWorkload, queries per workload second.
-    #[arg(long, default_value_t = 0.1)]
-    rate: f64,
+    /// replay alike (emulated only; postgres runs in real time).
+    #[arg(long)]
+    time_compression: Option<f64>,
+    /// λ of BaseWorkload, queries per workload second (default 0.1
+    /// emulated, 2 postgres).
+    #[arg(long)]
+    rate: Option<f64>,
     /// SLO tightness κ.
     #[arg(long, default_value_t = 4.0)]
     kappa: f64,
-    /// Seed of the workload and the warehouse.
+    /// Seed of the workload (and the emulated warehouse).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Routing policies to compare, each from a fresh start (postgres
+    /// only; default slogate).
+    #[arg(long, value_delimiter = ',')]
+    policies: Vec<String>,
+    /// Write the report as JSON here (postgres only).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// TPC-DS scale factor (postgres only).
+    #[arg(long, default_value_t = 0.1)]
+    scale_factor: f64,
+    /// Where the generated TPC-DS data is cached (default
+    /// ~/.cache/slogate/tpcds-sf<SF>).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// The Python with duckdb and duckdb-ext-tpcds (postgres only).
+    #[arg(long, default_value = "python3")]
+    python: String,
+    /// Templates slower than this alone are left out, seconds (postgres
+    /// only).
+    #[arg(long, default_value_t = 10.0)]
+    isolated_cap_s: f64,
+    /// Connections per server, its concurrency limit (postgres only).
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
 }
 
 #[derive(Debug, clap::Args)]
@@ -416,56 +449,57 @@ fn init_logging() {
 }
 
 fn run_demo(args: &DemoArgs) -> Result<()> {
-    use slogate_loadgen::replay::{ReplayConfig, replay};
-    let data_dir = std::env::temp_dir().join(format!("slogate-demo-{}", std::process::id()));
-    let text = format!(
-        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ntime_compression = {}\nseed = {}\n",
-        args.time_compression, args.seed
-    );
-    let overrides = crate::config::Overrides { data_dir: Some(data_dir.clone()), ..Default::default() };
-    let config = crate::config::NodeConfig::load(&text, &crate::config::Environment, &overrides)?;
-    let templates = Scenario::templates();
-    let mut entries = slogate_loadgen::workload::base_workload(&templates, args.rate, args.seed)?;
-    slogate_loadgen::workload::assign_slos(&mut entries, &templates, args.kappa)?;
-    let result = actix_rt::System::new().block_on(async move {
-        let node = crate::node::start(config).await?;
-        eprintln!("slogate demo: node up, grpc_addr={} admin_addr={}", node.grpc_addr, node.admin_addr);
-        eprintln!(
-            "slogate demo: replaying BaseWorkload λ={} κ={} ({} queries) at {}× over gRPC",
-            args.rate,
-            args.kappa,
-            entries.len(),
-            args.time_compression
-        );
-        let replay_config = ReplayConfig {
-            target: format!("http://{}", node.grpc_addr),
-            pool: "default".into(),
-            time_scale: args.time_compression,
-            concurrency: 1_024,
-            repeat: 1,
-            deadline: std::time::Duration::from_secs(3_600),
-            progress: true,
-            sql: None,
-        };
-        let report = replay(&entries, &replay_config).await;
-        let billed = slogate_loadgen::replay::billed_usd(node.admin_addr, "default").await;
-        node.shutdown().await;
-        let report = report?;
-        print(&format!(
-            "queries {}  completed {}  timed out {}\nviolation rate {:.1}%\nlatency s p50 {:.2} p95 {:.2} p99 {:.2}\ncost ${:.3}\n",
-            report.submitted,
-            report.completed,
-            report.timed_out,
-            report.violation_rate * 100.0,
-            report.latency_ms.p50 / 1e3,
-            report.latency_ms.p95 / 1e3,
-            report.latency_ms.p99 / 1e3,
-            billed.unwrap_or(f64::NAN)
-        ));
-        Ok::<(), Error>(())
-    });
-    std::fs::remove_dir_all(&data_dir).ok();
-    result
+    let usage = |message: String| Err(Error::Config(format!("demo: {message}")));
+    if !(args.kappa.is_finite() && args.kappa > 0.0) {
+        return usage(format!("--kappa must be positive, got {}", args.kappa));
+    }
+    match args.backend.as_str() {
+        "emulated" => {
+            if !args.policies.is_empty() || args.json.is_some() || args.data.is_some() {
+                return usage("--policies, --json and --data go with --backend postgres".into());
+            }
+            let demo = crate::demo::EmulatedDemo {
+                time_compression: args.time_compression.unwrap_or(600.0),
+                rate: args.rate.unwrap_or(0.1),
+                kappa: args.kappa,
+                seed: args.seed,
+            };
+            print(&crate::demo::emulated(&demo)?);
+            Ok(())
+        }
+        "postgres" => {
+            if args.time_compression.is_some() {
+                return usage("--time-compression is for the emulated warehouse: real servers run in real time".into());
+            }
+            if !(args.isolated_cap_s.is_finite() && args.isolated_cap_s > 0.0) || args.connections == 0 || !(args.scale_factor > 0.0) {
+                return usage("--isolated-cap-s, --connections and --scale-factor must be positive".into());
+            }
+            let policies = if args.policies.is_empty() { vec!["slogate".to_owned()] } else { args.policies.clone() };
+            for policy in &policies {
+                crate::eval::policy_by_name(policy).map_err(|e| Error::Config(format!("demo: --policies: {e}")))?;
+            }
+            let demo = crate::demo::PostgresDemo {
+                policies,
+                rate: args.rate.unwrap_or(2.0),
+                kappa: args.kappa,
+                seed: args.seed,
+                scale_factor: args.scale_factor,
+                data_dir: args.data.clone().unwrap_or_else(|| crate::backend::tpcds::default_cache_dir(args.scale_factor)),
+                python: args.python.clone(),
+                isolated_cap: std::time::Duration::from_secs_f64(args.isolated_cap_s),
+                connections: args.connections,
+                query_timeout_s: 60.0,
+            };
+            let report = crate::demo::postgres(&demo)?;
+            print(&crate::demo::render_postgres(&report));
+            if let Some(path) = &args.json {
+                let json = serde_json::to_string_pretty(&report).expect("the report serialises");
+                std::fs::write(path, json).map_err(|source| Error::Output { path: path.display().to_string(), source })?;
+            }
+            Ok(())
+        }
+        other => usage(format!("--backend `{other}` is not one of emulated, postgres")),
+    }
 }
 
 /// Waits for SIGINT or SIGTERM.

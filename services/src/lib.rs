@@ -16,6 +16,8 @@
 //! - [`backend`]: backends beyond the emulated warehouse: the
 //!   Postgres-wire executor, and SQL catalogs.
 //! - [`config`]: the node's configuration (file, environment, flags).
+//! - [`demo`]: `slogate demo`, on the emulated warehouse or on local
+//!   PostgreSQL servers with TPC-DS.
 //! - [`node`]: `slogate serve`, a gateway node: actors, gRPC, admin API.
 //! - [`cli`]: the command line (argument parsing, exit codes).
 //!
@@ -35,6 +37,7 @@
 pub mod backend;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod eval;
 pub mod node;
 pub mod tune;

@@ -5,11 +5,14 @@
 //!   Serverless endpoints, PostgreSQL).
 //! - [`local_postgres`]: throwaway PostgreSQL servers on loopback ports
 //!   (the demo's testbed and the tests').
+//! - [`tpcds`]: the TPC-DS testbed: generated data and queries, loaded
+//!   into local servers, and each template's isolated latency there.
 //! - [`load_catalog`]: a pool's SQL catalog, the text of its named
 //!   templates, from a directory.
 
 pub mod local_postgres;
 pub mod postgres;
+pub mod tpcds;
 
 use std::path::Path;
 
