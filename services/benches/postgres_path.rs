@@ -9,7 +9,6 @@
 //! PostgreSQL installed; `SLOGATE_BENCH_QUERIES` sets queries per side,
 //! default 20,000).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use slogate::backend::local_postgres::LocalPostgres;
@@ -102,7 +101,7 @@ fn main() {
     let queries: usize = std::env::var("SLOGATE_BENCH_QUERIES").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
     let dir = std::env::temp_dir().join(format!("slogate-bench-pg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let servers = Arc::new([LocalPostgres::start(&dir).unwrap(), LocalPostgres::start(&dir).unwrap()]);
+    let servers = [LocalPostgres::start(&dir).unwrap(), LocalPostgres::start(&dir).unwrap()];
     let mut text = format!(
         "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 1.0\n\
          [limits]\nidempotency_kept = 1000\n[[pool]]\nname = \"pg\"\nbackend = \"postgres\"\npolicy = \"least-loaded\"\n",
@@ -116,7 +115,7 @@ fn main() {
         ));
     }
     let config = NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
-    actix_rt::System::new().block_on(async move {
+    actix_rt::System::new().block_on(async {
         let node = slogate::node::start(config).await.unwrap();
         // Warm both paths (connections, caches) before measuring.
         direct(&servers[..], CLIENTS * 20).await;

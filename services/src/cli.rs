@@ -471,7 +471,8 @@ fn run_demo(args: &DemoArgs) -> Result<()> {
             if args.time_compression.is_some() {
                 return usage("--time-compression is for the emulated warehouse: real servers run in real time".into());
             }
-            if !(args.isolated_cap_s.is_finite() && args.isolated_cap_s > 0.0) || args.connections == 0 || !(args.scale_factor > 0.0) {
+            let positive = |x: f64| x.is_finite() && x > 0.0;
+            if !positive(args.isolated_cap_s) || args.connections == 0 || !positive(args.scale_factor) {
                 return usage("--isolated-cap-s, --connections and --scale-factor must be positive".into());
             }
             let policies = if args.policies.is_empty() { vec!["slogate".to_owned()] } else { args.policies.clone() };

@@ -86,7 +86,7 @@ impl TpcdsData {
         let catalog = self.dir.join("queries");
         let mut queries = BTreeMap::new();
         for entry in std::fs::read_dir(&catalog).map_err(|e| failed(format!("{}: {e}", catalog.display())))? {
-            let path = entry.map_err(|e| failed(e))?.path();
+            let path = entry.map_err(failed)?.path();
             let Some(id) = path.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<u32>().ok()) else { continue };
             queries.insert(id, std::fs::read_to_string(&path).map_err(|e| failed(format!("{}: {e}", path.display())))?);
         }
@@ -141,7 +141,7 @@ pub struct IsolatedRun {
 /// [`Error::Node`] when the server cannot be reached.
 pub async fn measure_isolated(server: &LocalPostgres, queries: &BTreeMap<u32, String>, cap: StdDuration) -> Result<BTreeMap<u32, IsolatedRun>> {
     let client = server.connect(DATABASE).await?;
-    client.batch_execute(&format!("SET statement_timeout = {}", cap.as_millis())).await.map_err(|e| failed(e))?;
+    client.batch_execute(&format!("SET statement_timeout = {}", cap.as_millis())).await.map_err(failed)?;
     let mut runs = BTreeMap::new();
     for (&id, sql) in queries {
         let started = std::time::Instant::now();
