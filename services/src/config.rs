@@ -211,9 +211,14 @@ pub struct EndpointSection {
     pub database: String,
     /// User.
     pub user: String,
-    /// TLS: only `disable` in this build (see the README).
+    /// TLS, as libpq's `sslmode`: `disable`, `require` (encrypted, the
+    /// certificate unchecked) or `verify-full` (the certificate must chain
+    /// to `ca_file`, or to the bundled Mozilla roots, and name the host).
     #[serde(default = "default_tls")]
     pub tls: String,
+    /// PEM certificates `verify-full` trusts instead of the bundled roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
     /// Its size, RPU (billing and the predictor's size features).
     pub size_rpu: u32,
     /// Connections at most: the cluster's concurrency limit; slogate
@@ -276,6 +281,11 @@ impl EndpointSection {
             password: self.password(env, key)?,
             size: slogate_core::model::Rpu(self.size_rpu),
             connections: self.connections,
+            tls: match self.tls.as_str() {
+                "require" => crate::backend::postgres::TlsMode::Require,
+                "verify-full" => crate::backend::postgres::TlsMode::VerifyFull { ca_file: self.ca_file.clone() },
+                _ => crate::backend::postgres::TlsMode::Disable,
+            },
         })
     }
 }
@@ -939,8 +949,11 @@ impl NodeConfig {
             if endpoint.connections == 0 || endpoint.connections > 1_024 {
                 return Err(invalid(&key("connections"), format!("must be in 1–1024, got {}", endpoint.connections)));
             }
-            if endpoint.tls != "disable" {
-                return Err(invalid(&key("tls"), format!("`{}`: this build connects without TLS only (`disable`)", endpoint.tls)));
+            if !["disable", "require", "verify-full"].contains(&endpoint.tls.as_str()) {
+                return Err(invalid(&key("tls"), format!("`{}` is not one of disable, require, verify-full", endpoint.tls)));
+            }
+            if endpoint.ca_file.is_some() && endpoint.tls != "verify-full" {
+                return Err(invalid(&key("ca_file"), "a CA file is for tls = \"verify-full\""));
             }
             if endpoint.password_env.is_some() && endpoint.password_file.is_some() {
                 return Err(invalid(&key("password_env"), "give password_env or password_file, not both"));

@@ -76,6 +76,27 @@ async fn settles_to_no_sleepers(server: &LocalPostgres) -> i64 {
     }
 }
 
+/// Waits (at most 5 s) until `server` runs a `pg_sleep`.
+async fn until_sleeping(server: &LocalPostgres) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while sleeping(server).await == 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits (at most `limit`) until the pool's cluster `index` shows `state`.
+async fn until_cluster_state(admin: std::net::SocketAddr, index: usize, state: &str, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let pool = admin_get(admin, "/v1/pools/pg").await;
+        if pool["clusters"][index]["state"] == state {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "c{index} never showed {state}: {pool}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn admin_get(addr: std::net::SocketAddr, path: &str) -> serde_json::Value {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -146,10 +167,7 @@ async fn a_client_that_hangs_up_cancels_its_query_on_the_server() {
     // A client that drops its call mid-query.
     let mut dropping = client.clone();
     let call = tokio::spawn(async move { dropping.submit(sql("dropped", "SELECT pg_sleep(30)", 60_000)).await });
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while sleeping(&server).await == 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_sleeping(&server).await;
     call.abort();
     assert_eq!(settles_to_no_sleepers(&server).await, 0, "pg_sleep still runs after the client hung up");
     node.shutdown().await;
@@ -185,10 +203,7 @@ async fn a_server_killed_mid_query_fails_its_queries_and_is_routed_around_until_
         let mut client = client.clone();
         calls.push(tokio::spawn(async move { client.submit(sql(&format!("long{i}"), "SELECT pg_sleep(20)", 60_000)).await }));
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while sleeping(&first).await == 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_sleeping(&first).await;
     first.kill().unwrap();
     let mut failed = Vec::new();
     for call in calls {
@@ -202,15 +217,7 @@ async fn a_server_killed_mid_query_fails_its_queries_and_is_routed_around_until_
     assert!(failed[0].explanation.contains("lost"), "{:?}", failed[0]);
 
     // c0 is unhealthy: every query goes to c1 meanwhile.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let pools = admin_get(node.admin_addr, "/v1/pools/pg").await;
-        if pools["clusters"][0]["state"] == "unhealthy" {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "c0 never showed unhealthy: {pools}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_cluster_state(node.admin_addr, 0, "unhealthy", Duration::from_secs(5)).await;
     for i in 0..6 {
         let reply = client.clone().submit(sql(&format!("around{i}"), "SELECT 1", 10_000)).await.unwrap().into_inner();
         assert_eq!((reply.status(), reply.target.as_str()), (QueryStatus::Completed, "c1"), "{reply:?}");
@@ -218,15 +225,7 @@ async fn a_server_killed_mid_query_fails_its_queries_and_is_routed_around_until_
 
     // Back: its health check passes and it takes queries again.
     first.start_server().unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let pools = admin_get(node.admin_addr, "/v1/pools/pg").await;
-        if pools["clusters"][0]["state"] == "ready" {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "c0 never came back: {pools}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_cluster_state(node.admin_addr, 0, "ready", Duration::from_secs(10)).await;
     let mut targets = std::collections::BTreeSet::new();
     let mut calls = Vec::new();
     for i in 0..4 {
@@ -249,10 +248,7 @@ async fn shutdown_past_its_grace_cancels_running_queries_on_the_server() {
     let node = node::start(load(&config(&dir, &[&server], "", 0))).await.unwrap();
     let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
     let call = tokio::spawn(async move { client.submit(sql("held", "SELECT pg_sleep(30)", 60_000)).await });
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while sleeping(&server).await == 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_sleeping(&server).await;
     node.shutdown().await;
     let reply = call.await.unwrap().unwrap().into_inner();
     assert_eq!(reply.status(), QueryStatus::Failed, "{reply:?}");
@@ -304,5 +300,45 @@ async fn start_up_fails_naming_the_cluster_for_a_bad_endpoint() {
         assert!(error.contains("pool `pg` cluster c0"), "{error}");
         assert!(error.contains(expected), "{error}");
         assert!(!error.contains(&server.password()));
+    }
+}
+
+#[actix_rt::test]
+async fn tls_connections_are_encrypted_and_an_untrusted_certificate_fails_start_up() {
+    let dir = scratch("tls");
+    let secured = LocalPostgres::start_with_tls(&dir).unwrap();
+    let plain = LocalPostgres::start(&dir).unwrap();
+    let ca_file = secured.ca_file.clone().unwrap();
+    let with_tls = |server: &LocalPostgres, tls: &str| {
+        config(&dir, &[server], "", 5).replace("size_rpu = 16", &format!("{tls}\nsize_rpu = 16"))
+    };
+
+    for tls in [format!("tls = \"verify-full\"\nca_file = \"{}\"", ca_file.display()), "tls = \"require\"".to_owned()] {
+        let node = node::start(load(&with_tls(&secured, &tls))).await.unwrap();
+        let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+        let reply = client.submit(sql("secure", "SELECT 1", 10_000)).await.unwrap().into_inner();
+        assert_eq!(reply.status(), QueryStatus::Completed, "{tls}: {reply:?}");
+        // The server's own view: every slogate connection is encrypted.
+        let check = secured.connect("postgres").await.unwrap();
+        let row = check
+            .query_one(
+                "SELECT count(*), bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'slogate'",
+                &[],
+            )
+            .await
+            .unwrap();
+        let (connections, all_encrypted): (i64, Option<bool>) = (row.get(0), row.get(1));
+        assert!(connections > 0 && all_encrypted == Some(true), "{tls}: {connections} slogate connections, all encrypted: {all_encrypted:?}");
+        node.shutdown().await;
+    }
+
+    // The bundled roots do not trust the throwaway CA; a plain server
+    // cannot do TLS. Both stop start-up, naming the cluster.
+    for (text, expected) in [(with_tls(&secured, "tls = \"verify-full\""), "certificate"), (with_tls(&plain, "tls = \"require\""), "TLS")] {
+        let error = match node::start(load(&text)).await {
+            Ok(_) => panic!("the node started: {text}"),
+            Err(error) => error.to_string(),
+        };
+        assert!(error.contains("pool `pg` cluster c0") && error.contains(expected), "{error}");
     }
 }

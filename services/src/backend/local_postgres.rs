@@ -2,6 +2,9 @@
 //! `slogate demo --backend postgres` and the tests: each is a fresh
 //! `initdb` in a temporary directory, started with `pg_ctl`, password
 //! authentication (SCRAM) for its superuser, and removed when dropped.
+//! [`LocalPostgres::start_with_tls`] also serves TLS, with a certificate
+//! for `127.0.0.1` signed by a throwaway CA (made with the `openssl`
+//! command).
 //!
 //! The binaries come from `SLOGATE_PG_BIN`, else the `PATH`, else the
 //! newest `/usr/lib/postgresql/<version>/bin` (Debian's `postgresql`
@@ -22,6 +25,8 @@ pub struct LocalPostgres {
     pub user: String,
     /// The file holding the superuser's password.
     pub password_file: PathBuf,
+    /// The CA that signed its certificate, when it serves TLS.
+    pub ca_file: Option<PathBuf>,
     root: PathBuf,
     bin: PathBuf,
     as_postgres: bool,
@@ -76,6 +81,21 @@ impl LocalPostgres {
     /// [`Error::Node`] when PostgreSQL is not installed, or `initdb` or
     /// `pg_ctl` fail (with their output).
     pub fn start(parent: &Path) -> Result<LocalPostgres> {
+        Self::start_serving(parent, false)
+    }
+
+    /// As [`LocalPostgres::start`], serving TLS too (clients may still
+    /// connect without).
+    ///
+    /// # Errors
+    ///
+    /// As [`LocalPostgres::start`], and when `openssl` cannot make the
+    /// certificates.
+    pub fn start_with_tls(parent: &Path) -> Result<LocalPostgres> {
+        Self::start_serving(parent, true)
+    }
+
+    fn start_serving(parent: &Path, tls: bool) -> Result<LocalPostgres> {
         let bin = binaries()?;
         let as_postgres = is_root();
         let root = parent.join(format!("pg-{}-{}", std::process::id(), free_port()?));
@@ -83,6 +103,7 @@ impl LocalPostgres {
         let password_file = root.join("password");
         let password = format!("slogate-{:x}", std::process::id() as u64 * 7_919 + u64::from(free_port()?));
         std::fs::write(&password_file, &password).map_err(|e| failed("cannot write the password file", e))?;
+        let ca_file = if tls { Some(make_certificates(&root)?) } else { None };
         if as_postgres {
             // The server runs as `postgres`: it must own its directory.
             let status = Command::new("chown").args(["-R", "postgres:postgres"]).arg(&root).status();
@@ -90,7 +111,7 @@ impl LocalPostgres {
                 return Err(failed("cannot chown the data directory to postgres", root.display()));
             }
         }
-        let server = LocalPostgres { port: 0, user: "postgres".into(), password_file, root, bin, as_postgres };
+        let server = LocalPostgres { port: 0, user: "postgres".into(), password_file, ca_file, root, bin, as_postgres };
         server.run(
             "initdb",
             &[
@@ -142,11 +163,15 @@ impl LocalPostgres {
     ///
     /// [`Error::Node`] with `pg_ctl`'s output.
     pub fn start_server(&self) -> Result<()> {
-        let options = format!(
+        let mut options = format!(
             "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=100",
             self.port,
             self.data().display()
         );
+        if self.ca_file.is_some() {
+            let (cert, key) = (self.root.join("server.crt"), self.root.join("server.key"));
+            options.push_str(&format!(" -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}", cert.display(), key.display()));
+        }
         let log = self.root.join("server.log");
         self.run("pg_ctl", &["-D", &self.data().to_string_lossy(), "-w", "-t", "30", "-l", &log.to_string_lossy(), "-o", &options, "start"])
     }
@@ -196,6 +221,34 @@ impl LocalPostgres {
         tokio::spawn(connection);
         Ok(client)
     }
+}
+
+/// A throwaway CA and a certificate for `127.0.0.1` it signed, in `dir`
+/// (`ca.crt`, `server.crt`, `server.key`); returns the CA's path.
+fn make_certificates(dir: &Path) -> Result<PathBuf> {
+    let openssl = |args: &[&str]| -> Result<()> {
+        let output = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .map_err(|e| failed("cannot run openssl (apt-get install -y openssl)", e))?;
+        if !output.status.success() {
+            return Err(failed("openssl failed", String::from_utf8_lossy(&output.stderr).trim()));
+        }
+        Ok(())
+    };
+    std::fs::write(dir.join("server.ext"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+        .map_err(|e| failed("cannot write the certificate extensions", e))?;
+    openssl(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=slogate test CA"])?;
+    openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"])?;
+    openssl(&[
+        "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile",
+        "server.ext",
+    ])?;
+    // PostgreSQL refuses a key others can read.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(dir.join("server.key"), std::fs::Permissions::from_mode(0o600)).map_err(|e| failed("cannot protect server.key", e))?;
+    Ok(dir.join("ca.crt"))
 }
 
 impl Drop for LocalPostgres {

@@ -30,6 +30,11 @@
 //!   when it answers.
 //! - (E) **Secrets stay secret.** Passwords come from the environment or a
 //!   file, are handed to the driver only, and no state or error shows them.
+//! - (F) **TLS as libpq means it.** `require` encrypts without checking the
+//!   server's certificate; `verify-full` checks its chain (against a CA file,
+//!   or the bundled Mozilla roots, which include Amazon's) and that it names
+//!   the host. Every connection of the cluster — pooled, health check and
+//!   cancel request — uses the same mode.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -68,6 +73,135 @@ pub struct Endpoint {
     pub size: Rpu,
     /// Connections at most: the cluster's concurrency limit.
     pub connections: usize,
+    /// How its connections are secured.
+    pub tls: TlsMode,
+}
+
+/// How a cluster's connections are secured (libpq's `sslmode` names).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TlsMode {
+    /// Plain TCP.
+    Disable,
+    /// TLS, without checking the server's certificate.
+    Require,
+    /// TLS; the certificate must chain to a trusted root (the CA file's, or
+    /// the bundled Mozilla roots) and name the host.
+    VerifyFull {
+        /// PEM certificates to trust instead of the bundled roots.
+        ca_file: Option<std::path::PathBuf>,
+    },
+}
+
+/// A cluster's connector: the driver's TLS for its mode.
+#[derive(Clone)]
+enum Connector {
+    Plain,
+    Rustls(tokio_postgres_rustls::MakeRustlsConnect),
+}
+
+impl Connector {
+    fn for_mode(mode: &TlsMode) -> Result<Connector, String> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS: {e}"))?;
+        let config = match mode {
+            TlsMode::Disable => return Ok(Connector::Plain),
+            TlsMode::Require => {
+                builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyCertificate(provider))).with_no_client_auth()
+            }
+            TlsMode::VerifyFull { ca_file } => {
+                let mut roots = rustls::RootCertStore::empty();
+                match ca_file {
+                    Some(path) => {
+                        use rustls::pki_types::pem::PemObject;
+                        let certificates = rustls::pki_types::CertificateDer::pem_file_iter(path)
+                            .map_err(|e| format!("TLS: cannot read ca_file {}: {e}", path.display()))?;
+                        for certificate in certificates {
+                            let certificate = certificate.map_err(|e| format!("TLS: ca_file {}: {e}", path.display()))?;
+                            roots.add(certificate).map_err(|e| format!("TLS: ca_file {}: {e}", path.display()))?;
+                        }
+                        if roots.is_empty() {
+                            return Err(format!("TLS: ca_file {} holds no certificate", path.display()));
+                        }
+                    }
+                    None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+                }
+                builder.with_root_certificates(roots).with_no_client_auth()
+            }
+        };
+        Ok(Connector::Rustls(tokio_postgres_rustls::MakeRustlsConnect::new(config)))
+    }
+
+    fn manager(&self, config: tokio_postgres::Config) -> Manager {
+        let recycling = ManagerConfig { recycling_method: RecyclingMethod::Fast };
+        match self {
+            Connector::Plain => Manager::from_config(config, NoTls, recycling),
+            Connector::Rustls(tls) => Manager::from_config(config, tls.clone(), recycling),
+        }
+    }
+
+    async fn connect(&self, config: &tokio_postgres::Config) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        match self {
+            Connector::Plain => {
+                let (client, connection) = config.connect(NoTls).await?;
+                actix_rt::spawn(connection);
+                Ok(client)
+            }
+            Connector::Rustls(tls) => {
+                let (client, connection) = config.connect(tls.clone()).await?;
+                actix_rt::spawn(connection);
+                Ok(client)
+            }
+        }
+    }
+
+    async fn cancel(&self, token: &CancelToken) -> Result<(), tokio_postgres::Error> {
+        match self {
+            Connector::Plain => token.cancel_query(NoTls).await,
+            Connector::Rustls(tls) => token.cancel_query(tls.clone()).await,
+        }
+    }
+}
+
+/// `require`'s verifier: any certificate, with its handshake signatures
+/// still checked (libpq's `sslmode=require`).
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -105,6 +239,7 @@ const TIMEOUT_GUARD_MARGIN: StdDuration = StdDuration::from_secs(2);
 struct Cluster {
     id: ClusterId,
     endpoint: Endpoint,
+    connector: Connector,
     pool: Pool,
     /// `SHOW server_version` at start.
     server_version: String,
@@ -125,6 +260,8 @@ struct Health {
 /// connection, and a cancel asked for.
 struct Running {
     token: Option<CancelToken>,
+    /// Where it got its connection.
+    cluster: Option<ClusterId>,
     cancelled: Option<CancelReason>,
 }
 
@@ -148,6 +285,7 @@ pub struct PostgresBackend {
 struct ClusterDetail {
     cluster: ClusterId,
     endpoint: String,
+    tls: String,
     size: Rpu,
     server_version: String,
     healthy: bool,
@@ -183,15 +321,15 @@ impl PostgresBackend {
             let id = ClusterId(index as u32);
             let failed = |reason: String| Error::Node(format!("pool `{pool}` cluster {id} ({}): {reason}", endpoint.describe()));
             let config = pg_config(&endpoint, &settings);
-            let manager = Manager::from_config(config.clone(), NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
-            let built = Pool::builder(manager)
+            let connector = Connector::for_mode(&endpoint.tls).map_err(failed)?;
+            let built = Pool::builder(connector.manager(config.clone()))
                 .max_size(endpoint.connections)
                 .runtime(deadpool_postgres::Runtime::Tokio1)
                 .timeouts(Timeouts { wait: None, create: Some(settings.connect_timeout), recycle: Some(settings.connect_timeout) })
                 .build()
                 .map_err(|e| failed(format!("cannot build its connection pool: {e}")))?;
-            let server_version = probe(&config).await.map_err(failed)?;
-            clusters.push(Cluster { id, endpoint, pool: built, server_version, health: Mutex::new(Health::default()) });
+            let server_version = probe(&connector, &config).await.map_err(failed)?;
+            clusters.push(Cluster { id, endpoint, connector, pool: built, server_version, health: Mutex::new(Health::default()) });
         }
         let inner = Arc::new(Inner {
             pool,
@@ -225,7 +363,8 @@ fn pg_config(endpoint: &Endpoint, settings: &PostgresSettings) -> tokio_postgres
         .application_name("slogate")
         .connect_timeout(settings.connect_timeout)
         .keepalives(true)
-        .options(format!("-c statement_timeout={}", settings.query_timeout.as_millis().max(1)));
+        .options(format!("-c statement_timeout={}", settings.query_timeout.as_millis().max(1)))
+        .ssl_mode(if endpoint.tls == TlsMode::Disable { tokio_postgres::config::SslMode::Disable } else { tokio_postgres::config::SslMode::Require });
     if let Some(password) = &endpoint.password {
         config.password(password);
     }
@@ -234,13 +373,9 @@ fn pg_config(endpoint: &Endpoint, settings: &PostgresSettings) -> tokio_postgres
 
 /// Connects once on a connection of its own and reads the server's
 /// version: the start-up check and the health check.
-async fn probe(config: &tokio_postgres::Config) -> Result<String, String> {
-    let (client, connection) = config.connect(NoTls).await.map_err(|e| describe_error(&e))?;
-    let driver = tokio::spawn(connection);
-    let version = client.simple_query("SHOW server_version").await.map_err(|e| describe_error(&e));
-    drop(client);
-    let _ = driver.await;
-    let version = version?;
+async fn probe(connector: &Connector, config: &tokio_postgres::Config) -> Result<String, String> {
+    let client = connector.connect(config).await.map_err(|e| describe_error(&e))?;
+    let version = client.simple_query("SHOW server_version").await.map_err(|e| describe_error(&e))?;
     version
         .iter()
         .find_map(|m| match m {
@@ -268,10 +403,11 @@ async fn health_checks(inner: Weak<Inner>, cluster: ClusterId) {
     loop {
         let Some(backend) = inner.upgrade() else { return };
         let interval = backend.settings.health_check_interval;
-        let config = pg_config(&backend.clusters[cluster.0 as usize].endpoint, &backend.settings);
+        let checked = &backend.clusters[cluster.0 as usize];
+        let (config, connector) = (pg_config(&checked.endpoint, &backend.settings), checked.connector.clone());
         drop(backend);
         tokio::time::sleep(interval).await;
-        let result = probe(&config).await;
+        let result = probe(&connector, &config).await;
         let Some(backend) = inner.upgrade() else { return };
         match result {
             Ok(_) => backend.mark_healthy(cluster),
@@ -374,6 +510,7 @@ impl Inner {
                 return self.failure(reason.explanation().into(), None, None);
             }
             entry.token = Some(client.cancel_token());
+            entry.cluster = Some(id);
         }
         lock(&cluster.health).executing += 1;
 
@@ -412,7 +549,7 @@ impl Inner {
                 // it here, and do not reuse the connection.
                 let token = client.cancel_token();
                 drop(deadpool_postgres::Object::take(client));
-                let _ = token.cancel_query(NoTls).await;
+                let _ = cluster.connector.cancel(&token).await;
                 Completion::Ran { report: report(Some(started), ExecutionOutcome::TimedOut), result: None }
             }
         };
@@ -503,7 +640,7 @@ impl Backend for PostgresBackend {
                 if running.contains_key(&query) {
                     return Err(ExecuteError::Duplicate(query));
                 }
-                running.insert(query, Running { token: None, cancelled: None });
+                running.insert(query, Running { token: None, cluster: None, cancelled: None });
             }
             let completion = inner.clone().run(execution, id, sql).await;
             lock(&inner.running).remove(&query);
@@ -516,12 +653,13 @@ impl Backend for PostgresBackend {
             let mut running = lock(&self.inner.running);
             let Some(entry) = running.get_mut(&query) else { return };
             entry.cancelled = Some(reason);
-            entry.token.clone()
+            entry.token.clone().zip(entry.cluster)
         };
-        if let Some(token) = token {
+        if let Some((token, cluster)) = token {
             let pool = self.inner.pool.clone();
+            let connector = self.inner.cluster(cluster).expect("running queries name a cluster of the pool").connector.clone();
             actix_rt::spawn(async move {
-                if let Err(error) = token.cancel_query(NoTls).await {
+                if let Err(error) = connector.cancel(&token).await {
                     tracing::warn!(message = "Cancel request failed.", %pool, %query, error = %describe_error(&error));
                 }
             });
@@ -543,6 +681,11 @@ impl Backend for PostgresBackend {
                 ClusterDetail {
                     cluster: c.id,
                     endpoint: c.endpoint.describe(),
+                    tls: match &c.endpoint.tls {
+                        TlsMode::Disable => "disable".into(),
+                        TlsMode::Require => "require".into(),
+                        TlsMode::VerifyFull { .. } => "verify-full".into(),
+                    },
                     size: c.endpoint.size,
                     server_version: c.server_version.clone(),
                     healthy: health.failing.is_none(),
