@@ -1,4 +1,4 @@
-//! The emulated warehouse as a live backend: [`slogate_core::world::World`]
+//! The emulated warehouse as a live backend: [`slogate_world::World`]
 //! driven by real (tokio) time, optionally compressed.
 //!
 //! Virtual time is `(tokio now − start) × compression`, so with a
@@ -20,7 +20,7 @@ use slogate_core::model::{ClusterId, ClusterState, PoolId, Query, QueryId, Rpu, 
 use slogate_core::time::Instant;
 use slogate_core::model::ExecutionReport;
 use slogate_core::model::WarehouseEvent;
-use slogate_core::world::{World, WorldConfig};
+use slogate_world::{World, WorldConfig};
 use tokio::sync::oneshot;
 
 use crate::backend::{Backend, BackendState, CancelReason, ClusterUpdate, Completion, Execution, ExecuteError, LocalFuture};

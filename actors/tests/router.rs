@@ -10,7 +10,7 @@ use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse};
 use slogate_core::model::{ClusterState, PoolId, Rpu, Slo, TemplateId};
 use slogate_core::route::BaselinePolicy;
 use slogate_core::time::Duration;
-use slogate_core::world::WorldConfig;
+use slogate_world::WorldConfig;
 
 async fn node(in_flight_max: usize) -> Addr<RouterShard> {
     node_logging_to(in_flight_max, 2, None).await

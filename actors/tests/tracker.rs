@@ -9,7 +9,7 @@ use slogate_actors::warehouse::{self, AddCluster, EmulatedWarehouse};
 use slogate_core::billing::BillingConfig;
 use slogate_core::model::{ClusterId, ClusterState, PoolId, Query, QueryId, Rpu, Slo, TemplateId};
 use slogate_core::time::{Duration, Instant};
-use slogate_core::world::WorldConfig;
+use slogate_world::WorldConfig;
 use tokio::sync::oneshot;
 
 /// A tracker for a 16-RPU `cluster` of `backend`.

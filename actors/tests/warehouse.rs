@@ -8,7 +8,7 @@ use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse, Execute, GetState
 use slogate_core::model::{ClusterState, PoolId, Query, QueryId, Rpu, Slo, TemplateId};
 use slogate_core::time::{Duration, Instant};
 use slogate_core::model::ExecutionOutcome;
-use slogate_core::world::WorldConfig;
+use slogate_world::WorldConfig;
 use tokio::sync::oneshot;
 
 fn quiet() -> WorldConfig {

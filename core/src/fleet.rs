@@ -43,7 +43,7 @@ use crate::model::QueryId;
 use crate::scale::sro::{SroConfig, optimise_instances};
 use crate::stats::percentile;
 use crate::time::{Duration, Instant};
-use crate::world::noise_factor;
+use crate::stats::noise_factor;
 
 /// How often slogate's margin adapts.
 const MARGIN_WINDOW: Duration = Duration::from_secs(10);

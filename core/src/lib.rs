@@ -24,54 +24,55 @@
 //! - [`tune`]: the policy tuner: the planner's predicted warehouse,
 //!   forecasts from the reservoir, batch simulation, the spinup scheduler
 //!   and the configuration tuner.
-//! - [`world`]: the emulated warehouse (ground truth), fitted to
-//!   [`catalog`], the embedded Redshift measurements.
 //! - [`fleet`]: request-level services (Spandana's setting): instances
 //!   with FIFO queues, the elastic tier, and the offload and scaling
 //!   policies of its evaluation, at millions of requests per second.
 //! - [`sim`]: the discrete-event engine that drives a routing policy (and
 //!   optionally a cluster controller) against a `Warehouse`: the world, or
 //!   the planner's predicted warehouse.
+//!
+//! The emulated warehouse (the world, ground truth) and the Redshift
+//! measurements it is fitted to live in the `slogate-world` crate, which
+//! depends on this one: no decision component here can read its
+//! parameters, by construction.
 //! - [`stats`]: medians, percentiles, overlap counting.
 //! - [`invariants`]: checks shared by production asserts and simulations.
 //!
 //! # Example
 //!
-//! Route 297 queries round-robin over two 16-RPU clusters and read the
-//! violation rate and cost:
+//! Route a query with the SLO-aware router's simplest baseline,
+//! round-robin, over a pool of two ready clusters:
 //!
 //! ```
-//! use slogate_core::model::{PoolId, Query, QueryId, Rpu, Slo, TemplateId};
-//! use slogate_core::route::RoundRobin;
-//! use slogate_core::sim::Simulation;
+//! use slogate_core::model::{ClusterId, ClusterState, ClusterView, Pool, PoolId, Query, QueryId, Rpu, Slo, Target, TemplateId};
+//! use slogate_core::route::{RoundRobin, Routing, RoutingPolicy};
 //! use slogate_core::time::{Duration, Instant};
-//! use slogate_core::world::{World, WorldConfig};
 //!
-//! let mut world = World::new(WorldConfig::default());
-//! for _ in 0..2 {
-//!     world.add_cluster(Instant::ZERO, Rpu(16), true);
-//! }
-//! let queries = (0..297)
-//!     .map(|i| Query {
-//!         id: QueryId(i),
-//!         pool: PoolId::default(),
-//!         template: TemplateId(1 + (i % 99) as u32),
-//!         slo: Slo { latency: Duration::from_secs(120) },
-//!         arrival: Instant::from_secs_f64(i as f64 * 10.0),
-//!     })
-//!     .collect();
-//! let mut sim = Simulation::new(world, RoundRobin::default(), queries);
-//! sim.drive_until_idle();
-//! let summary = sim.summary();
-//! assert_eq!(summary.queries, 297);
-//! assert!(summary.cost_usd > 0.0);
+//! let cluster = |id| ClusterView {
+//!     id: ClusterId(id),
+//!     size: Rpu(16),
+//!     state: ClusterState::Ready,
+//!     requested_at: Instant::ZERO,
+//!     ready_at: Instant::ZERO,
+//!     running: Vec::new(),
+//! };
+//! let pool = Pool { id: PoolId::default(), clusters: vec![cluster(0), cluster(1)] };
+//! let query = Query {
+//!     id: QueryId(1),
+//!     pool: PoolId::default(),
+//!     template: TemplateId(17),
+//!     slo: Slo { latency: Duration::from_secs(20) },
+//!     arrival: Instant::ZERO,
+//! };
+//! let mut router = RoundRobin::default();
+//! let Routing::Dispatch(decision) = router.route(Instant::ZERO, &query, &pool) else { panic!("round-robin always dispatches") };
+//! assert!(matches!(decision.target, Target::Cluster(_)));
 //! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
 pub mod billing;
-pub mod catalog;
 pub mod elastic;
 pub mod fleet;
 pub mod fingerprint;
@@ -86,7 +87,6 @@ pub mod sim;
 pub mod stats;
 pub mod time;
 pub mod tune;
-pub mod world;
 
 /// Errors of `slogate-core`: bad inputs it was handed. Invariant
 /// violations are bugs and panic instead.

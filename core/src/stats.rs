@@ -1,7 +1,11 @@
 //! Small statistics shared by the simulator, the predictors and the
 //! reports: medians, nearest-rank percentiles, and counting overlapping
-//! executions the way the Redshift measurements count them.
+//! executions the way the Redshift measurements count them; and the
+//! seeded lognormal noise the simulators draw per query.
 
+use rand::{Rng, SeedableRng, rngs::SmallRng};
+
+use crate::model::QueryId;
 use crate::time::Instant;
 
 /// The median of a non-empty slice.
@@ -46,6 +50,19 @@ pub fn count_overlapping_neighbours(intervals: &[(Instant, Instant)]) -> Vec<u32
         }
     }
     counts
+}
+
+/// The lognormal noise factor of one query: a pure function of the seed and
+/// the query id, so every policy sees the same draw for the same query.
+pub fn noise_factor(seed: u64, query: QueryId, sigma: f64) -> f64 {
+    if sigma <= 0.0 {
+        return 1.0;
+    }
+    let mut rng = SmallRng::seed_from_u64(seed ^ query.0.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+    let u2: f64 = rng.random();
+    let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+    (sigma * z).exp()
 }
 
 #[cfg(test)]

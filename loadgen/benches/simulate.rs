@@ -6,12 +6,12 @@
 //! `cargo bench -p slogate-loadgen --bench simulate`
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use slogate_core::catalog::tpcds_template_set;
+use slogate_world::catalog::tpcds_template_set;
 use slogate_core::model::{PoolId, QueryId, Rpu};
 use slogate_core::route::RoundRobin;
 use slogate_core::sim::Simulation;
 use slogate_core::time::{Duration, Instant};
-use slogate_core::world::{World, WorldConfig};
+use slogate_world::{World, WorldConfig};
 use slogate_loadgen::workload::{assign_slos, base_workload, to_queries};
 
 const QUERIES: usize = 15_000;

@@ -19,7 +19,7 @@
 //! # Example
 //!
 //! ```
-//! use slogate_core::catalog::tpcds_template_set;
+//! use slogate_world::catalog::tpcds_template_set;
 //! use slogate_core::model::PoolId;
 //! use slogate_loadgen::workload::{assign_slos, base_workload, to_queries};
 //!

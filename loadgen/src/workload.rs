@@ -368,7 +368,7 @@ mod tests {
     use std::collections::HashMap;
 
     use proptest::prelude::*;
-    use slogate_core::catalog::tpcds_template_set;
+    use slogate_world::catalog::tpcds_template_set;
 
     use super::*;
 

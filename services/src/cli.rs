@@ -7,7 +7,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
-use slogate_core::world::WorldConfig;
+use slogate_world::WorldConfig;
 
 use crate::eval::{self, Scenario, calibrate, scenario::BUILT_IN};
 use crate::{Error, Result};

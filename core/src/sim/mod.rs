@@ -4,7 +4,7 @@
 //! (a [`Warehouse`]) in virtual time, routing each query with a
 //! [`RoutingPolicy`] and, optionally, changing the cluster set with a
 //! [`Controller`]. For evaluations the completion model is the **world**
-//! ([`crate::world::World`], ground truth); planning components run the
+//! (`slogate_world::World`, ground truth); planning components run the
 //! same engine on a predictor-driven model instead, and the two are never
 //! mixed.
 //!
@@ -13,26 +13,7 @@
 //! then arrivals. Ties within a kind go by id, so a run is a pure function of
 //! its inputs and seeds.
 //!
-//! ```
-//! use slogate_core::model::{PoolId, Query, QueryId, Rpu, Slo, TemplateId};
-//! use slogate_core::route::RoundRobin;
-//! use slogate_core::sim::Simulation;
-//! use slogate_core::time::{Duration, Instant};
-//! use slogate_core::world::{World, WorldConfig};
-//!
-//! let mut world = World::new(WorldConfig::default());
-//! world.add_cluster(Instant::ZERO, Rpu(16), true);
-//! let arrivals = vec![Query {
-//!     id: QueryId(1),
-//!     pool: PoolId::default(),
-//!     template: TemplateId(3),
-//!     slo: Slo { latency: Duration::from_secs(40) },
-//!     arrival: Instant::ZERO,
-//! }];
-//! let mut sim = Simulation::new(world, RoundRobin::default(), arrivals);
-//! sim.drive_until_idle();
-//! assert_eq!(sim.records().len(), 1);
-//! ```
+//! The `slogate-world` crate's docs run a simulation on the world.
 
 mod scripted;
 pub mod warehouse;
@@ -48,7 +29,6 @@ use crate::time::{Duration, Instant};
 use crate::model::{ExecutionOutcome, ExecutionReport};
 use crate::stats::percentile;
 use crate::model::WarehouseEvent;
-use crate::world::World;
 
 pub use scripted::ScriptedController;
 pub use warehouse::Warehouse;
@@ -216,7 +196,7 @@ enum Next {
 }
 
 /// The engine. See the module docs.
-pub struct Simulation<P: RoutingPolicy, W: Warehouse = World> {
+pub struct Simulation<P: RoutingPolicy, W: Warehouse> {
     world: W,
     policy: P,
     controller: Option<Box<dyn Controller>>,
@@ -543,5 +523,3 @@ impl<P: RoutingPolicy, W: Warehouse> Simulation<P, W> {
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
-#[cfg(test)]
-mod tests;

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use slogate_core::catalog::tpcds_template_set;
+use slogate_world::catalog::tpcds_template_set;
 use slogate_loadgen::replay::{ReplayConfig, billed_usd, replay};
 use slogate_loadgen::trace::read_trace;
 use slogate_loadgen::workload::{assign_slos, base_workload, phased_workload};

@@ -35,7 +35,7 @@ use slogate_core::scale::{Autoscaler, AutoscalerPolicy, ScaleAction, ScaleDecisi
 use slogate_core::scale::AutoscalerConfig;
 use slogate_core::sim::{ClusterCommand, Controller, Observation as SimObservation, Simulation};
 use slogate_core::time::Instant;
-use slogate_core::world::World;
+use slogate_world::World;
 use slogate_loadgen::workload::{assign_slos, base_workload, to_queries};
 
 use super::{Scenario, build_policy, training_observations};

@@ -31,13 +31,13 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
-use slogate_core::catalog::{self, ExecutionMeasurement, TemplateMeasurement};
+use slogate_world::catalog::{self, ExecutionMeasurement, TemplateMeasurement};
 use slogate_core::model::{PoolId, Query, QueryId, Rpu, Slo, TemplateId};
 use slogate_core::route::RoundRobin;
 use slogate_core::sim::{QueryOutcome, Simulation};
 use slogate_core::time::{Duration, Instant};
 use slogate_core::stats::{count_overlapping_neighbours, median};
-use slogate_core::world::{SizeProfile, World, WorldConfig};
+use slogate_world::{SizeProfile, World, WorldConfig};
 use slogate_loadgen::workload::{
     CALIBRATION_RATES_PER_S, PHASED_MIXES, TraceEntry, base_workload, phased_workload,
 };
@@ -252,7 +252,7 @@ fn model_isolated(config: &WorldConfig, templates: &[TemplateMeasurement], size:
 
 /// The calibration workloads of one repetition.
 fn design_workloads(seed: u64) -> Vec<Vec<TraceEntry>> {
-    let templates = slogate_core::catalog::tpcds_template_set();
+    let templates = slogate_world::catalog::tpcds_template_set();
     let mut workloads = Vec::new();
     for (i, rate) in CALIBRATION_RATES_PER_S.iter().enumerate() {
         workloads.push(base_workload(&templates, *rate, seed.wrapping_mul(31).wrapping_add(i as u64)).expect("valid rate"));

@@ -22,7 +22,7 @@ use slogate_core::route::elastic::ElasticOptions;
 use slogate_core::route::{BaselinePolicy, RoutingPolicy};
 use slogate_core::scale::rais::{Rais, RaisConfig};
 use slogate_core::sim::{Controller, Simulation};
-use slogate_core::world::World;
+use slogate_world::World;
 
 use super::tuner::{KAPPAS, TARGET_DAYS, day_queries, run_day, tune_for, workload};
 use super::{Scenario, training_executions};

@@ -37,7 +37,7 @@ use slogate_core::sim::Simulation;
 use slogate_core::stats::percentile;
 use slogate_core::time::Instant;
 use slogate_core::model::ExecutionReport;
-use slogate_core::world::World;
+use slogate_world::World;
 use slogate_loadgen::workload::to_queries;
 
 pub use scenario::{Scenario, WorkloadSpec};

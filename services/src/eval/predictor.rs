@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
-use slogate_core::catalog::{self, ExecutionMeasurement};
+use slogate_world::catalog::{self, ExecutionMeasurement};
 use slogate_core::predict::concurrency::ConcurrencyConfig;
 use slogate_core::predict::isolated::IsolatedConfig;
 use slogate_core::predict::{ConcurrencyAware, LatencyPredictor, Observation, StageLike, q_error};

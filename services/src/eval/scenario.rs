@@ -25,7 +25,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use slogate_core::catalog::tpcds_template_set;
+use slogate_world::catalog::tpcds_template_set;
 use slogate_core::model::Template;
 use slogate_loadgen::trace::read_trace;
 use slogate_loadgen::workload::{self, DiurnalConfig, TraceEntry};

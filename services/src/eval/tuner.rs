@@ -32,7 +32,7 @@ use slogate_core::scale::{Autoscaler, AutoscalerConfig, AutoscalerPolicy, ScaleD
 use slogate_core::sim::Simulation;
 use slogate_core::time::{Duration, Instant};
 use slogate_core::tune::{Calibration, BatchSetup, ExecutionConfig, PlannerTerms, SloBook, TuningConfig, TuningReport, tune_pool};
-use slogate_core::world::World;
+use slogate_world::World;
 use slogate_loadgen::workload::{DiurnalConfig, TraceEntry, assign_slos, diurnal_workload, to_queries};
 
 use slogate_core::route::PlanningRouter;

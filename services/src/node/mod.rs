@@ -32,7 +32,7 @@ use slogate_core::fingerprint::SqlCatalog;
 use slogate_core::model::{ClusterId, ClusterState, PoolId, Rpu};
 use slogate_core::predict::Observation;
 use slogate_core::reservoir::ReservoirConfig;
-use slogate_core::world::WorldConfig;
+use slogate_world::WorldConfig;
 use slogate_proto::v1::gateway_server::GatewayServer;
 use slogate_proto::validate::Limits;
 

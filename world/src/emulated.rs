@@ -3,7 +3,7 @@
 //!
 //! A cluster of size `s` executes the queries routed to it. Its behaviour is
 //! built from pieces that each answer something the Redshift measurements in
-//! `core/data/` show (see [`WorldConfig`] for every parameter):
+//! `world/data/` show (see [`WorldConfig`] for every parameter):
 //!
 //! - **Isolated latency** of template `t` at size `s` is
 //!   `ℓ₁₆(t) × f(t, s) × noise`, with `ℓ₁₆` the measured isolated median on
@@ -28,7 +28,7 @@
 //!   cancelled (and reported censored).
 //! - **Lifecycle.** A requested cluster is ready after δ; a torn-down
 //!   cluster drains its queries, then is gone after ζ. Billing follows
-//!   [`crate::billing`].
+//!   `slogate_core::billing`.
 //!
 //! Nothing outside `sim`/`world` may read these parameters: decision
 //! components learn only from the [`WarehouseEvent`]s a real warehouse would
@@ -54,15 +54,15 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use rand::{Rng, SeedableRng, rngs::SmallRng};
+
 use serde::{Deserialize, Serialize};
 
-use crate::billing::{BillingConfig, BillingTimer};
+use slogate_core::billing::{BillingConfig, BillingTimer};
 use crate::catalog::{self, ExecutionMeasurement};
-use crate::elastic::{ElasticConfig, ElasticPool, ProvisionedBilling};
-use crate::model::{ClusterId, ClusterState, ExecutionOutcome, ExecutionReport, Query, QueryId, Rpu, Target, TemplateId, WarehouseEvent};
-use crate::stats::median;
-use crate::time::{Duration, Instant};
+use slogate_core::elastic::{ElasticConfig, ElasticPool, ProvisionedBilling};
+use slogate_core::model::{ClusterId, ClusterState, ExecutionOutcome, ExecutionReport, Query, QueryId, Rpu, Target, TemplateId, WarehouseEvent};
+use slogate_core::stats::{median, noise_factor};
+use slogate_core::time::{Duration, Instant};
 
 /// How the emulated warehouse behaves at one cluster size.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -143,7 +143,7 @@ pub struct WorldConfig {
 }
 
 impl Default for WorldConfig {
-    /// The TPC-DS SF1000 warehouse, fitted to `core/data/` (see
+    /// The TPC-DS SF1000 warehouse, fitted to `world/data/` (see
     /// `slogate eval calibrate`).
     fn default() -> Self {
         WorldConfig::tpcds_sf1000()
@@ -820,23 +820,10 @@ impl World {
     }
 }
 
-/// The lognormal noise factor of one query: a pure function of the seed and
-/// the query id, so every policy sees the same draw for the same query.
-pub fn noise_factor(seed: u64, query: QueryId, sigma: f64) -> f64 {
-    if sigma <= 0.0 {
-        return 1.0;
-    }
-    let mut rng = SmallRng::seed_from_u64(seed ^ query.0.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
-    let u2: f64 = rng.random();
-    let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-    (sigma * z).exp()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{PoolId, Slo};
+    use slogate_core::model::{PoolId, Slo};
 
     fn quiet_config() -> WorldConfig {
         let mut config = WorldConfig::tpcds_sf1000();
@@ -1038,7 +1025,7 @@ mod tests {
         assert_eq!(noise_factor(7, QueryId(3), 0.35), noise_factor(7, QueryId(3), 0.35));
         assert_ne!(noise_factor(7, QueryId(3), 0.35), noise_factor(8, QueryId(3), 0.35));
         let draws: Vec<f64> = (0..2_001).map(|i| noise_factor(1, QueryId(i), 0.35).ln()).collect();
-        assert!(crate::stats::median(&draws).abs() < 0.05, "noise median is 1");
+        assert!(slogate_core::stats::median(&draws).abs() < 0.05, "noise median is 1");
     }
 
     mod properties {

@@ -1,8 +1,13 @@
+//! The simulation engine against the world: determinism, conservation of
+//! queries, and scripted cluster changes, over many seeds.
+
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 
-use super::*;
-use crate::model::PoolId;
-use crate::route::{LeastLoaded, RoundRobin};
+use slogate_core::model::{ClusterId, ClusterState, PoolId, Query, QueryId, Rpu, Slo, Target, TemplateId};
+use slogate_core::route::{LeastLoaded, RoundRobin};
+use slogate_core::sim::*;
+use slogate_core::time::{Duration, Instant};
+use slogate_world::World;
 
 fn arrivals(seed: u64, count: u64, rate_per_s: f64) -> Vec<Query> {
     let mut rng = SmallRng::seed_from_u64(seed);

@@ -1,6 +1,6 @@
 //! The embedded measurements: TPC-DS SF1000 on Amazon Redshift Serverless.
 //!
-//! `core/data/` holds the real measurements slogate is calibrated against
+//! `world/data/` holds the real measurements slogate is calibrated against
 //! (see its README): isolated and baseline latencies of the 99 templates on
 //! 16 RPU, and per-query latencies of 42 (fit) and 17 (validation) workload
 //! runs on 4–32 RPU with the number of overlapping queries. They are
@@ -9,9 +9,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Rpu, Template, TemplateId};
-use crate::time::Duration;
-use crate::{Error, Result};
+use slogate_core::model::{Rpu, Template, TemplateId};
+use slogate_core::time::Duration;
+use slogate_core::{Error, Result};
 
 /// `redshift_tpcds_sf1000_rpu16.csv`.
 pub const RPU16_CSV: &str = include_str!("../data/redshift_tpcds_sf1000_rpu16.csv");

@@ -13,7 +13,7 @@ use slogate_core::route::slo::SloRouter;
 use slogate_core::scale::{Autoscaler, AutoscalerConfig, AutoscalerPolicy};
 use slogate_core::sim::{QueryOutcome, Simulation};
 use slogate_core::time::{Duration, Instant};
-use slogate_core::world::World;
+use slogate_world::World;
 
 fn world(seed: u64, sizes: &[u32]) -> World {
     World::seeded_with_ready(seed, sizes)
