@@ -84,6 +84,13 @@ pub enum Completion {
     Failed(Failure),
 }
 
+impl Completion {
+    /// A dispatch the backend refused at `at`, as the query's failure.
+    pub fn refused(error: &ExecuteError, at: Instant) -> Completion {
+        Completion::Failed(Failure { reason: format!("the backend refused the query: {error}"), sqlstate: None, started: None, finished: at })
+    }
+}
+
 /// Why a cancel was asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

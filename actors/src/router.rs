@@ -20,6 +20,7 @@
 //! still running when a shutdown's grace period ends.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use actix::prelude::*;
 use serde::Serialize;
@@ -27,6 +28,7 @@ use slogate_core::model::{
     ClusterId, ClusterState, ClusterView, ExecutionOutcome, Pool, PoolId, Query, QueryId, Rpu, RunningQuery, Slo, Target,
     TemplateId,
 };
+use slogate_core::fingerprint::SqlCatalog;
 use slogate_core::reservoir::ExecutionRecord;
 use slogate_core::route::{PlanningRouter, Routing, RoutingPolicy};
 use slogate_core::time::{Duration, Instant};
@@ -39,8 +41,6 @@ use crate::provider::Provider;
 use crate::reservoir::{ArrivalUpdate, ExecutionUpdate, ReservoirActor};
 use crate::tracker::{Cancel, ClusterTracker, Dispatch, Release, TrackerSetup};
 use crate::{Error, Result};
-use slogate_core::fingerprint::SqlCatalog;
-use std::sync::Arc;
 
 /// How a submitted query ended.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -317,6 +317,19 @@ struct PoolRuntime {
 }
 
 impl PoolRuntime {
+    /// Stops `query` on the server it runs on: a cluster's through its
+    /// tracker, the elastic tier's on the backend.
+    fn cancel(&self, query: QueryId, target: Target, reason: CancelReason) {
+        match target {
+            Target::Cluster(cluster) => {
+                if let Some(tracker) = self.trackers.get(&cluster) {
+                    tracker.do_send(Cancel { query, reason });
+                }
+            }
+            Target::Elastic => self.backend.cancel(query, reason),
+        }
+    }
+
     /// Tells the pool's autoscaler, if any, what happened. A full mailbox
     /// drops the notice (counted): routing never waits for scaling.
     fn notify(&mut self, event: ScaleEvent) -> bool {
@@ -807,14 +820,14 @@ impl Handler<Submit> for RouterShard {
                 Box::pin(async move {
                     match tracker.send(Dispatch { query, sql, reply }).await {
                         Ok(Ok(())) => completion.await.ok(),
-                        Ok(Err(refused)) => Some(refused_completion(refused, clock)),
+                        Ok(Err(refused)) => Some(Completion::refused(&refused, clock.now())),
                         Err(_) => None,
                     }
                 })
             }
             Target::Elastic => {
                 let running = pool.backend.execute(Execution { query, target: Target::Elastic, sql });
-                Box::pin(async move { Some(running.await.unwrap_or_else(|refused| refused_completion(refused, clock))) })
+                Box::pin(async move { Some(running.await.unwrap_or_else(|refused| Completion::refused(&refused, clock.now()))) })
             }
         };
         self.record_decision(decision);
@@ -830,11 +843,6 @@ impl Handler<Submit> for RouterShard {
     }
 }
 
-/// A dispatch the backend refused, as the query's failure.
-fn refused_completion(refused: ExecuteError, clock: VirtualClock) -> Completion {
-    Completion::Failed(crate::backend::Failure { reason: format!("the backend refused the query: {refused}"), sqlstate: None, started: None, finished: clock.now() })
-}
-
 impl Handler<ClientGone> for RouterShard {
     type Result = ();
 
@@ -844,14 +852,7 @@ impl Handler<ClientGone> for RouterShard {
         if !flight.waiters.iter().all(oneshot::Sender::is_closed) {
             return;
         }
-        match flight.target {
-            Target::Cluster(cluster) => {
-                if let Some(tracker) = pool.trackers.get(&cluster) {
-                    tracker.do_send(Cancel { query: message.query, reason: CancelReason::ClientGone });
-                }
-            }
-            Target::Elastic => pool.backend.cancel(message.query, CancelReason::ClientGone),
-        }
+        pool.cancel(message.query, flight.target, CancelReason::ClientGone);
     }
 }
 
@@ -979,15 +980,9 @@ impl Handler<FailInFlight> for RouterShard {
         let now = self.clock.now();
         let mut failed = 0;
         for pool in self.pools.values_mut() {
-            for (query, flight) in pool.in_flight.drain() {
-                match flight.target {
-                    Target::Cluster(cluster) => {
-                        if let Some(tracker) = pool.trackers.get(&cluster) {
-                            tracker.do_send(Cancel { query, reason: CancelReason::Shutdown });
-                        }
-                    }
-                    Target::Elastic => pool.backend.cancel(query, CancelReason::Shutdown),
-                }
+            let in_flight = std::mem::take(&mut pool.in_flight);
+            for (query, flight) in in_flight {
+                pool.cancel(query, flight.target, CancelReason::Shutdown);
                 failed += 1;
                 pool.stats.failed += 1;
                 pool.stats.violations += 1;

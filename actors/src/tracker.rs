@@ -13,7 +13,7 @@ use slogate_core::model::{ClusterId, ClusterState, PoolId, Query, QueryId, Rpu, 
 use slogate_core::time::Instant;
 use tokio::sync::oneshot;
 
-use crate::backend::{Backend, CancelReason, ClusterUpdate, Completion, Execution, ExecuteError, Failure};
+use crate::backend::{Backend, CancelReason, ClusterUpdate, Completion, Execution, ExecuteError};
 use crate::clock::VirtualClock;
 use crate::provider::Provider;
 
@@ -199,9 +199,7 @@ impl Handler<Dispatch> for ClusterTracker {
         let reply = message.reply;
         ctx.spawn(
             async move {
-                let completion = running.await.unwrap_or_else(|refused| {
-                    Completion::Failed(Failure { reason: refused.to_string(), sqlstate: None, started: None, finished: clock.now() })
-                });
+                let completion = running.await.unwrap_or_else(|refused| Completion::refused(&refused, clock.now()));
                 me.do_send(Finished { query: id, completion, reply });
             }
             .into_actor(self),

@@ -46,6 +46,13 @@ fn load(text: &str) -> NodeConfig {
     NodeConfig::load(text, &std::collections::HashMap::new(), &Overrides::default()).unwrap()
 }
 
+/// Starts a node with `text` and connects a client to it.
+async fn serve(text: &str) -> (node::Node, GatewayClient<tonic::transport::Channel>) {
+    let node = node::start(load(text)).await.unwrap();
+    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    (node, client)
+}
+
 fn sql(id: &str, text: &str, slo_ms: u64) -> SubmitRequest {
     SubmitRequest { pool: "pg".into(), query_id: id.into(), query: Some(Query::Sql(text.into())), slo_ms, ..Default::default() }
 }
@@ -112,8 +119,7 @@ async fn admin_get(addr: std::net::SocketAddr, path: &str) -> serde_json::Value 
 async fn a_query_runs_and_returns_its_rows_within_the_row_limit() {
     let dir = scratch("rows");
     let server = LocalPostgres::start(&dir).unwrap();
-    let node = node::start(load(&config(&dir, &[&server], "result_rows_max = 5", 5))).await.unwrap();
-    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let (node, mut client) = serve(&config(&dir, &[&server], "result_rows_max = 5", 5)).await;
 
     let reply = client.submit(sql("few", "SELECT 42 AS answer, NULL::text AS nothing", 10_000)).await.unwrap().into_inner();
     assert_eq!(reply.status(), QueryStatus::Completed, "{reply:?}");
@@ -140,8 +146,7 @@ async fn a_query_runs_and_returns_its_rows_within_the_row_limit() {
 async fn a_timeout_cancels_the_query_on_the_server() {
     let dir = scratch("timeout");
     let server = LocalPostgres::start(&dir).unwrap();
-    let node = node::start(load(&config(&dir, &[&server], "query_timeout_s = 0.5", 5))).await.unwrap();
-    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let (node, mut client) = serve(&config(&dir, &[&server], "query_timeout_s = 0.5", 5)).await;
     let started = std::time::Instant::now();
     let reply = client.submit(sql("slow", "SELECT pg_sleep(30)", 60_000)).await.unwrap().into_inner();
     assert_eq!(reply.status(), QueryStatus::TimedOut, "{reply:?}");
@@ -154,8 +159,7 @@ async fn a_timeout_cancels_the_query_on_the_server() {
 async fn a_client_that_hangs_up_cancels_its_query_on_the_server() {
     let dir = scratch("disconnect");
     let server = LocalPostgres::start(&dir).unwrap();
-    let node = node::start(load(&config(&dir, &[&server], "", 5))).await.unwrap();
-    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let (node, mut client) = serve(&config(&dir, &[&server], "", 5)).await;
 
     // A gRPC deadline that passes while the query runs.
     let mut request = tonic::Request::new(sql("deadline", "SELECT pg_sleep(30)", 60_000));
@@ -177,8 +181,7 @@ async fn a_client_that_hangs_up_cancels_its_query_on_the_server() {
 async fn sql_errors_fail_the_query_with_their_sqlstate() {
     let dir = scratch("sqlstate");
     let server = LocalPostgres::start(&dir).unwrap();
-    let node = node::start(load(&config(&dir, &[&server], "", 5))).await.unwrap();
-    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let (node, mut client) = serve(&config(&dir, &[&server], "", 5)).await;
     for (id, text, sqlstate) in [("syntax", "SELEC 1", "42601"), ("zero", "SELECT 1 / 0", "22012"), ("missing", "SELECT * FROM no_such_table", "42P01")] {
         let reply = client.submit(sql(id, text, 10_000)).await.unwrap().into_inner();
         assert_eq!((reply.status(), reply.sqlstate.as_str()), (QueryStatus::Failed, sqlstate), "{reply:?}");
@@ -195,8 +198,7 @@ async fn a_server_killed_mid_query_fails_its_queries_and_is_routed_around_until_
     let dir = scratch("kill");
     let (first, second) = (LocalPostgres::start(&dir).unwrap(), LocalPostgres::start(&dir).unwrap());
     // Least-loaded spreads the two long queries, one on each server.
-    let node = node::start(load(&config_with_policy(&dir, &[&first, &second], "", 5, "least-loaded"))).await.unwrap();
-    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let (node, client) = serve(&config_with_policy(&dir, &[&first, &second], "", 5, "least-loaded")).await;
 
     let mut calls = Vec::new();
     for i in 0..2 {
@@ -245,8 +247,7 @@ async fn a_server_killed_mid_query_fails_its_queries_and_is_routed_around_until_
 async fn shutdown_past_its_grace_cancels_running_queries_on_the_server() {
     let dir = scratch("shutdown");
     let server = LocalPostgres::start(&dir).unwrap();
-    let node = node::start(load(&config(&dir, &[&server], "", 0))).await.unwrap();
-    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let (node, mut client) = serve(&config(&dir, &[&server], "", 0)).await;
     let call = tokio::spawn(async move { client.submit(sql("held", "SELECT pg_sleep(30)", 60_000)).await });
     until_sleeping(&server).await;
     node.shutdown().await;
@@ -260,8 +261,7 @@ async fn a_restarted_node_learns_from_the_real_execution_log() {
     let dir = scratch("restart");
     let server = LocalPostgres::start(&dir).unwrap();
     let text = config(&dir, &[&server], "", 5);
-    let node = node::start(load(&text)).await.unwrap();
-    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let (node, mut client) = serve(&text).await;
     for i in 0..12 {
         let reply = client.submit(sql(&format!("q{i}"), &format!("SELECT pg_sleep(0.0{})", i % 5), 10_000)).await.unwrap().into_inner();
         assert_eq!(reply.status(), QueryStatus::Completed);
@@ -314,8 +314,7 @@ async fn tls_connections_are_encrypted_and_an_untrusted_certificate_fails_start_
     };
 
     for tls in [format!("tls = \"verify-full\"\nca_file = \"{}\"", ca_file.display()), "tls = \"require\"".to_owned()] {
-        let node = node::start(load(&with_tls(&secured, &tls))).await.unwrap();
-        let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+        let (node, mut client) = serve(&with_tls(&secured, &tls)).await;
         let reply = client.submit(sql("secure", "SELECT 1", 10_000)).await.unwrap().into_inner();
         assert_eq!(reply.status(), QueryStatus::Completed, "{tls}: {reply:?}");
         // The server's own view: every slogate connection is encrypted.

@@ -191,8 +191,7 @@ impl LocalPostgres {
         std::fs::read_to_string(&self.password_file).unwrap_or_default()
     }
 
-    /// Runs `sql` with `psql`-free means: a `tokio-postgres` connection to
-    /// `database`, by the simple-query protocol.
+    /// Runs `sql` (one or more statements) on `database` as the superuser.
     ///
     /// # Errors
     ///

@@ -143,16 +143,8 @@ impl Connector {
 
     async fn connect(&self, config: &tokio_postgres::Config) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
         match self {
-            Connector::Plain => {
-                let (client, connection) = config.connect(NoTls).await?;
-                actix_rt::spawn(connection);
-                Ok(client)
-            }
-            Connector::Rustls(tls) => {
-                let (client, connection) = config.connect(tls.clone()).await?;
-                actix_rt::spawn(connection);
-                Ok(client)
-            }
+            Connector::Plain => connect_with(config, NoTls).await,
+            Connector::Rustls(tls) => connect_with(config, tls.clone()).await,
         }
     }
 
@@ -162,6 +154,17 @@ impl Connector {
             Connector::Rustls(tls) => token.cancel_query(tls.clone()).await,
         }
     }
+}
+
+/// One connection outside the pool; its driver runs on the actor runtime.
+async fn connect_with<T>(config: &tokio_postgres::Config, tls: T) -> Result<tokio_postgres::Client, tokio_postgres::Error>
+where
+    T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>,
+    T::Stream: 'static,
+{
+    let (client, connection) = config.connect(tls).await?;
+    actix_rt::spawn(connection);
+    Ok(client)
 }
 
 /// `require`'s verifier: any certificate, with its handshake signatures
