@@ -162,6 +162,9 @@ pub struct BackendState {
     /// does; a real server does not say, and the trackers' estimates stand
     /// in.
     pub vendor_billed_usd: Option<f64>,
+    /// What the elastic tier has billed so far, dollars (zero without
+    /// one).
+    pub elastic_billed_usd: f64,
     /// Queries executing (not queued) per cluster.
     pub executing: Vec<(ClusterId, usize)>,
     /// The implementation's own detail.

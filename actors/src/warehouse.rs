@@ -332,6 +332,7 @@ impl Backend for Addr<EmulatedWarehouse> {
             Ok(BackendState {
                 kind: "emulated",
                 vendor_billed_usd: Some(state.clusters.iter().map(|c| c.billed_usd).sum()),
+                elastic_billed_usd: state.elastic_billed_usd,
                 executing: state.clusters.iter().map(|c| (c.id, c.executing)).collect(),
                 detail: serde_json::to_value(&state).expect("the warehouse state serialises"),
             })

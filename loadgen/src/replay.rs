@@ -37,9 +37,36 @@ pub struct ReplayConfig {
     pub deadline: WallDuration,
     /// Show progress on standard error.
     pub progress: bool,
+    /// Prefixes every query id, so that two runs against one node never
+    /// share an id (the node answers a repeated id from its idempotency
+    /// table). [`ReplayConfig::fresh_run_id`] makes one.
+    pub run_id: String,
     /// SQL text per template: entries whose template has text are sent as
     /// that text (for SQL backends), the rest by template number.
     pub sql: Option<Arc<BTreeMap<u32, String>>>,
+}
+
+impl ReplayConfig {
+    /// A run id unlikely to repeat: the wall-clock time in microseconds
+    /// and the process id, in base 36, with a trailing `-`.
+    pub fn fresh_run_id() -> String {
+        let micros = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+        format!("{}{}-", base36(micros), base36(u64::from(std::process::id())))
+    }
+}
+
+fn base36(mut value: u64) -> String {
+    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(digits[(value % 36) as usize]);
+        value /= 36;
+        if value == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).expect("ascii digits")
 }
 
 /// Latency percentiles, milliseconds.
@@ -167,7 +194,10 @@ pub async fn replay(entries: &[TraceEntry], config: &ReplayConfig) -> Result<Rep
             let slo = entry.slo.ok_or_else(|| Error::InvalidParameter(format!("entry {index} has no SLO")))?;
             let request = SubmitRequest {
                 pool: entry.pool.as_ref().map_or_else(|| config.pool.clone(), |p| p.0.clone()),
-                query_id: format!("r{round}-{}", entry.query_id.map_or(index as u64, |q| q.0)),
+                query_id: match &entry.query_id {
+                    Some(id) => format!("{}r{round}-{id}", config.run_id),
+                    None => format!("{}r{round}-{index}", config.run_id),
+                },
                 query: Some(match config.sql.as_ref().and_then(|texts| texts.get(&entry.template.0)) {
                     Some(text) => Query::Sql(text.clone()),
                     None => Query::Template(entry.template.0),
@@ -251,7 +281,7 @@ pub async fn replay(entries: &[TraceEntry], config: &ReplayConfig) -> Result<Rep
 }
 
 /// Reads `GET /v1/pools/{pool}` from the node's admin API and returns its
-/// `billed_usd`.
+/// `total_billed_usd`: the clusters' bill and the elastic tier's.
 pub async fn billed_usd(admin_addr: std::net::SocketAddr, pool: &str) -> Result<f64> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(admin_addr)
@@ -263,7 +293,7 @@ pub async fn billed_usd(admin_addr: std::net::SocketAddr, pool: &str) -> Result<
     stream.read_to_string(&mut response).await.map_err(|e| Error::Replay(e.to_string()))?;
     let body = response.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
     let json: serde_json::Value = serde_json::from_str(body).map_err(|e| Error::Replay(format!("admin API reply: {e}")))?;
-    json["billed_usd"].as_f64().ok_or_else(|| Error::Replay(format!("no billed_usd in {body}")))
+    json["total_billed_usd"].as_f64().ok_or_else(|| Error::Replay(format!("no total_billed_usd in {body}")))
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //!
 //! Required columns: `arrival_s` (seconds from the trace's start, ≥ 0),
 //! `template` (a positive integer), `slo_s` (seconds, > 0). Optional:
-//! `pool` and `query_id` (unique). Columns may come in any order; unknown
+//! `pool` and `query_id` (any string without a comma, unique; the id a
+//! client sends over gRPC). Columns may come in any order; unknown
 //! columns are an error, as is every malformed line: parsing stops at the
 //! first problem and names its line and reason, and nothing is silently
 //! skipped. Blank lines and lines starting with `#` are comments.
@@ -20,7 +21,7 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 
-use slogate_core::model::{PoolId, QueryId, TemplateId};
+use slogate_core::model::{PoolId, TemplateId};
 use slogate_core::time::{Duration, Instant};
 
 use crate::workload::TraceEntry;
@@ -93,12 +94,12 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceEntry>> {
             None => None,
         };
         let query_id = match id_i.map(|i| fields[i]) {
+            Some("") => return Err(err(line, "query_id is empty")),
             Some(text) => {
-                let id: u64 = text.parse().map_err(|_| err(line, format!("query_id `{text}` is not a non-negative integer")))?;
-                if !ids.insert(id) {
-                    return Err(err(line, format!("query_id {id} appears twice")));
+                if !ids.insert(text) {
+                    return Err(err(line, format!("query_id `{text}` appears twice")));
                 }
-                Some(QueryId(id))
+                Some(text.to_owned())
             }
             None => None,
         };
@@ -149,8 +150,11 @@ pub fn write_trace(entries: &[TraceEntry]) -> Result<String> {
             write!(out, ",{}", pool.0).expect("write to String");
         }
         if with_id {
-            let id = e.query_id.ok_or_else(|| Error::InvalidParameter(format!("entry {index} has no query id")))?;
-            write!(out, ",{}", id.0).expect("write to String");
+            let id = e.query_id.as_ref().ok_or_else(|| Error::InvalidParameter(format!("entry {index} has no query id")))?;
+            if id.contains(',') || id.is_empty() {
+                return Err(Error::InvalidParameter(format!("entry {index}: query id `{id}` cannot be written")));
+            }
+            write!(out, ",{id}").expect("write to String");
         }
         out.push('\n');
     }
@@ -171,7 +175,7 @@ mod tests {
     fn parses_required_and_optional_columns_in_any_order() {
         let t = parse_trace("query_id,slo_s,template,arrival_s,pool\n7,12.5,17,3.0,dash\n8,1,4,1.5,adhoc\n").unwrap();
         assert_eq!(t.len(), 2);
-        assert_eq!(t[0].query_id, Some(QueryId(8)));
+        assert_eq!(t[0].query_id.as_deref(), Some("8"));
         assert_eq!(t[0].arrival, Instant::from_secs_f64(1.5));
         assert_eq!(t[1].slo, Some(Duration::from_secs_f64(12.5)));
         assert_eq!(t[1].pool, Some(PoolId("dash".into())));
@@ -203,7 +207,14 @@ mod tests {
 
     #[test]
     fn duplicate_query_ids_are_rejected() {
-        assert!(reason("arrival_s,template,slo_s,query_id\n1,2,3,9\n2,2,3,9\n").contains("line 3: query_id 9 appears twice"));
+        assert!(reason("arrival_s,template,slo_s,query_id\n1,2,3,9\n2,2,3,9\n").contains("line 3: query_id `9` appears twice"));
+    }
+
+    #[test]
+    fn query_ids_may_be_any_string() {
+        let t = parse_trace("arrival_s,template,slo_s,query_id\n1,2,3,flash_crowd-0\n2,2,3,tenant/a:7\n").unwrap();
+        assert_eq!(t.iter().map(|e| e.query_id.as_deref()).collect::<Vec<_>>(), vec![Some("flash_crowd-0"), Some("tenant/a:7")]);
+        assert!(reason("arrival_s,template,slo_s,query_id\n1,2,3,\n").contains("line 2: query_id is empty"));
     }
 
     #[test]
@@ -225,7 +236,7 @@ mod tests {
                 template: TemplateId(t),
                 slo: Some(Duration::from_micros(slo)),
                 pool: Some(PoolId(format!("p{}", i % 3))),
-                query_id: Some(QueryId(i as u64)),
+                query_id: Some(format!("q-{i}")),
             }).collect();
             let mut sorted = entries.clone();
             sorted.sort_by_key(|e| e.arrival);

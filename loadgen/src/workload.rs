@@ -33,8 +33,9 @@ pub struct TraceEntry {
     pub slo: Option<Duration>,
     /// The pool it is submitted to, if the trace names one.
     pub pool: Option<PoolId>,
-    /// The client's query id, if the trace names one.
-    pub query_id: Option<QueryId>,
+    /// The client's query id, if the trace names one (the gRPC
+    /// `query_id`; the simulator numbers queries by position instead).
+    pub query_id: Option<String>,
 }
 
 impl TraceEntry {
@@ -339,7 +340,8 @@ pub fn assign_slos(entries: &mut [TraceEntry], templates: &[Template], kappa: f6
 }
 
 /// Turns entries into queries of `pool` (unless an entry names its own),
-/// numbering those without an id by position.
+/// numbered by position (a client's string id is the gateway's business,
+/// not the simulator's).
 ///
 /// # Errors
 ///
@@ -353,7 +355,7 @@ pub fn to_queries(entries: &[TraceEntry], pool: &PoolId) -> Result<Vec<Query>> {
                 Error::InvalidParameter(format!("query {index} (template {}) has no SLO", e.template.0))
             })?;
             Ok(Query {
-                id: e.query_id.unwrap_or(QueryId(index as u64)),
+                id: QueryId(index as u64),
                 pool: e.pool.clone().unwrap_or_else(|| pool.clone()),
                 template: e.template,
                 slo: Slo { latency: slo },

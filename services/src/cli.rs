@@ -539,13 +539,13 @@ fn run_trace(args: &TraceArgs) -> Result<()> {
     let spec = scenario.workloads.get(args.workload).ok_or_else(|| {
         Error::Scenario(format!("--workload {} is out of range: the scenario has {}", args.workload, scenario.workloads.len()))
     })?;
-    let kappa = args.kappa.unwrap_or(scenario.kappas[0]);
+    let kappa = args.kappa.or_else(|| scenario.kappas.first().copied());
     let seed = args.seed.unwrap_or(scenario.seed);
     let mut entries = spec.generate(&Scenario::templates(), kappa, seed, &scenario.base_dir)?;
     let pool = slogate_core::model::PoolId::default();
     for (index, entry) in entries.iter_mut().enumerate() {
         entry.pool.get_or_insert_with(|| pool.clone());
-        entry.query_id.get_or_insert(slogate_core::model::QueryId(index as u64));
+        entry.query_id.get_or_insert_with(|| index.to_string());
     }
     let text = slogate_loadgen::trace::write_trace(&entries)?;
     match &args.out {

@@ -92,6 +92,7 @@ fn replay_config(grpc: std::net::SocketAddr, pool: &str, time_scale: f64, sql: O
         repeat: 1,
         deadline: std::time::Duration::from_secs(3_600),
         progress: true,
+        run_id: ReplayConfig::fresh_run_id(),
         sql,
     }
 }

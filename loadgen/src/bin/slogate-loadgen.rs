@@ -73,6 +73,10 @@ struct RunArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 3_600)]
     deadline_s: u64,
+    /// Prefix of every query id (default: a fresh one per run, so a second
+    /// run is never answered from the node's idempotency table).
+    #[arg(long)]
+    run_id: Option<String>,
     /// Also write the report as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -126,6 +130,7 @@ async fn run(args: RunArgs) -> i32 {
         repeat: args.repeat,
         deadline: std::time::Duration::from_secs(args.deadline_s),
         progress: true,
+        run_id: args.run_id.clone().unwrap_or_else(ReplayConfig::fresh_run_id),
         sql: None,
     };
     let report = match replay(&entries, &config).await {

@@ -707,6 +707,7 @@ impl Backend for PostgresBackend {
         let state = BackendState {
             kind: "postgres",
             vendor_billed_usd: None,
+            elastic_billed_usd: 0.0,
             executing: clusters.iter().map(|c| (c.cluster, c.executing)).collect(),
             detail: serde_json::json!({
                 "query_timeout_s": self.inner.settings.query_timeout.as_secs_f64(),

@@ -240,8 +240,8 @@ impl RoutingPolicy for Timed {
 pub struct Case {
     /// The workload's label.
     pub workload: String,
-    /// SLO tightness.
-    pub kappa: f64,
+    /// SLO tightness; `None` for a trace, whose SLOs are its own.
+    pub kappa: Option<f64>,
     /// Cluster sizes, RPU.
     pub clusters: Vec<u32>,
 }
@@ -341,7 +341,7 @@ pub fn run_with(scenario: &Scenario, policies: &[String], seed: u64, options: &E
     let mut histories: std::collections::HashMap<Vec<u32>, Vec<Observation>> = std::collections::HashMap::new();
     let mut results = Vec::new();
     for spec in &scenario.workloads {
-        for &kappa in &scenario.kappas {
+        for kappa in spec.case_kappas(&scenario.kappas) {
             let entries = spec.generate(&templates, kappa, seed, &scenario.base_dir)?;
             let queries = to_queries(&entries, &PoolId::default())?;
             for clusters in &scenario.cluster_sets {
@@ -433,7 +433,8 @@ pub fn render_table(report: &EvalReport) -> String {
     for r in &report.results {
         if last_case != Some(&r.case) {
             let clusters: Vec<String> = r.case.clusters.iter().map(u32::to_string).collect();
-            writeln!(out, "\ncase: workload {}, κ={}, clusters [{}]", r.case.workload, r.case.kappa, clusters.join(","))
+            let kappa = r.case.kappa.map_or_else(|| "the trace's SLOs".to_owned(), |k| format!("κ={k}"));
+            writeln!(out, "\ncase: workload {}, {kappa}, clusters [{}]", r.case.workload, clusters.join(","))
                 .expect("write to String");
             write!(
                 out,

@@ -8,7 +8,8 @@
 //! ```toml
 //! name = "my-eval"
 //! seed = 7                       # optional; --seed overrides
-//! kappa = [2.0, 4.0]             # or a single number
+//! kappa = [2.0, 4.0]             # or a single number; traces carry
+//!                                # their own SLOs and need none
 //! clusters = [[16, 16], [32, 16]] # or a single list, e.g. [16, 16]
 //! policies = ["round-robin", "least-loaded"]
 //!
@@ -90,8 +91,25 @@ impl WorkloadSpec {
         }
     }
 
+    /// Whether it is a trace, which carries its own SLOs (κ does not
+    /// apply).
+    pub fn is_trace(&self) -> bool {
+        matches!(self, WorkloadSpec::Trace { .. })
+    }
+
+    /// The κ values its cases take: `None` once for a trace, each of
+    /// `kappas` otherwise.
+    pub fn case_kappas(&self, kappas: &[f64]) -> Vec<Option<f64>> {
+        if self.is_trace() { vec![None] } else { kappas.iter().copied().map(Some).collect() }
+    }
+
     /// Generates the workload; SLOs from κ unless it is a trace.
-    pub fn generate(&self, templates: &[Template], kappa: f64, seed: u64, base_dir: &Path) -> Result<Vec<TraceEntry>> {
+    ///
+    /// # Errors
+    ///
+    /// A generated workload without κ, bad parameters, or an unreadable
+    /// trace.
+    pub fn generate(&self, templates: &[Template], kappa: Option<f64>, seed: u64, base_dir: &Path) -> Result<Vec<TraceEntry>> {
         let mut entries = match self {
             WorkloadSpec::Base { rate_per_s } => workload::base_workload(templates, *rate_per_s, seed)?,
             WorkloadSpec::Phased { low_queries, high_rate_per_s } => {
@@ -104,6 +122,7 @@ impl WorkloadSpec {
             }
             WorkloadSpec::Trace { path } => return Ok(read_trace(&base_dir.join(path))?),
         };
+        let kappa = kappa.ok_or_else(|| Error::Scenario(format!("workload {} needs κ for its SLOs", self.label())))?;
         workload::assign_slos(&mut entries, templates, kappa)?;
         Ok(entries)
     }
@@ -118,8 +137,10 @@ pub struct ScenarioFile {
     /// Default seed.
     #[serde(default)]
     pub seed: Option<u64>,
-    /// SLO tightness κ: `SLO = κ × ℓ_baseline`.
-    pub kappa: OneOrMany<f64>,
+    /// SLO tightness κ: `SLO = κ × ℓ_baseline`. Required unless every
+    /// workload is a trace (a trace carries its SLOs).
+    #[serde(default)]
+    pub kappa: Option<OneOrMany<f64>>,
     /// Cluster sets (sizes in RPU), each a case.
     pub clusters: OneOrMany<Vec<u32>>,
     /// Policies to compare.
@@ -135,7 +156,7 @@ pub struct Scenario {
     pub name: String,
     /// Default seed.
     pub seed: u64,
-    /// κ values.
+    /// κ values (empty when every workload is a trace).
     pub kappas: Vec<f64>,
     /// Cluster sets.
     pub cluster_sets: Vec<Vec<u32>>,
@@ -183,7 +204,7 @@ impl Scenario {
         let scenario = Scenario {
             name: file.name,
             seed: file.seed.unwrap_or(1),
-            kappas: file.kappa.to_vec(),
+            kappas: file.kappa.map(|k| k.to_vec()).unwrap_or_default(),
             cluster_sets: file.clusters.to_vec(),
             policies: file.policies,
             workloads: file.workload,
@@ -207,8 +228,13 @@ impl Scenario {
     /// Checks ranges and names.
     pub fn validate(&self) -> Result<()> {
         let bad = |reason: String| Err(Error::Scenario(reason));
-        if self.kappas.is_empty() || self.kappas.iter().any(|k| !(k.is_finite() && *k > 0.0)) {
+        if self.kappas.iter().any(|k| !(k.is_finite() && *k > 0.0)) {
             return bad(format!("kappa must be one or more positive numbers, got {:?}", self.kappas));
+        }
+        if self.kappas.is_empty()
+            && let Some(generated) = self.workloads.iter().find(|w| !w.is_trace())
+        {
+            return bad(format!("kappa is required: workload {} draws its SLOs as κ × the template's baseline", generated.label()));
         }
         if self.cluster_sets.is_empty() || self.cluster_sets.iter().any(|set| set.is_empty()) {
             return bad("clusters must list at least one cluster size per set".into());
@@ -264,6 +290,17 @@ mod tests {
         assert!(Scenario::from_toml(text, Path::new(".")).unwrap_err().to_string().contains("colour"));
         let text = "name='t'\nkappa=4\nclusters=[16]\npolicies=['fastest']\n[[workload]]\nkind='base'\nrate_per_s=0.1\n";
         assert!(Scenario::from_toml(text, Path::new(".")).unwrap_err().to_string().contains("unknown policy `fastest`"));
+    }
+
+    #[test]
+    fn kappa_is_optional_when_every_workload_is_a_trace() {
+        let traces = "name='t'\nclusters=[16]\npolicies=['round-robin']\n[[workload]]\nkind='trace'\npath='t.csv'\n";
+        let s = Scenario::from_toml(traces, Path::new(".")).unwrap();
+        assert!(s.kappas.is_empty());
+        assert_eq!(s.workloads[0].case_kappas(&[2.0, 4.0]), vec![None], "a trace is one case whatever κ says");
+        let generated = "name='t'\nclusters=[16]\npolicies=['round-robin']\n[[workload]]\nkind='base'\nrate_per_s=0.1\n";
+        let err = Scenario::from_toml(generated, Path::new(".")).unwrap_err().to_string();
+        assert!(err.contains("kappa is required") && err.contains("base(λ=0.1)"), "{err}");
     }
 
     #[test]

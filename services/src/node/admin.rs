@@ -142,6 +142,10 @@ struct PoolView {
     /// What the clusters have billed so far, dollars: the vendor's bill
     /// when the backend knows it, else the trackers' estimates.
     billed_usd: f64,
+    /// What the elastic tier billed so far, dollars (zero without one).
+    elastic_billed_usd: f64,
+    /// The two together: what the pool has cost.
+    total_billed_usd: f64,
     backend: Option<BackendState>,
 }
 
@@ -170,7 +174,8 @@ async fn pool_views(state: &AdminState) -> Result<Vec<PoolView>, GatewayError> {
             Some(billed) => billed,
             None => tracker_states(state, &pool.id).await?.iter().map(|t| t.billed_usd_estimate).sum(),
         };
-        views.push(PoolView { router: pool, billed_usd, backend });
+        let elastic_billed_usd = backend.as_ref().map_or(0.0, |b| b.elastic_billed_usd);
+        views.push(PoolView { router: pool, billed_usd, elastic_billed_usd, total_billed_usd: billed_usd + elastic_billed_usd, backend });
     }
     Ok(views)
 }
