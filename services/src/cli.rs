@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand};
 use slogate_world::WorldConfig;
 
-use crate::eval::{self, Scenario, calibrate, scenario::BUILT_IN};
+use crate::eval::{self, Scenario, calibrate, scenario::BUILT_IN, seeds};
 use crate::{Error, Result};
 
 /// slogate: an SLO gateway for elastic analytical compute.
@@ -175,9 +175,15 @@ struct EvalArgs {
     /// Comma-separated policies (default: the scenario's).
     #[arg(long, value_delimiter = ',')]
     policies: Option<Vec<String>>,
-    /// Seed for workloads and the world's noise (default: the scenario's).
-    #[arg(long)]
+    /// One seed for workloads and the world's noise: prints that seed's
+    /// report in full.
+    #[arg(long, conflicts_with = "seeds")]
     seed: Option<u64>,
+    /// Seeds to run, `A..B` (both included) or `A,B,C`: prints each figure's
+    /// mean, worst seed and spread. Default: five seeds from the
+    /// scenario's (1..5 for the built-in ones), or one with `--explain`.
+    #[arg(long)]
+    seeds: Option<String>,
     /// Also write the report as JSON to this path.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -253,16 +259,27 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
         if args.policies.is_some() || args.fit {
             return Err(Error::Scenario("`predictor-sim` takes no --policies or --fit".into()));
         }
-        let results = crate::eval::predictor::run_simulated(args.seed.unwrap_or(1));
-        print(&crate::eval::predictor::render_simulated(&results));
-        if let Some(path) = &args.json {
-            write_json(path, &serde_json::json!({ "results": results }))?;
-        }
-        return Ok(());
+        return match seeds_of(args, 1)? {
+            Seeds::One(seed) => {
+                let results = crate::eval::predictor::run_simulated(seed);
+                print(&crate::eval::predictor::render_simulated(&results));
+                match &args.json {
+                    Some(path) => write_json(path, &serde_json::json!({ "results": results })),
+                    None => Ok(()),
+                }
+            }
+            Seeds::Many(seeds) => {
+                let report = seeds::run_seeds("predictor-sim", &seeds, |seed| Ok(crate::eval::predictor::run_simulated(seed)))?;
+                emit(args, &seeds::render(&report), &report)
+            }
+        };
     }
     if args.scenario == "predictor-real" {
         if args.policies.is_some() || args.fit {
             return Err(Error::Scenario("`predictor-real` takes no --policies or --fit".into()));
+        }
+        if args.seed.is_some() || args.seeds.is_some() {
+            return Err(Error::Scenario("`predictor-real` learns from and predicts the fixed Redshift measurements; it takes no --seed or --seeds".into()));
         }
         let report = crate::eval::predictor::run()?;
         return emit(args, &crate::eval::predictor::render(&report), &report);
@@ -274,15 +291,16 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
         return Err(Error::Scenario(format!("`{}` compares a fixed set of policies and takes no --policies", args.scenario)));
     }
     if args.scenario == "e2e-diurnal" {
-        let report = crate::eval::e2e::run(args.seed.unwrap_or(1))?;
-        return emit(args, &crate::eval::e2e::render(&report), &report);
+        return evaluate(args, 1, crate::eval::e2e::run, crate::eval::e2e::render);
     }
     if args.scenario == "planner-fidelity" {
-        let report = crate::eval::fidelity::run(args.seed.unwrap_or(1))?;
-        return emit(args, &crate::eval::fidelity::render(&report), &report);
+        return evaluate(args, 1, crate::eval::fidelity::run, crate::eval::fidelity::render);
     }
     if args.scenario == "tuner-table5" {
-        let report = crate::eval::tuner::run(args.seed.unwrap_or(1))?;
+        let Seeds::One(seed) = seeds_of(args, 1)? else {
+            return evaluate(args, 1, crate::eval::tuner::run, crate::eval::tuner::render);
+        };
+        let report = crate::eval::tuner::run(seed)?;
         emit(args, &crate::eval::tuner::render(&report), &report)?;
         let tuning_s: Vec<f64> = report.cells.iter().map(|c| c.tuning_s).collect();
         eprintln!(
@@ -294,8 +312,24 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
     }
     if args.scenario == "bursty-service" {
         let started = std::time::Instant::now();
-        let report = crate::eval::bursty::run(args.policies.as_deref(), args.seed.unwrap_or(1), args.duration_s)?;
-        print(&crate::eval::bursty::render(&report));
+        let report = match seeds_of(args, 1)? {
+            Seeds::One(seed) => {
+                let report = crate::eval::bursty::run(args.policies.as_deref(), seed, args.duration_s)?;
+                print(&crate::eval::bursty::render(&report));
+                report
+            }
+            Seeds::Many(seeds) => {
+                let multi = seeds::run_seeds("bursty-service", &seeds, |seed| crate::eval::bursty::run(args.policies.as_deref(), seed, args.duration_s))?;
+                print(&seeds::render(&multi));
+                if let Some(path) = &args.json {
+                    write_json(path, &multi)?;
+                }
+                eprintln!("simulated {} seeds in {:.1} s; --plot draws the first seed", seeds.len(), started.elapsed().as_secs_f64());
+                let first = multi.per_seed.into_iter().next().expect("at least one seed");
+                plot_bursty(args, &first)?;
+                return Ok(());
+            }
+        };
         let (slowest_requests, slowest_s) = report.slowest_run;
         eprintln!(
             "simulated {} requests in {:.1} s; the slowest run, {} requests, took {:.2} s",
@@ -304,31 +338,21 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
             slowest_requests,
             slowest_s
         );
-        if let Some(dir) = &args.plot {
-            std::fs::create_dir_all(dir).map_err(|source| Error::Output { path: dir.display().to_string(), source })?;
-            for service in slogate_loadgen::service::spandana_services() {
-                if let Some(svg) = crate::eval::bursty::render_p99_svg(&report, &service.name, "spike") {
-                    let path = dir.join(format!("bursty-{}-spike-p99.svg", service.name));
-                    std::fs::write(&path, svg).map_err(|source| Error::Output { path: path.display().to_string(), source })?;
-                    eprintln!("wrote {}", path.display());
-                }
-            }
-        }
+        plot_bursty(args, &report)?;
         if let Some(path) = &args.json {
             write_json(path, &report)?;
         }
         return Ok(());
     }
     if let Some(experiment) = crate::eval::autoscale::Experiment::from_name(&args.scenario) {
-        let report = crate::eval::autoscale::run(experiment, args.policies.as_deref(), args.seed.unwrap_or(1))?;
-        return emit(args, &crate::eval::autoscale::render(&report), &report);
+        let policies = args.policies.as_deref();
+        return evaluate(args, 1, |seed| crate::eval::autoscale::run(experiment, policies, seed), crate::eval::autoscale::render);
     }
     let scenario = load_scenario(&args.scenario)?;
     let policies = args.policies.clone().unwrap_or_else(|| scenario.policies.clone());
     if policies.is_empty() {
         return Err(Error::Scenario("--policies needs at least one policy".into()));
     }
-    let seed = args.seed.unwrap_or(scenario.seed);
     if let Some(bound) = args.director_queue
         && !(bound.is_finite() && bound > 0.0)
     {
@@ -339,8 +363,68 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
         elastic: (args.elastic == "on").then(slogate_core::route::elastic::ElasticOptions::default),
         director_queue_per_16_rpu: args.director_queue,
     };
-    let report = eval::run_with(&scenario, &policies, seed, &options)?;
-    emit(args, &eval::render_table(&report), &report)
+    evaluate(args, scenario.seed, |seed| eval::run_with(&scenario, &policies, seed, &options), eval::render_table)
+}
+
+/// The seeds an evaluation runs.
+enum Seeds {
+    /// `--seed N`, or `--explain` without `--seeds`: one report in full.
+    One(u64),
+    /// `--seeds`, or the default five: the aggregate.
+    Many(Vec<u64>),
+}
+
+/// What `--seed` and `--seeds` ask for; `default_first` is the scenario's
+/// own seed.
+fn seeds_of(args: &EvalArgs, default_first: u64) -> Result<Seeds> {
+    match (&args.seeds, args.seed) {
+        (Some(_), Some(_)) => unreachable!("clap refuses --seed with --seeds"),
+        (None, Some(seed)) => Ok(Seeds::One(seed)),
+        (Some(text), None) => {
+            let seeds = seeds::parse_seeds(text)?;
+            if args.explain > 0 && seeds.len() > 1 {
+                return Err(Error::Scenario("--explain prints one seed's decisions: give it --seed N, not several --seeds".into()));
+            }
+            Ok(if seeds.len() == 1 { Seeds::One(seeds[0]) } else { Seeds::Many(seeds) })
+        }
+        (None, None) if args.explain > 0 => Ok(Seeds::One(default_first)),
+        (None, None) => Ok(Seeds::Many(seeds::default_seeds(default_first))),
+    }
+}
+
+/// Runs an evaluation on its seeds: one seed's report in full, or the
+/// aggregate over several; prints it and writes the JSON.
+fn evaluate<R: seeds::SeedFigures + serde::Serialize>(
+    args: &EvalArgs,
+    default_first: u64,
+    mut run: impl FnMut(u64) -> Result<R>,
+    render: impl Fn(&R) -> String,
+) -> Result<()> {
+    match seeds_of(args, default_first)? {
+        Seeds::One(seed) => {
+            let report = run(seed)?;
+            emit(args, &render(&report), &report)
+        }
+        Seeds::Many(seeds) => {
+            let name = args.scenario.rsplit('/').next().unwrap_or(&args.scenario);
+            let report = seeds::run_seeds(name, &seeds, &mut run)?;
+            emit(args, &seeds::render(&report), &report)
+        }
+    }
+}
+
+/// `--plot`: the spike variant's p99 over time per service, as SVG.
+fn plot_bursty(args: &EvalArgs, report: &crate::eval::bursty::BurstyReport) -> Result<()> {
+    let Some(dir) = &args.plot else { return Ok(()) };
+    std::fs::create_dir_all(dir).map_err(|source| Error::Output { path: dir.display().to_string(), source })?;
+    for service in slogate_loadgen::service::spandana_services() {
+        if let Some(svg) = crate::eval::bursty::render_p99_svg(report, &service.name, "spike") {
+            let path = dir.join(format!("bursty-{}-spike-p99.svg", service.name));
+            std::fs::write(&path, svg).map_err(|source| Error::Output { path: path.display().to_string(), source })?;
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    Ok(())
 }
 
 /// Prints a report's table, and writes the report as JSON if `--json`.

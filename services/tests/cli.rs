@@ -15,13 +15,37 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 #[test]
-fn eval_base_prints_one_row_per_policy() {
-    let out = slogate(&["eval", "base"]);
+fn eval_base_with_one_seed_prints_one_row_per_policy() {
+    let out = slogate(&["eval", "base", "--seed", "1"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(stdout.contains("scenario base  seed 1"));
     assert!(stdout.lines().any(|l| l.starts_with("round-robin")));
     assert!(stdout.lines().any(|l| l.starts_with("least-loaded")));
+}
+
+#[test]
+fn eval_defaults_to_five_seeds_and_reports_mean_worst_and_spread() {
+    let dir = scratch("seeds");
+    let path = dir.join("seeds.json");
+    let out = slogate(&["eval", "base", "--json", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.starts_with("evaluation base  seeds 1..5 (5 seeds)"), "{stdout}");
+    assert!(stdout.contains("worst (seed)") && stdout.contains("spread"));
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(json["seeds"], serde_json::json!([1, 2, 3, 4, 5]));
+    let per_seed = json["per_seed"].as_array().unwrap();
+    assert_eq!(per_seed.len(), 5);
+    // The aggregate agrees with the seeds' own reports.
+    let vr: Vec<f64> = per_seed.iter().map(|r| r["results"][0]["violation_rate"].as_f64().unwrap()).collect();
+    let first = json["aggregate"].as_array().unwrap().iter().find(|a| a["metric"] == "VR").unwrap();
+    let mean = vr.iter().sum::<f64>() / 5.0;
+    assert!((first["mean"].as_f64().unwrap() - mean).abs() < 1e-12);
+    assert_eq!(first["worst"].as_f64().unwrap(), vr.iter().copied().fold(0.0, f64::max));
+    // A seed range runs exactly those seeds.
+    let out = slogate(&["eval", "base", "--seeds", "3..4", "--policies", "round-robin"]);
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("evaluation base  seeds 3..4 (2 seeds)"));
 }
 
 #[test]
@@ -37,7 +61,7 @@ fn same_seed_gives_byte_identical_output_and_another_seed_differs() {
 fn json_report_has_the_documented_fields() {
     let dir = scratch("json");
     let path = dir.join("report.json");
-    let out = slogate(&["eval", "base", "--policies", "round-robin", "--json", path.to_str().unwrap()]);
+    let out = slogate(&["eval", "base", "--seed", "1", "--policies", "round-robin", "--json", path.to_str().unwrap()]);
     assert!(out.status.success());
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(json["scenario"], "base");
@@ -64,7 +88,7 @@ fn toml_scenario_with_a_trace_runs() {
         "name = 'mine'\nkappa = 4\nclusters = [[16], [16, 32]]\npolicies = ['least-loaded']\n[[workload]]\nkind = 'trace'\npath = 'trace.csv'\n",
     )
     .unwrap();
-    let out = slogate(&["eval", dir.join("s.toml").to_str().unwrap()]);
+    let out = slogate(&["eval", dir.join("s.toml").to_str().unwrap(), "--seed", "1"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(stdout.contains("clusters [16,32]"));
@@ -80,6 +104,10 @@ fn bad_input_exits_2_with_a_message_naming_the_problem() {
         (vec!["eval"], "SCENARIO"),
         (vec!["eval", "base", "--elastic", "maybe"], "--elastic"),
         (vec!["eval", "tuner-table5", "--policies", "slogate"], "takes no --policies"),
+        (vec!["eval", "base", "--seeds", "5..1"], "reversed"),
+        (vec!["eval", "base", "--seeds", "1..3", "--seed", "2"], "cannot be used with"),
+        (vec!["eval", "base", "--seeds", "1..3", "--explain", "2"], "--explain prints one seed"),
+        (vec!["eval", "predictor-real", "--seeds", "1..3"], "takes no --seed"),
     ];
     for (args, message) in cases {
         let out = slogate(&args);
@@ -108,7 +136,7 @@ fn shipped_example_scenarios_run() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
-            let out = slogate(&["eval", path.to_str().unwrap()]);
+            let out = slogate(&["eval", path.to_str().unwrap(), "--seeds", "1..2"]);
             assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
             count += 1;
         }
@@ -146,13 +174,14 @@ fn eval_output_matches_the_golden_files() {
     let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let scenarios = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios");
     let sizes = scenarios.join("sizes.toml");
-    let cases: [(&str, Vec<&str>); 6] = [
-        ("eval-base-seed1.txt", vec!["eval", "base"]),
-        ("eval-sizes-seed1.txt", vec!["eval", sizes.to_str().unwrap()]),
-        ("eval-router-table2-seed1.txt", vec!["eval", "router-table2"]),
-        ("eval-router-table2-elastic-seed1.txt", vec!["eval", "router-table2", "--elastic", "on"]),
-        ("eval-size-table3-seed1.txt", vec!["eval", "size-table3"]),
-        ("eval-trigger-table4-seed1.txt", vec!["eval", "trigger-table4"]),
+    let cases: [(&str, Vec<&str>); 7] = [
+        ("eval-base-seeds1-5.txt", vec!["eval", "base"]),
+        ("eval-base-seed1.txt", vec!["eval", "base", "--seed", "1"]),
+        ("eval-sizes-seed1.txt", vec!["eval", sizes.to_str().unwrap(), "--seed", "1"]),
+        ("eval-router-table2-seed1.txt", vec!["eval", "router-table2", "--seed", "1"]),
+        ("eval-router-table2-elastic-seed1.txt", vec!["eval", "router-table2", "--elastic", "on", "--seed", "1"]),
+        ("eval-size-table3-seed1.txt", vec!["eval", "size-table3", "--seed", "1"]),
+        ("eval-trigger-table4-seed1.txt", vec!["eval", "trigger-table4", "--seed", "1"]),
     ];
     for (file, args) in cases {
         let out = slogate(&args);

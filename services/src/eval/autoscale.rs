@@ -287,6 +287,29 @@ pub fn mean_delta(report: &AutoscaleReport) -> Vec<(String, Option<f64>, f64)> {
         .collect()
 }
 
+impl super::seeds::SeedFigures for AutoscaleReport {
+    /// Per case and policy: VR and cost; then each policy's mean Δ against
+    /// No-Op.
+    fn figures(&self) -> Vec<super::seeds::Figure> {
+        use super::seeds::{Figure, Unit};
+        let mut figures = Vec::new();
+        for r in &self.results {
+            let row = format!("λ={} κ={} [{}]  {}", r.case.lambda, r.case.kappa, r.case.start_rpu, r.policy);
+            figures.push(Figure::lower(row.clone(), "VR", r.violation_rate, Unit::Percent));
+            figures.push(Figure::lower(row, "cost", r.cost_usd, Unit::Usd));
+        }
+        let baseline = self.experiment.policies()[0];
+        for (policy, vr, cost) in mean_delta(self) {
+            let row = format!("mean Δ vs {baseline} over cases  {policy}");
+            if let Some(vr) = vr {
+                figures.push(Figure::lower(row.clone(), "VR Δ", vr, Unit::Change));
+            }
+            figures.push(Figure::lower(row, "cost Δ", cost, Unit::Change));
+        }
+        figures
+    }
+}
+
 /// The table, one row per case with VR and cost per policy, then the mean
 /// Δ row and each run's spinups (deterministic: no wall-clock figures).
 pub fn render(report: &AutoscaleReport) -> String {

@@ -136,6 +136,22 @@ pub fn run(policies: Option<&[String]>, seed: u64, duration_s: u32) -> Result<Bu
 }
 
 /// The table: per service and variant, each policy's VR, cost split,
+impl super::seeds::SeedFigures for BurstyReport {
+    /// Per service, variant and policy: VR, cost, utilisation and p99.
+    fn figures(&self) -> Vec<super::seeds::Figure> {
+        use super::seeds::{Figure, Unit};
+        let mut figures = Vec::new();
+        for r in &self.results {
+            let row = format!("{} {}  {}", r.service, r.variant, r.policy);
+            figures.push(Figure::lower(row.clone(), "VR", r.summary.violation_rate, Unit::Percent));
+            figures.push(Figure::lower(row.clone(), "cost", r.summary.cost_usd(), Unit::Usd));
+            figures.push(Figure::higher(row.clone(), "utilisation", r.summary.utilisation, Unit::Percent));
+            figures.push(Figure::lower(row, "p99 ms", r.summary.latency_ms_p99, Unit::Number));
+        }
+        figures
+    }
+}
+
 /// utilisation, offloaded share and instance-hours.
 pub fn render(report: &BurstyReport) -> String {
     let mut out = String::new();

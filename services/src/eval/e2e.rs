@@ -124,6 +124,44 @@ pub fn savings(report: &E2eReport, slogate: &str) -> Vec<(u32, f64, Versus)> {
     out
 }
 
+impl super::seeds::SeedFigures for E2eReport {
+    /// Per scenario and policy: VR and cost; per slogate variant: the
+    /// scenarios meeting τ, and per scenario the cost change against the
+    /// cheapest other policy meeting τ (where the comparison applies), with
+    /// its mean.
+    fn figures(&self) -> Vec<super::seeds::Figure> {
+        use super::seeds::{Figure, Unit};
+        let mut figures = Vec::new();
+        for r in &self.results {
+            let row = format!("day {} κ={}  {}", r.target_day, r.kappa, r.policy);
+            figures.push(Figure::lower(row.clone(), "VR", r.violation_rate, Unit::Percent));
+            figures.push(Figure::lower(row, "cost", r.cost_usd, Unit::Usd));
+        }
+        for slogate in ["slogate", "slogate-elastic"] {
+            let ours: Vec<&E2eResult> = self.results.iter().filter(|r| r.policy == slogate).collect();
+            if ours.is_empty() {
+                continue;
+            }
+            let row = format!("{slogate} against the cheapest other policy meeting τ");
+            let met = ours.iter().filter(|r| r.violation_rate <= TAU).count();
+            figures.push(Figure::higher(row.clone(), "scenarios meeting τ", met as f64, Unit::Number));
+            let mut deltas = Vec::new();
+            for (target, kappa, versus) in savings(self, slogate) {
+                if let Some((_, delta)) = versus {
+                    figures.push(Figure::lower(row.clone(), &format!("cost Δ day {target} κ={kappa}"), delta, Unit::Change));
+                    deltas.push(delta);
+                }
+            }
+            if !deltas.is_empty() {
+                let mean = deltas.iter().sum::<f64>() / deltas.len() as f64;
+                figures.push(Figure::lower(row.clone(), "mean cost Δ", mean, Unit::Change));
+                figures.push(Figure::lower(row, "least saving (max cost Δ)", deltas.iter().copied().fold(f64::NEG_INFINITY, f64::max), Unit::Change));
+            }
+        }
+        figures
+    }
+}
+
 /// The table.
 pub fn render(report: &E2eReport) -> String {
     let mut out = String::new();

@@ -96,6 +96,23 @@ pub fn run(seed: u64) -> Result<FidelityReport> {
     Ok(FidelityReport { seed, calibration, rows })
 }
 
+impl super::seeds::SeedFigures for FidelityReport {
+    /// Per row: VR in the world and on the planner, and the planner's error
+    /// (planner − world, in points; the absolute value is the miss).
+    fn figures(&self) -> Vec<super::seeds::Figure> {
+        use super::seeds::{Figure, Unit};
+        let mut figures = Vec::new();
+        for r in &self.rows {
+            let row = format!("day {} κ={}  {}", r.target_day, r.kappa, r.configuration);
+            figures.push(Figure::lower(row.clone(), "world VR", r.world_violation_rate, Unit::Percent));
+            figures.push(Figure::lower(row.clone(), "planner VR", r.planner_violation_rate, Unit::Percent));
+            figures.push(Figure::lower(row.clone(), "|planner − world| VR", (r.planner_violation_rate - r.world_violation_rate).abs(), Unit::Percent));
+            figures.push(Figure::lower(row, "planner cost / world", r.planner_cost_usd / r.world_cost_usd.max(1e-9), Unit::Number));
+        }
+        figures
+    }
+}
+
 /// The table.
 pub fn render(report: &FidelityReport) -> String {
     let mut out = String::new();

@@ -18,6 +18,7 @@ pub mod e2e;
 pub mod fidelity;
 pub mod predictor;
 pub mod scenario;
+pub mod seeds;
 pub mod tuner;
 
 use std::fmt::Write as _;
@@ -246,6 +247,15 @@ pub struct Case {
     pub clusters: Vec<u32>,
 }
 
+impl Case {
+    /// `workload, κ=…, [sizes]`, as reports head it.
+    pub fn label(&self) -> String {
+        let clusters: Vec<String> = self.clusters.iter().map(u32::to_string).collect();
+        let kappa = self.kappa.map_or_else(|| "the trace's SLOs".to_owned(), |k| format!("κ={k}"));
+        format!("{}, {kappa}, [{}]", self.workload, clusters.join(","))
+    }
+}
+
 /// Latency percentiles, seconds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LatencyPercentiles {
@@ -420,6 +430,30 @@ pub fn mean_delta_vs_round_robin(report: &EvalReport) -> Vec<(String, Option<f64
         rows.push((policy.to_owned(), (!vr.is_empty()).then(|| mean(&vr)), mean(&cost)));
     }
     rows
+}
+
+impl seeds::SeedFigures for EvalReport {
+    /// Per case and policy: VR, cost, timeouts and p99; then each policy's
+    /// mean Δ against round-robin.
+    fn figures(&self) -> Vec<seeds::Figure> {
+        use seeds::{Figure, Unit};
+        let mut figures = Vec::new();
+        for r in &self.results {
+            let row = format!("{}  {}", r.case.label(), r.policy);
+            figures.push(Figure::lower(row.clone(), "VR", r.violation_rate, Unit::Percent));
+            figures.push(Figure::lower(row.clone(), "cost", r.cost_usd, Unit::Usd));
+            figures.push(Figure::lower(row.clone(), "timeouts", r.timed_out as f64, Unit::Number));
+            figures.push(Figure::lower(row, "p99", r.latency_s.p99, Unit::Seconds));
+        }
+        for (policy, vr, cost) in mean_delta_vs_round_robin(self) {
+            let row = format!("mean Δ vs round-robin over cases  {policy}");
+            if let Some(vr) = vr {
+                figures.push(Figure::lower(row.clone(), "VR Δ", vr, Unit::Change));
+            }
+            figures.push(Figure::lower(row, "cost Δ", cost, Unit::Change));
+        }
+        figures
+    }
 }
 
 /// The human-readable table (deterministic: no wall-clock figures).

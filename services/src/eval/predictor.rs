@@ -150,6 +150,19 @@ pub fn run_simulated(seed: u64) -> Vec<BucketResult> {
     results
 }
 
+impl super::seeds::SeedFigures for Vec<BucketResult> {
+    /// Per predictor, size and bucket: the Q-error's p50 and p95.
+    fn figures(&self) -> Vec<super::seeds::Figure> {
+        use super::seeds::{Figure, Unit};
+        self.iter()
+            .flat_map(|r| {
+                let row = format!("{} {} RPU, {} running", r.predictor, r.rpu, r.bucket);
+                [Figure::lower(row.clone(), "Q-error p50", r.q_error.p50, Unit::Number), Figure::lower(row, "Q-error p95", r.q_error.p95, Unit::Number)]
+            })
+            .collect()
+    }
+}
+
 /// The human-readable table of [`run_simulated`].
 pub fn render_simulated(results: &[BucketResult]) -> String {
     let mut out = String::new();

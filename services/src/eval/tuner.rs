@@ -282,6 +282,40 @@ pub fn mean_delta(report: &TunerReport) -> Vec<(u32, f64, f64)> {
         .collect()
 }
 
+impl super::seeds::SeedFigures for TunerReport {
+    /// Per cell: VR, cost and the planner's expected VR; then per history
+    /// length the mean Δ against no past data, and the worst cell's VR Δ
+    /// (above zero: some cell got worse with history).
+    fn figures(&self) -> Vec<super::seeds::Figure> {
+        use super::seeds::{Figure, Unit};
+        let mut figures = Vec::new();
+        for c in &self.cells {
+            let row = format!("day {} κ={} past {} days", c.target_day, c.kappa, c.history_days);
+            figures.push(Figure::lower(row.clone(), "VR", c.violation_rate, Unit::Percent));
+            figures.push(Figure::lower(row.clone(), "expected VR", c.expected.violations, Unit::Percent));
+            figures.push(Figure::lower(row, "cost", c.cost_usd, Unit::Usd));
+        }
+        for (history_days, vr, cost) in mean_delta(self) {
+            let row = format!("mean Δ vs no past data  past {history_days} days");
+            figures.push(Figure::lower(row.clone(), "VR Δ", vr, Unit::Change));
+            figures.push(Figure::lower(row.clone(), "cost Δ", cost, Unit::Change));
+            let worst_cell = self
+                .cells
+                .iter()
+                .filter(|c| c.history_days == history_days)
+                .filter_map(|c| {
+                    let none = self.cells.iter().find(|b| b.history_days == 0 && b.target_day == c.target_day && b.kappa == c.kappa)?;
+                    (none.violation_rate > 0.0).then(|| c.violation_rate / none.violation_rate - 1.0)
+                })
+                .fold(f64::NEG_INFINITY, f64::max);
+            if worst_cell.is_finite() {
+                figures.push(Figure::lower(row, "worst cell VR Δ", worst_cell, Unit::Change));
+            }
+        }
+        figures
+    }
+}
+
 /// The table, as AutoSLO's Table 5 lays it out.
 pub fn render(report: &TunerReport) -> String {
     let mut out = String::new();
