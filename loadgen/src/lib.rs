@@ -13,6 +13,9 @@
 //! - [`service`]: request-level workloads (Spandana): millisecond
 //!   services, fluctuating per-second rate traces, a load spike, rate-trace
 //!   import, and Poisson arrivals within each second.
+//! - [`shapes`]: workload shapes the papers' scenarios lack (flash crowd,
+//!   mix shift, multi-tenant SLO mix, rate drift, heavy-tailed sizes), for
+//!   held-out evaluation.
 //! - [`trace`]: CSV import and export (`arrival_s,template,slo_s`, optional
 //!   `pool,query_id`) with line-numbered errors.
 //!
@@ -34,6 +37,7 @@
 
 pub mod replay;
 pub mod service;
+pub mod shapes;
 pub mod trace;
 pub mod workload;
 

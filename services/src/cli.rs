@@ -167,7 +167,8 @@ struct TraceArgs {
 
 #[derive(Debug, clap::Args)]
 struct EvalArgs {
-    /// A built-in scenario (`base`, `router-table2`, `calibrate`,
+    /// A built-in scenario (`base`, `router-table2`, `shapes-dev`,
+    /// `shapes-held-out`, `calibrate`,
     /// `predictor-real`, `predictor-sim`, `size-table3`, `trigger-table4`,
     /// `bursty-service`, `tuner-table5`, `e2e-diurnal`, `planner-fidelity`) or a scenario TOML
     /// file.

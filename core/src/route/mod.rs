@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod director;
 pub mod elastic;
+pub mod margin;
 pub mod slo;
 
 use crate::model::{ClusterId, ClusterState, ClusterView, Pool, Query, QueryId, Target};
@@ -84,6 +85,12 @@ pub trait RoutingPolicy {
     fn fork_planner(&self) -> Option<Box<dyn PlanningRouter>> {
         None
     }
+
+    /// The calibrated margin its SLO decisions use, with the predicted and
+    /// realised misses, for policies that have one ([`margin`]).
+    fn margin(&self) -> Option<margin::MarginState> {
+        None
+    }
 }
 
 /// A router the planner drives in its predictor-driven replay (the spinup
@@ -134,6 +141,9 @@ impl<P: RoutingPolicy + ?Sized> RoutingPolicy for Box<P> {
     }
     fn fork_planner(&self) -> Option<Box<dyn PlanningRouter>> {
         (**self).fork_planner()
+    }
+    fn margin(&self) -> Option<margin::MarginState> {
+        (**self).margin()
     }
 }
 

@@ -16,6 +16,24 @@
 //! keeps the chosen cluster's updated predictions. Completions feed the
 //! predictor (censored when timed out) and close billing.
 //!
+//! **Calibrated predictions.** Whether a query meets its SLO is judged on
+//! a latency quantile: the point estimate times the margin factor that
+//! [`super::margin`] learns from the router's own finished queries and
+//! steers so that the misses it predicts track the misses that happen.
+//! Costs and drain times use the point estimate.
+//!
+//! **Damage control.** When the query is predicted to miss its SLO on every
+//! ready cluster, cost no longer decides: a query that misses anyway would
+//! otherwise pile onto the cheapest cluster with no bound on how late it
+//! gets. Every candidate (the elastic tier too, when it is eligible) is
+//! then ranked by, in order: whether it finishes the query (at the
+//! decision quantile) within
+//! [`DAMAGE_BOUND_SLO_MULTIPLE`] × its SLO (a placement that would leave
+//! it for a timeout loses to one that finishes it soon after), the
+//! violations it adds among the running queries, and the damage: how late
+//! the query will be plus the delay it adds to the running queries; cost
+//! breaks the remaining ties. The explanation says so.
+//!
 //! The predictor's neighbour feature is the number of queries running on
 //! the cluster when a query is placed: what the router knows when it
 //! decides. It learns on that feature, predicts a new query with it, and
@@ -30,9 +48,13 @@
 //! - (A) The guard never lowers a running query's prediction.
 //! - (B) If some candidate adds no predicted violation, the chosen one adds
 //!   none either.
-//! - (C) Among candidates with equal marginal violations, the cheaper one
-//!   wins.
+//! - (C) Unless the query misses everywhere, among candidates with equal
+//!   marginal violations the cheaper one wins.
 //! - (D) The decision is a deterministic function of the inputs and history.
+//! - (E) When the query misses everywhere, no candidate within the bound is
+//!   passed over for one beyond it; among those within, the chosen one adds
+//!   the fewest violations to the running queries, and of those the least
+//!   damage.
 
 use std::collections::HashMap;
 
@@ -41,6 +63,7 @@ use crate::model::{ClusterId, ClusterView, Pool, Query, QueryId, Rpu, Target};
 use crate::objective::{Outcome, best_with_target};
 use crate::predict::{LatencyPredictor, Observation, Placement, QueryState, guard};
 use crate::route::elastic::{ElasticOptions, ElasticRouting};
+use crate::route::margin::{MarginState, SloMargin};
 use crate::route::{PlanningRouter, RouteDecision, Routing, RoutingPolicy};
 use crate::time::{Duration, Instant};
 use crate::model::{ExecutionOutcome, ExecutionReport};
@@ -53,13 +76,27 @@ struct ClusterState {
     billing: BillingTimer,
     states: Vec<QueryState>,
     slos: Vec<Duration>,
+    /// Whether each was predicted, at placement, to miss its SLO.
+    predicted_misses: Vec<bool>,
 }
 
 impl ClusterState {
     fn new(billing: BillingConfig, size: Rpu) -> Self {
-        ClusterState { size, billing: BillingTimer::new(billing, size), states: Vec::new(), slos: Vec::new() }
+        ClusterState { size, billing: BillingTimer::new(billing, size), states: Vec::new(), slos: Vec::new(), predicted_misses: Vec::new() }
     }
 }
+
+/// A placed query the router stopped tracking.
+struct Released {
+    state: QueryState,
+    size: Rpu,
+    slo: Duration,
+    predicted_miss: bool,
+}
+
+/// In damage control, a placement that finishes the query within this
+/// multiple of its SLO beats any that does not.
+pub const DAMAGE_BOUND_SLO_MULTIPLE: f64 = 3.0;
 
 /// One candidate's evaluation.
 #[derive(Clone, Debug, PartialEq)]
@@ -68,10 +105,47 @@ pub struct CandidateScore {
     pub cluster: ClusterId,
     /// Predicted SLO violations added by placing the query there.
     pub marginal_violations: i64,
+    /// Of which among the running queries (the rest is the query's own).
+    pub others_violations: i64,
     /// Cost added until the cluster drains, dollars.
     pub marginal_cost_usd: f64,
-    /// The query's predicted latency there.
+    /// The query's predicted latency there (the point estimate).
     pub predicted_latency: Duration,
+    /// The same at the decision quantile (what the SLO is checked on).
+    pub predicted_latency_at_quantile: Duration,
+    /// The running queries' predicted latencies added up, after placing
+    /// the query minus before.
+    pub delay_to_others: Duration,
+}
+
+/// A candidate's rank in damage control (see the module docs): lower is
+/// better.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct DamageKey {
+    beyond_bound: bool,
+    others_violations: i64,
+    damage_s: f64,
+    cost_usd: f64,
+}
+
+impl DamageKey {
+    fn new(slo: Duration, predicted: Duration, others_violations: i64, delay_to_others: Duration, cost_usd: f64) -> Self {
+        let late = predicted.saturating_sub(slo);
+        DamageKey {
+            beyond_bound: predicted.as_secs_f64() > slo.as_secs_f64() * DAMAGE_BOUND_SLO_MULTIPLE,
+            others_violations,
+            damage_s: late.as_secs_f64() + delay_to_others.as_secs_f64(),
+            cost_usd,
+        }
+    }
+
+    fn cmp(&self, other: &DamageKey) -> std::cmp::Ordering {
+        self.beyond_bound
+            .cmp(&other.beyond_bound)
+            .then(self.others_violations.cmp(&other.others_violations))
+            .then(self.damage_s.total_cmp(&other.damage_s))
+            .then(self.cost_usd.total_cmp(&other.cost_usd))
+    }
 }
 
 /// The SLO-aware router. See the module docs.
@@ -85,6 +159,7 @@ pub struct SloRouter<P: LatencyPredictor> {
     last_scores: Vec<CandidateScore>,
     elastic: Option<ElasticRouting>,
     provisioned: bool,
+    margin: SloMargin,
 }
 
 impl<P: LatencyPredictor> SloRouter<P> {
@@ -99,6 +174,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
             last_scores: Vec::new(),
             elastic: None,
             provisioned: false,
+            margin: SloMargin::default(),
         }
     }
 
@@ -137,16 +213,21 @@ impl<P: LatencyPredictor> SloRouter<P> {
         self.clusters.get(cluster)?.states.iter().find(|s| s.query == query).map(|s| s.predicted)
     }
 
-    /// Stops tracking a placed query that ended at `now`; returns its last
-    /// state and its cluster's size.
-    fn remove_placed(&mut self, now: Instant, query: QueryId) -> Option<(QueryState, Rpu)> {
+    /// The calibrated margin (see [`super::margin`]).
+    pub fn margin_state(&self) -> MarginState {
+        self.margin.state()
+    }
+
+    /// Stops tracking a placed query that ended at `now`.
+    fn remove_placed(&mut self, now: Instant, query: QueryId) -> Option<Released> {
         let cluster = self.where_placed.remove(&query)?;
         let state = self.clusters.get_mut(&cluster)?;
         let index = state.states.iter().position(|s| s.query == query)?;
         let placed = state.states.swap_remove(index);
-        state.slos.swap_remove(index);
+        let slo = state.slos.swap_remove(index);
+        let predicted_miss = state.predicted_misses.swap_remove(index);
         state.billing.handle_query_end(now);
-        Some((placed, state.size))
+        Some(Released { state: placed, size: state.size, slo, predicted_miss })
     }
 
     /// Scores placing `query` on `view`, with the predictor's counterfactual
@@ -159,15 +240,19 @@ impl<P: LatencyPredictor> SloRouter<P> {
         let mut violations_after = 0i64;
         let mut drain_before = now;
         let mut drain_after = now;
+        let mut delay_to_others = Duration::ZERO;
         for ((current, updated), slo) in state.states.iter().zip(&placement.running).zip(&state.slos) {
             let before = guard(current.predicted, current.predicted, now - current.arrival);
-            violations_before += i64::from(before > *slo);
-            violations_after += i64::from(updated.predicted > *slo);
+            violations_before += i64::from(self.margin.at_quantile(before) > *slo);
+            violations_after += i64::from(self.margin.at_quantile(updated.predicted) > *slo);
+            delay_to_others += updated.predicted.saturating_sub(before);
             drain_before = drain_before.max(current.arrival + before);
             drain_after = drain_after.max(updated.arrival + updated.predicted);
         }
+        let others_violations = violations_after - violations_before;
         let predicted_latency = placement.query.predicted;
-        violations_after += i64::from(predicted_latency > query.slo.latency);
+        let predicted_latency_at_quantile = self.margin.at_quantile(predicted_latency);
+        violations_after += i64::from(predicted_latency_at_quantile > query.slo.latency);
         drain_after = drain_after.max(now + predicted_latency);
         let cost_before = state.billing.cost_until_drained_usd(now, drain_before);
         let mut with_query = state.billing.clone();
@@ -178,10 +263,21 @@ impl<P: LatencyPredictor> SloRouter<P> {
         let score = CandidateScore {
             cluster: view.id,
             marginal_violations: violations_after - violations_before,
+            others_violations,
             marginal_cost_usd,
             predicted_latency,
+            predicted_latency_at_quantile,
+            delay_to_others,
         };
         (score, placement)
+    }
+}
+
+impl<P: LatencyPredictor> SloRouter<P> {
+    /// `" (q0.62: 13.1s)"` once the margin applies, else nothing.
+    fn quantile_note(&self, at_quantile: Duration) -> String {
+        let state = self.margin.state();
+        if state.factor == 1.0 { String::new() } else { format!(" (q{:.2}: {:.1}s)", state.quantile, at_quantile.as_secs_f64()) }
     }
 }
 
@@ -256,7 +352,25 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
             },
             _ => None,
         };
-        let Some(best) = best_with_target(&outcomes, 0.0) else {
+        // Damage control: the query misses its SLO on every ready cluster.
+        let slo = query.slo.latency;
+        let misses_everywhere = !self.last_scores.is_empty() && self.last_scores.iter().all(|s| s.predicted_latency_at_quantile > slo);
+        let damage: Option<Vec<DamageKey>> = misses_everywhere.then(|| {
+            let mut keys: Vec<DamageKey> = self
+                .last_scores
+                .iter()
+                .map(|s| DamageKey::new(slo, s.predicted_latency_at_quantile, s.others_violations, s.delay_to_others, s.marginal_cost_usd))
+                .collect();
+            if let Some(Ok((score, _))) = &elastic {
+                keys.push(DamageKey::new(slo, score.predicted_latency, 0, Duration::ZERO, score.cost_usd));
+            }
+            keys
+        });
+        let chosen_index = match &damage {
+            Some(keys) => (0..keys.len()).min_by(|&a, &b| keys[a].cmp(&keys[b]).then(a.cmp(&b))),
+            None => best_with_target(&outcomes, 0.0),
+        };
+        let Some(best) = chosen_index else {
             return match elastic {
                 Some(Err(reason)) => Routing::Reject { reason: format!("no ready cluster, and {reason}") },
                 _ => super::fallback(pool),
@@ -270,10 +384,11 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
                 || "no ready cluster".to_owned(),
                 |v| format!("the best cluster adds {v} violations"),
             );
+            let mode = if damage.is_some() { "damage control: misses its SLO on every cluster; " } else { "" };
             return Routing::Dispatch(RouteDecision {
                 target: Target::Elastic,
                 explanation: format!(
-                    "offloaded: predicted {:.1}s elastic vs SLO {:.1}s, +{violations} violations, +${:.4}; {versus}",
+                    "{mode}offloaded: predicted {:.1}s elastic vs SLO {:.1}s, +{violations} violations, +${:.4}; {versus}",
                     score.predicted_latency.as_secs_f64(),
                     query.slo.latency.as_secs_f64(),
                     score.cost_usd
@@ -288,7 +403,10 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         let chosen = self.last_scores[best].clone();
         let runner_up = (0..self.last_scores.len())
             .filter(|&i| i != best)
-            .min_by(|&a, &b| outcomes[a].cmp_with_target(&outcomes[b], 0.0).then(a.cmp(&b)))
+            .min_by(|&a, &b| match &damage {
+                Some(keys) => keys[a].cmp(&keys[b]).then(a.cmp(&b)),
+                None => outcomes[a].cmp_with_target(&outcomes[b], 0.0).then(a.cmp(&b)),
+            })
             .map(|i| &self.last_scores[i]);
 
         // Commit: the chosen cluster's running queries take their updated,
@@ -300,17 +418,29 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         state.states = placement.running;
         state.states.push(placement.query);
         state.slos.push(query.slo.latency);
+        state.predicted_misses.push(chosen.predicted_latency_at_quantile > query.slo.latency);
         state.billing.handle_query_start(now);
         self.where_placed.insert(query.id, chosen.cluster);
 
         let runner_up = runner_up.map_or_else(String::new, |r| {
             format!("; runner-up {} (+{} violations, +${:.4})", r.cluster, r.marginal_violations, r.marginal_cost_usd)
         });
+        let mode = match &damage {
+            Some(keys) => format!(
+                "damage control: misses its SLO on every cluster; chose by lateness, not cost: {:.1}s late, delays the running queries by {:.1}s in all, +{} of them miss{}; ",
+                chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64(),
+                chosen.delay_to_others.as_secs_f64(),
+                chosen.others_violations,
+                if keys[best].beyond_bound { format!(", and no placement finishes it within {DAMAGE_BOUND_SLO_MULTIPLE}× its SLO") } else { String::new() },
+            ),
+            None => String::new(),
+        };
         Routing::Dispatch(RouteDecision {
             target: Target::Cluster(chosen.cluster),
             explanation: format!(
-                "predicted {:.1}s vs SLO {:.1}s, +{} violations, +${:.4}{}{}",
+                "{mode}predicted {:.1}s{} vs SLO {:.1}s, +{} violations, +${:.4}{}{}",
                 chosen.predicted_latency.as_secs_f64(),
+                self.quantile_note(chosen.predicted_latency_at_quantile),
                 query.slo.latency.as_secs_f64(),
                 chosen.marginal_violations,
                 chosen.marginal_cost_usd,
@@ -327,14 +457,22 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         {
             return;
         }
-        let Some((placed, size)) = self.remove_placed(now, report.query) else { return };
+        let Some(released) = self.remove_placed(now, report.query) else { return };
+        let latency = report.latency();
+        let censored = report.outcome != ExecutionOutcome::Completed;
+        let missed = censored || latency > released.slo;
+        self.margin.handle_finished(released.state.predicted, latency, censored, released.predicted_miss, missed);
         self.predictor.observe(&Observation {
-            template: placed.template,
-            size,
-            neighbours: placed.neighbours_at_dispatch,
-            latency: report.latency(),
+            template: released.state.template,
+            size: released.size,
+            neighbours: released.state.neighbours_at_dispatch,
+            latency,
             censored: report.outcome == ExecutionOutcome::TimedOut,
         });
+    }
+
+    fn margin(&self) -> Option<MarginState> {
+        Some(self.margin.state())
     }
 
     fn predicted_latency(&self, query: QueryId) -> Option<Duration> {
@@ -456,6 +594,25 @@ mod tests {
     }
 
     #[test]
+    fn a_query_that_misses_everywhere_goes_where_it_is_least_late_not_where_it_is_cheapest() {
+        let mut router = SloRouter::new("slogate", trained(), BillingConfig::default());
+        let pool = pool(&[16, 16]);
+        // Cluster 0 gets four long, loose queries; cluster 1 stays idle.
+        for id in 0..4 {
+            let at = f64::from(id as u32) * 0.1;
+            let q = query(id, 20, 10_000.0, at);
+            let routed = router.route(Instant::from_secs_f64(at), &q, &pool);
+            assert_eq!(target(&routed), ClusterId(0), "loose queries consolidate: {routed:?}");
+        }
+        // A 10 s template with a 5 s SLO misses on both; on cluster 0 it
+        // would be 50 s late behind four neighbours, on cluster 1 5 s.
+        let routed = router.route(Instant::from_secs_f64(1.0), &query(9, 10, 5.0, 1.0), &pool);
+        assert_eq!(target(&routed), ClusterId(1), "{routed:?}");
+        let Routing::Dispatch(decision) = routed else { unreachable!() };
+        assert!(decision.explanation.starts_with("damage control"), "{}", decision.explanation);
+    }
+
+    #[test]
     fn completions_teach_the_predictor() {
         let mut router = SloRouter::new("slogate", ConcurrencyAware::new(ConcurrencyConfig::default()), BillingConfig::default());
         let pool = pool(&[16]);
@@ -498,10 +655,27 @@ mod tests {
                 if scores.iter().any(|s| s.marginal_violations <= 0) {
                     prop_assert!(best.marginal_violations <= 0);
                 }
-                // (C) among equal violations, the cheapest.
-                for s in &scores {
-                    if s.marginal_violations == best.marginal_violations {
-                        prop_assert!(best.marginal_cost_usd <= s.marginal_cost_usd + 1e-12);
+                let slo = q.slo.latency;
+                if scores.iter().all(|s| s.predicted_latency > slo) {
+                    // (E) damage control: within the bound first, then the
+                    // fewest other violations, then the least damage.
+                    let within = |s: &CandidateScore| s.predicted_latency.as_secs_f64() <= slo.as_secs_f64() * DAMAGE_BOUND_SLO_MULTIPLE;
+                    if scores.iter().any(within) {
+                        prop_assert!(within(best));
+                    }
+                    let damage = |s: &CandidateScore| s.predicted_latency.saturating_sub(slo).as_secs_f64() + s.delay_to_others.as_secs_f64();
+                    for s in scores.iter().filter(|s| within(s) == within(best)) {
+                        prop_assert!(best.others_violations <= s.others_violations);
+                        if s.others_violations == best.others_violations {
+                            prop_assert!(damage(best) <= damage(s) + 1e-9);
+                        }
+                    }
+                } else {
+                    // (C) among equal violations, the cheapest.
+                    for s in &scores {
+                        if s.marginal_violations == best.marginal_violations {
+                            prop_assert!(best.marginal_cost_usd <= s.marginal_cost_usd + 1e-12);
+                        }
                     }
                 }
                 // (A) the guard.

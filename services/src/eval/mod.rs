@@ -234,6 +234,10 @@ impl RoutingPolicy for Timed {
     fn fork_planner(&self) -> Option<Box<dyn slogate_core::route::PlanningRouter>> {
         self.inner.fork_planner()
     }
+
+    fn margin(&self) -> Option<slogate_core::route::margin::MarginState> {
+        self.inner.margin()
+    }
 }
 
 /// What a case varies.
@@ -305,6 +309,11 @@ pub struct PolicyResult {
     pub cluster_hours: f64,
     /// Time per routing decision.
     pub decision_time_us: DecisionTime,
+    /// For the SLO-aware router: its calibrated margin at the end, with the
+    /// share of its cluster placements it predicted to miss and the share
+    /// that did (`core::route::margin`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub margin: Option<slogate_core::route::margin::MarginState>,
     /// The first decisions with their explanations (`--explain N`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub decisions: Vec<String>,
@@ -396,6 +405,7 @@ fn run_case(case: &Case, policy: &str, history: &[Observation], queries: &[Query
         latency_s: LatencyPercentiles { p50: summary.latency_s_p50, p95: summary.latency_s_p95, p99: summary.latency_s_p99 },
         cluster_hours: summary.cluster_hours,
         decision_time_us: DecisionTime { p50: percentile(&samples, 0.5), p99: percentile(&samples, 0.99) },
+        margin: sim.policy().margin(),
         decisions: sim.policy().explained.clone(),
     })
 }
@@ -443,7 +453,20 @@ impl seeds::SeedFigures for EvalReport {
             figures.push(Figure::lower(row.clone(), "VR", r.violation_rate, Unit::Percent));
             figures.push(Figure::lower(row.clone(), "cost", r.cost_usd, Unit::Usd));
             figures.push(Figure::lower(row.clone(), "timeouts", r.timed_out as f64, Unit::Number));
-            figures.push(Figure::lower(row, "p99", r.latency_s.p99, Unit::Seconds));
+            figures.push(Figure::lower(row.clone(), "p99", r.latency_s.p99, Unit::Seconds));
+            if let Some(margin) = &r.margin {
+                figures.push(Figure::lower(row.clone(), "predicted VR", margin.predicted_violation_rate(), Unit::Percent));
+                figures.push(Figure::lower(row, "realised − predicted VR", margin.realised_violation_rate() - margin.predicted_violation_rate(), Unit::Points));
+            }
+        }
+        // Against least-loaded, the SLO-blind baseline a learned policy
+        // must never lose to: per case, the differences.
+        for r in self.results.iter().filter(|r| r.policy != "least-loaded") {
+            let Some(ll) = self.results.iter().find(|b| b.policy == "least-loaded" && b.case == r.case) else { continue };
+            let row = format!("{}  {} − least-loaded", r.case.label(), r.policy);
+            figures.push(Figure::lower(row.clone(), "VR", r.violation_rate - ll.violation_rate, Unit::Points));
+            figures.push(Figure::lower(row.clone(), "cost", r.cost_usd - ll.cost_usd, Unit::Usd));
+            figures.push(Figure::lower(row, "timeouts", r.timed_out as f64 - ll.timed_out as f64, Unit::Number));
         }
         for (policy, vr, cost) in mean_delta_vs_round_robin(self) {
             let row = format!("mean Δ vs round-robin over cases  {policy}");

@@ -14,7 +14,7 @@
 //! policies = ["round-robin", "least-loaded"]
 //!
 //! [[workload]]
-//! kind = "base"                  # base | phased | diurnal | trace
+//! kind = "base"                  # base | phased | diurnal | shape | trace
 //! rate_per_s = 0.1
 //!
 //! [[workload]]
@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use slogate_world::catalog::tpcds_template_set;
 use slogate_core::model::Template;
+use slogate_loadgen::shapes::{self, Shape};
 use slogate_loadgen::trace::read_trace;
 use slogate_loadgen::workload::{self, DiurnalConfig, TraceEntry};
 
@@ -71,6 +72,10 @@ pub enum WorkloadSpec {
     },
     /// The multi-day diurnal workload.
     Diurnal(DiurnalConfig),
+    /// A shape the papers' scenarios lack (`slogate_loadgen::shapes`):
+    /// `shape = "flash_crowd"`, `"mix_shift"`, `"multi_tenant"`,
+    /// `"rate_drift"` or `"heavy_tailed"`, with its parameters.
+    Shape(Shape),
     /// A trace file in the `arrival_s,template,slo_s` format.
     Trace {
         /// The file, relative to the scenario file.
@@ -87,6 +92,7 @@ impl WorkloadSpec {
                 format!("phased(x={low_queries},λ_high={high_rate_per_s})")
             }
             WorkloadSpec::Diurnal(c) => format!("diurnal({}d)", c.days),
+            WorkloadSpec::Shape(shape) => shape.label(),
             WorkloadSpec::Trace { path } => format!("trace({})", path.display()),
         }
     }
@@ -121,6 +127,10 @@ impl WorkloadSpec {
                 workload::diurnal_workload(templates, &config)?
             }
             WorkloadSpec::Trace { path } => return Ok(read_trace(&base_dir.join(path))?),
+            WorkloadSpec::Shape(shape) => {
+                let kappa = kappa.ok_or_else(|| Error::Scenario(format!("workload {} needs κ for its SLOs", self.label())))?;
+                return Ok(shapes::generate(shape, templates, kappa, seed)?);
+            }
         };
         let kappa = kappa.ok_or_else(|| Error::Scenario(format!("workload {} needs κ for its SLOs", self.label())))?;
         workload::assign_slos(&mut entries, templates, kappa)?;
@@ -169,7 +179,19 @@ pub struct Scenario {
 }
 
 /// The built-in scenario names (besides `calibrate`, which is a report).
-pub const BUILT_IN: [&str; 2] = ["base", "router-table2"];
+pub const BUILT_IN: [&str; 4] = ["base", "router-table2", "shapes-dev", "shapes-held-out"];
+
+/// The policies the shape scenarios compare: the SLO-blind baselines,
+/// Spandana's directors and slogate.
+const SHAPE_POLICIES: [&str; 5] = ["round-robin", "least-loaded", "spandana", "spandana-central", "slogate"];
+
+/// The shapes decisions may be developed on (with seeds 1..5).
+pub const DEVELOPMENT_SHAPES: [&str; 3] = ["flash_crowd", "mix_shift", "multi_tenant"];
+
+/// The first held-out seed: `shapes-held-out` runs seeds 101..105 by
+/// default, on every shape, two of which (`rate_drift`, `heavy_tailed`)
+/// the development set never has. Nothing is tuned on them.
+pub const HELD_OUT_FIRST_SEED: u64 = 101;
 
 impl Scenario {
     /// A built-in scenario by name.
@@ -193,6 +215,23 @@ impl Scenario {
                 workloads: vec![WorkloadSpec::Base { rate_per_s: 0.1 }, WorkloadSpec::Base { rate_per_s: 0.2 }],
                 base_dir: PathBuf::from("."),
             }),
+            "shapes-dev" | "shapes-held-out" => {
+                let held_out = name == "shapes-held-out";
+                let shapes: Vec<Shape> = if held_out {
+                    Shape::all_defaults()
+                } else {
+                    DEVELOPMENT_SHAPES.iter().map(|n| Shape::by_name(n).expect("known shape")).collect()
+                };
+                Some(Scenario {
+                    name: name.into(),
+                    seed: if held_out { HELD_OUT_FIRST_SEED } else { 1 },
+                    kappas: vec![4.0, 2.0],
+                    cluster_sets: vec![vec![16, 16]],
+                    policies: SHAPE_POLICIES.iter().map(|p| (*p).to_owned()).collect(),
+                    workloads: shapes.into_iter().map(WorkloadSpec::Shape).collect(),
+                    base_dir: PathBuf::from("."),
+                })
+            }
             _ => None,
         }
     }
@@ -290,6 +329,16 @@ mod tests {
         assert!(Scenario::from_toml(text, Path::new(".")).unwrap_err().to_string().contains("colour"));
         let text = "name='t'\nkappa=4\nclusters=[16]\npolicies=['fastest']\n[[workload]]\nkind='base'\nrate_per_s=0.1\n";
         assert!(Scenario::from_toml(text, Path::new(".")).unwrap_err().to_string().contains("unknown policy `fastest`"));
+    }
+
+    #[test]
+    fn shape_workloads_parse_with_defaults_and_overrides() {
+        let text = "name='t'\nkappa=4\nclusters=[16]\npolicies=['round-robin']\n[[workload]]\nkind='shape'\nshape='flash_crowd'\ncrowd_rate_per_s=0.3\n[[workload]]\nkind='shape'\nshape='heavy_tailed'\n";
+        let s = Scenario::from_toml(text, Path::new(".")).unwrap();
+        assert!(matches!(&s.workloads[0], WorkloadSpec::Shape(Shape::FlashCrowd { crowd_rate_per_s, .. }) if *crowd_rate_per_s == 0.3));
+        assert_eq!(s.workloads[1], WorkloadSpec::Shape(Shape::by_name("heavy_tailed").unwrap()));
+        let bad = text.replace("crowd_rate_per_s=0.3", "crowd_colour=1");
+        assert!(Scenario::from_toml(&bad, Path::new(".")).unwrap_err().to_string().contains("crowd_colour"));
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub enum Unit {
     Percent,
     /// A relative change printed with its sign (`-0.5` → `-50.0%`).
     Change,
+    /// A difference of two fractions, in percentage points with its sign
+    /// (`-0.02` → `-2.0pt`).
+    Points,
     /// Dollars.
     Usd,
     /// Seconds.
@@ -65,6 +68,7 @@ impl Unit {
         match self {
             Unit::Percent => format!("{:.1}%", value * 100.0),
             Unit::Change => format!("{:+.1}%", value * 100.0),
+            Unit::Points => format!("{:+.1}pt", value * 100.0),
             Unit::Usd => format!("${value:.3}"),
             Unit::Seconds => format!("{value:.2}s"),
             Unit::Number => format!("{value:.2}"),
@@ -74,7 +78,7 @@ impl Unit {
     /// A spread in this unit (points for percentages).
     fn format_spread(self, spread: f64) -> String {
         match self {
-            Unit::Percent | Unit::Change => format!("{:.1}pt", spread * 100.0),
+            Unit::Percent | Unit::Change | Unit::Points => format!("{:.1}pt", spread * 100.0),
             other => other.format(spread),
         }
     }
