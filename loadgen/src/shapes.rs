@@ -128,7 +128,7 @@ pub enum Shape {
 /// Serde defaults of the shapes' parameters.
 mod defaults {
     pub(super) fn rate() -> f64 {
-        0.1
+        0.07
     }
     pub(super) fn duration() -> f64 {
         3_600.0
@@ -140,7 +140,7 @@ mod defaults {
         240.0
     }
     pub(super) fn crowd_rate() -> f64 {
-        0.15
+        0.1
     }
     pub(super) fn heavy_fraction() -> f64 {
         0.25

@@ -5,10 +5,19 @@
 //!
 //! The router's predictor gives a point estimate. Around it, this keeps the
 //! log residuals `ln(actual / predicted)` of the last `window` executions
-//! the router placed and saw finish (the prediction being the query's last
-//! guarded one, which counts every neighbour placed with it). The margin
-//! factor is the residuals' `quantile`-th quantile, exponentiated: a query
-//! "meets its SLO" when `predicted × factor ≤ SLO`.
+//! the router placed and saw finish (the prediction being the one made at
+//! placement, as a new query's is: its error includes the neighbours that
+//! came later), all together and by the load the prediction was made at (the neighbour count, in four
+//! buckets: a packed cluster's predictions miss by more). The margin factor
+//! is the residuals' `quantile`-th quantile, exponentiated, from the
+//! prediction's load bucket once it has `min_samples` residuals, else from
+//! all: a query "meets its SLO" when `predicted × factor ≤ SLO`.
+//!
+//! The same residuals give each placement's **miss probability**
+//! ([`SloMargin::miss_probability`]): the share of residuals that would
+//! carry the query past its SLO. The router adds them up into expected
+//! violations, so that a placement that brings a running query close to
+//! its SLO counts for something before it crosses it.
 //!
 //! The quantile itself is steered by what happens: per finished query, the
 //! gap between "it missed" and "it was predicted, at placement, to miss" is
@@ -27,6 +36,8 @@
 //!   predicted misses) is above `tolerance`, and falls only while it is
 //!   below `−tolerance`; an unpredicted miss never lowers the gap, and a
 //!   false alarm never raises it.
+//! - (E) A miss probability lies in `[0, 1]`, never decreases as the
+//!   prediction grows, and is 0 or 1 until the margin applies.
 //! - (D) Deterministic: the same completions in the same order give the same
 //!   factor.
 
@@ -105,13 +116,60 @@ impl MarginState {
     }
 }
 
+/// A window of log residuals, in arrival order and sorted.
+#[derive(Clone, Debug, Default)]
+struct Spread {
+    in_order: VecDeque<f64>,
+    sorted: Vec<f64>,
+}
+
+impl Spread {
+    fn push(&mut self, residual: f64, window: usize) {
+        if self.in_order.len() >= window.max(1)
+            && let Some(oldest) = self.in_order.pop_front()
+        {
+            let at = self.sorted.partition_point(|&r| r < oldest);
+            self.sorted.remove(at);
+        }
+        self.in_order.push_back(residual);
+        let at = self.sorted.partition_point(|&r| r < residual);
+        self.sorted.insert(at, residual);
+    }
+
+    fn len(&self) -> usize {
+        self.sorted.len()
+    }
+
+    fn quantile(&self, q: f64) -> f64 {
+        self.sorted[((self.sorted.len() - 1) as f64 * q).round() as usize]
+    }
+
+    /// The share of residuals above `threshold`.
+    fn share_above(&self, threshold: f64) -> f64 {
+        let within = self.sorted.partition_point(|&r| r <= threshold);
+        (self.sorted.len() - within) as f64 / self.sorted.len() as f64
+    }
+}
+
+/// Load buckets of the spread, by the neighbour count a prediction was
+/// made at (inclusive upper bounds): a packed cluster's predictions miss by
+/// more than an idle one's.
+const LOAD_BUCKET_UPPER: [u32; 4] = [0, 2, 6, u32::MAX];
+
+fn load_bucket(neighbours: u32) -> usize {
+    LOAD_BUCKET_UPPER.iter().position(|&upper| neighbours <= upper).expect("the last bucket is unbounded")
+}
+
 /// The adaptive margin. See the module docs.
 #[derive(Clone, Debug)]
 pub struct SloMargin {
     config: MarginConfig,
-    log_residuals: VecDeque<f64>,
+    /// Every residual.
+    global: Spread,
+    /// The same by load bucket; a bucket with too few falls back to
+    /// `global`.
+    by_load: [Spread; LOAD_BUCKET_UPPER.len()],
     quantile: f64,
-    factor: f64,
     gap: f64,
     finished: u64,
     predicted_misses: u64,
@@ -128,35 +186,72 @@ impl SloMargin {
     /// A margin with `config`, nothing learned.
     pub fn new(config: MarginConfig) -> Self {
         let quantile = config.quantile_start.clamp(config.quantile_min, config.quantile_max);
-        SloMargin { config, log_residuals: VecDeque::new(), quantile, factor: 1.0, gap: 0.0, finished: 0, predicted_misses: 0, realised_misses: 0 }
+        SloMargin { config, global: Spread::default(), by_load: Default::default(), quantile, gap: 0.0, finished: 0, predicted_misses: 0, realised_misses: 0 }
     }
 
-    /// The factor on the point estimate.
-    pub fn factor(&self) -> f64 {
-        self.factor
+    /// The spread that applies to a prediction made at `neighbours`, if
+    /// any has enough residuals.
+    fn spread(&self, neighbours: u32) -> Option<&Spread> {
+        let enough = self.config.min_samples.max(1);
+        let bucket = &self.by_load[load_bucket(neighbours)];
+        if bucket.len() >= enough {
+            Some(bucket)
+        } else if self.global.len() >= enough {
+            Some(&self.global)
+        } else {
+            None
+        }
     }
 
-    /// `predicted` at the decision quantile.
-    pub fn at_quantile(&self, predicted: Duration) -> Duration {
-        predicted.mul_f64(self.factor)
+    /// The factor on a point estimate made at `neighbours`: the spread's
+    /// residual at the decision quantile, exponentiated; 1 until the margin
+    /// applies.
+    pub fn factor(&self, neighbours: u32) -> f64 {
+        self.spread(neighbours).map_or(1.0, |spread| spread.quantile(self.quantile).exp())
+    }
+
+    /// `predicted` (made at `neighbours`) at the decision quantile.
+    pub fn at_quantile(&self, predicted: Duration, neighbours: u32) -> Duration {
+        predicted.mul_f64(self.factor(neighbours))
+    }
+
+    /// The probability that a query predicted (point estimate, at
+    /// `neighbours`) at `predicted` takes longer than `slo`: the share of
+    /// residuals that would carry it past, once the margin applies; before,
+    /// 1 if the point estimate is past the SLO and 0 if not.
+    pub fn miss_probability(&self, predicted: Duration, slo: Duration, neighbours: u32) -> f64 {
+        let Some(spread) = self.spread(neighbours) else { return f64::from(u8::from(predicted > slo)) };
+        let (p, s) = (predicted.as_secs_f64(), slo.as_secs_f64());
+        if p <= 0.0 {
+            return 0.0;
+        }
+        spread.share_above((s / p).ln())
     }
 
     /// The state.
     pub fn state(&self) -> MarginState {
         MarginState {
             quantile: self.quantile,
-            factor: self.factor,
-            samples: self.log_residuals.len(),
+            factor: if self.global.len() >= self.config.min_samples.max(1) { self.global.quantile(self.quantile).exp() } else { 1.0 },
+            samples: self.global.len(),
             finished: self.finished,
             predicted_misses: self.predicted_misses,
             realised_misses: self.realised_misses,
         }
     }
 
-    /// Learns from one finished query: its last point prediction, what it
-    /// took, whether that is only a lower bound (timed out), whether it was
-    /// predicted at placement to miss, and whether it missed.
-    pub fn handle_finished(&mut self, predicted: Duration, actual: Duration, censored: bool, predicted_miss: bool, missed: bool) {
+    /// Learns the spread alone from a past execution (a warm start from the
+    /// execution log): its point prediction now at `neighbours`, and what
+    /// it took. The miss counts and the quantile are left as they are.
+    pub fn handle_past_execution(&mut self, predicted: Duration, actual: Duration, neighbours: u32) {
+        self.push_residual(predicted, actual, false, neighbours);
+    }
+
+    /// Learns from one finished query: its last point prediction and the
+    /// neighbour count it was made at, what it took, whether that is only a
+    /// lower bound (timed out), whether it was predicted at placement to
+    /// miss, and whether it missed.
+    pub fn handle_finished(&mut self, predicted: Duration, neighbours: u32, actual: Duration, censored: bool, predicted_miss: bool, missed: bool) {
         self.finished += 1;
         self.predicted_misses += u64::from(predicted_miss);
         self.realised_misses += u64::from(missed);
@@ -167,27 +262,18 @@ impl SloMargin {
         } else if self.gap < -self.config.tolerance {
             self.quantile = (self.quantile - self.config.step_down).max(self.config.quantile_min);
         }
+        self.push_residual(predicted, actual, censored, neighbours);
+    }
+
+    fn push_residual(&mut self, predicted: Duration, actual: Duration, censored: bool, neighbours: u32) {
         let (p, a) = (predicted.as_secs_f64(), actual.as_secs_f64());
         // A censored run is a lower bound; keep it (it only makes the
         // margin more cautious) unless it says nothing.
         if p > 0.0 && a > 0.0 && (!censored || a > p) {
-            if self.log_residuals.len() == self.config.window {
-                self.log_residuals.pop_front();
-            }
-            self.log_residuals.push_back((a / p).ln());
+            let residual = (a / p).ln();
+            self.global.push(residual, self.config.window);
+            self.by_load[load_bucket(neighbours)].push(residual, self.config.window / 2);
         }
-        self.refresh();
-    }
-
-    fn refresh(&mut self) {
-        if self.log_residuals.len() < self.config.min_samples.max(1) {
-            self.factor = 1.0;
-            return;
-        }
-        let mut values: Vec<f64> = self.log_residuals.iter().copied().collect();
-        let rank = ((values.len() - 1) as f64 * self.quantile).round() as usize;
-        let (_, value, _) = values.select_nth_unstable_by(rank, f64::total_cmp);
-        self.factor = value.exp();
     }
 }
 
@@ -205,11 +291,12 @@ mod tests {
     fn the_point_estimate_decides_until_enough_residuals() {
         let mut margin = SloMargin::default();
         for _ in 0..31 {
-            margin.handle_finished(s(10.0), s(20.0), false, false, false);
+            margin.handle_finished(s(10.0), 0, s(20.0), false, false, false);
         }
-        assert_eq!(margin.factor(), 1.0);
-        margin.handle_finished(s(10.0), s(20.0), false, false, false);
-        assert!((margin.factor() - 2.0).abs() < 1e-9, "{}", margin.factor());
+        assert_eq!(margin.factor(0), 1.0);
+        margin.handle_finished(s(10.0), 0, s(20.0), false, false, false);
+        assert!((margin.factor(0) - 2.0).abs() < 1e-9, "{}", margin.factor(0));
+        assert!((margin.factor(9) - 2.0).abs() < 1e-9, "a bucket with too few residuals falls back to all of them");
     }
 
     #[test]
@@ -219,13 +306,13 @@ mod tests {
         for i in 0..200 {
             // Residuals spread between 0.5× and 2×.
             let actual = 5.0 + 15.0 * f64::from(i % 10) / 9.0;
-            margin.handle_finished(s(10.0), s(actual), false, false, i % 4 == 0);
+            margin.handle_finished(s(10.0), 0, s(actual), false, false, i % 4 == 0);
         }
         let raised = margin.state();
         assert!(raised.quantile > start && raised.factor > 1.5, "{raised:?}");
         for i in 0..400 {
             let actual = 5.0 + 15.0 * f64::from(i % 10) / 9.0;
-            margin.handle_finished(s(10.0), s(actual), false, true, false);
+            margin.handle_finished(s(10.0), 0, s(actual), false, true, false);
         }
         let lowered = margin.state();
         assert!(lowered.quantile < raised.quantile && lowered.factor < raised.factor, "{lowered:?}");
@@ -235,15 +322,15 @@ mod tests {
     proptest! {
         #[test]
         fn quantile_stays_in_bounds_and_responds_in_the_right_direction(
-            events in prop::collection::vec((0.1f64..100.0, 0.1f64..100.0, any::<bool>(), any::<bool>()), 1..300),
+            events in prop::collection::vec((0.1f64..100.0, 0.1f64..100.0, any::<bool>(), any::<bool>(), 0u32..12), 1..300),
         ) {
             let mut margin = SloMargin::default();
             let mut twin = SloMargin::default();
             let config = MarginConfig::default();
-            for &(predicted, actual, predicted_miss, missed) in &events {
+            for &(predicted, actual, predicted_miss, missed, neighbours) in &events {
                 let (before, gap_before) = (margin.state().quantile, margin.gap);
-                margin.handle_finished(s(predicted), s(actual), false, predicted_miss, missed);
-                twin.handle_finished(s(predicted), s(actual), false, predicted_miss, missed);
+                margin.handle_finished(s(predicted), neighbours, s(actual), false, predicted_miss, missed);
+                twin.handle_finished(s(predicted), neighbours, s(actual), false, predicted_miss, missed);
                 let (after, gap) = (margin.state().quantile, margin.gap);
                 // (B)
                 prop_assert!((config.quantile_min..=config.quantile_max).contains(&after));
@@ -262,11 +349,21 @@ mod tests {
                 }
                 // (A)
                 if margin.state().samples < config.min_samples {
-                    prop_assert_eq!(margin.factor(), 1.0);
+                    prop_assert_eq!(margin.factor(neighbours), 1.0);
                 }
             }
             // (D)
-            prop_assert_eq!(margin.factor(), twin.factor());
+            prop_assert_eq!(margin.factor(3), twin.factor(3));
+            // (E)
+            let mut last = 0.0;
+            for predicted in [0.5, 1.0, 2.0, 5.0, 10.0, 50.0, 200.0] {
+                let p = margin.miss_probability(s(predicted), s(10.0), 1);
+                prop_assert!((0.0..=1.0).contains(&p) && p >= last);
+                if margin.state().samples < config.min_samples {
+                    prop_assert!(p == 0.0 || p == 1.0);
+                }
+                last = p;
+            }
         }
     }
 }

@@ -11,16 +11,24 @@
 //!    goes down, and never below the time it has already run;
 //! 4. takes the marginal violations and marginal cost of placing `q` there.
 //!
-//! It picks the cluster that minimises marginal violations, then marginal
-//! cost (BestWithTarget with τ = 0), ties to the lowest cluster id, and
+//! It picks the cluster that adds the fewest **expected** violations (each
+//! affected query's miss probability under the learned spread, see below),
+//! then the least marginal cost among those within
+//! [`EXPECTED_VIOLATION_TOLERANCE`] of the fewest (BestWithTarget with the
+//! target just above the minimum), ties to the lowest cluster id, and
 //! keeps the chosen cluster's updated predictions. Completions feed the
-//! predictor (censored when timed out) and close billing.
+//! predictor (censored when timed out), the margin and billing. Until the
+//! spread is learned, a miss probability is 0 or 1 on the point estimate,
+//! and the rule is AutoSLO's: fewest marginal violations, then cost.
 //!
-//! **Calibrated predictions.** Whether a query meets its SLO is judged on
-//! a latency quantile: the point estimate times the margin factor that
-//! [`super::margin`] learns from the router's own finished queries and
-//! steers so that the misses it predicts track the misses that happen.
-//! Costs and drain times use the point estimate.
+//! **Calibrated predictions.** [`super::margin`] learns the spread of
+//! actual latencies around the point estimates from the router's own
+//! finished queries (warmed from the execution log by
+//! [`SloRouter::warm_margin`]), by load. Expected violations come from
+//! that spread; the yes-or-no "predicted to miss" (the elastic tier's
+//! eligibility, damage control, the counts in the explanation) is judged
+//! on a latency quantile that adapts so that predicted misses track
+//! realised ones. Costs and drain times use the point estimate.
 //!
 //! **Damage control.** When the query is predicted to miss its SLO on every
 //! ready cluster, cost no longer decides: a query that misses anyway would
@@ -46,10 +54,12 @@
 //! # Properties
 //!
 //! - (A) The guard never lowers a running query's prediction.
-//! - (B) If some candidate adds no predicted violation, the chosen one adds
-//!   none either.
-//! - (C) Unless the query misses everywhere, among candidates with equal
-//!   marginal violations the cheaper one wins.
+//! - (B) Unless the query misses everywhere, the chosen candidate's
+//!   expected violations are within [`EXPECTED_VIOLATION_TOLERANCE`] of the
+//!   fewest; before the spread is learned, if some candidate adds no
+//!   predicted violation, the chosen one adds none either.
+//! - (C) Unless the query misses everywhere, no candidate within that
+//!   tolerance is cheaper than the chosen one.
 //! - (D) The decision is a deterministic function of the inputs and history.
 //! - (E) When the query misses everywhere, no candidate within the bound is
 //!   passed over for one beyond it; among those within, the chosen one adds
@@ -78,11 +88,14 @@ struct ClusterState {
     slos: Vec<Duration>,
     /// Whether each was predicted, at placement, to miss its SLO.
     predicted_misses: Vec<bool>,
+    /// Each one's point prediction at placement (the margin learns its
+    /// spread from these: a new query's prediction is of that kind).
+    predicted_at_placement: Vec<Duration>,
 }
 
 impl ClusterState {
     fn new(billing: BillingConfig, size: Rpu) -> Self {
-        ClusterState { size, billing: BillingTimer::new(billing, size), states: Vec::new(), slos: Vec::new(), predicted_misses: Vec::new() }
+        ClusterState { size, billing: BillingTimer::new(billing, size), states: Vec::new(), slos: Vec::new(), predicted_misses: Vec::new(), predicted_at_placement: Vec::new() }
     }
 }
 
@@ -92,7 +105,12 @@ struct Released {
     size: Rpu,
     slo: Duration,
     predicted_miss: bool,
+    predicted_at_placement: Duration,
 }
+
+/// Candidates whose expected violations are within this of the fewest are
+/// equals, and the cheapest of them wins.
+pub const EXPECTED_VIOLATION_TOLERANCE: f64 = 0.05;
 
 /// In damage control, a placement that finishes the query within this
 /// multiple of its SLO beats any that does not.
@@ -107,6 +125,9 @@ pub struct CandidateScore {
     pub marginal_violations: i64,
     /// Of which among the running queries (the rest is the query's own).
     pub others_violations: i64,
+    /// Expected violations added: the query's miss probability there plus
+    /// the rise in the running queries' (see [`super::margin`]).
+    pub expected_violations: f64,
     /// Cost added until the cluster drains, dollars.
     pub marginal_cost_usd: f64,
     /// The query's predicted latency there (the point estimate).
@@ -202,6 +223,20 @@ impl<P: LatencyPredictor> SloRouter<P> {
         &mut self.predictor
     }
 
+    /// Warms the margin's spread from an execution log the predictor has
+    /// learned (call after warming the predictor): each uncensored
+    /// execution's latency against what the predictor now predicts for it,
+    /// taken evenly across the log when it is longer than the margin's
+    /// window.
+    pub fn warm_margin(&mut self, history: &[Observation]) {
+        let uncensored: Vec<&Observation> = history.iter().filter(|o| !o.censored).collect();
+        let stride = uncensored.len().div_ceil(crate::route::margin::MarginConfig::default().window).max(1);
+        for o in uncensored.iter().step_by(stride) {
+            let predicted = self.predictor.predict(o.template, o.size, o.neighbours);
+            self.margin.handle_past_execution(predicted, o.latency, o.neighbours);
+        }
+    }
+
     /// Every candidate's score at the last decision, in cluster order.
     pub fn last_scores(&self) -> &[CandidateScore] {
         &self.last_scores
@@ -226,8 +261,9 @@ impl<P: LatencyPredictor> SloRouter<P> {
         let placed = state.states.swap_remove(index);
         let slo = state.slos.swap_remove(index);
         let predicted_miss = state.predicted_misses.swap_remove(index);
+        let predicted_at_placement = state.predicted_at_placement.swap_remove(index);
         state.billing.handle_query_end(now);
-        Some(Released { state: placed, size: state.size, slo, predicted_miss })
+        Some(Released { state: placed, size: state.size, slo, predicted_miss, predicted_at_placement })
     }
 
     /// Scores placing `query` on `view`, with the predictor's counterfactual
@@ -241,18 +277,23 @@ impl<P: LatencyPredictor> SloRouter<P> {
         let mut drain_before = now;
         let mut drain_after = now;
         let mut delay_to_others = Duration::ZERO;
+        let mut expected_violations = 0.0;
         for ((current, updated), slo) in state.states.iter().zip(&placement.running).zip(&state.slos) {
             let before = guard(current.predicted, current.predicted, now - current.arrival);
-            violations_before += i64::from(self.margin.at_quantile(before) > *slo);
-            violations_after += i64::from(self.margin.at_quantile(updated.predicted) > *slo);
+            expected_violations += self.margin.miss_probability(updated.predicted, *slo, updated.neighbours)
+                - self.margin.miss_probability(before, *slo, current.neighbours);
+            violations_before += i64::from(self.margin.at_quantile(before, current.neighbours) > *slo);
+            violations_after += i64::from(self.margin.at_quantile(updated.predicted, updated.neighbours) > *slo);
             delay_to_others += updated.predicted.saturating_sub(before);
             drain_before = drain_before.max(current.arrival + before);
             drain_after = drain_after.max(updated.arrival + updated.predicted);
         }
         let others_violations = violations_after - violations_before;
         let predicted_latency = placement.query.predicted;
-        let predicted_latency_at_quantile = self.margin.at_quantile(predicted_latency);
+        let query_neighbours = placement.query.neighbours;
+        let predicted_latency_at_quantile = self.margin.at_quantile(predicted_latency, query_neighbours);
         violations_after += i64::from(predicted_latency_at_quantile > query.slo.latency);
+        expected_violations += self.margin.miss_probability(predicted_latency, query.slo.latency, query_neighbours);
         drain_after = drain_after.max(now + predicted_latency);
         let cost_before = state.billing.cost_until_drained_usd(now, drain_before);
         let mut with_query = state.billing.clone();
@@ -264,6 +305,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
             cluster: view.id,
             marginal_violations: violations_after - violations_before,
             others_violations,
+            expected_violations,
             marginal_cost_usd,
             predicted_latency,
             predicted_latency_at_quantile,
@@ -277,7 +319,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
     /// `" (q0.62: 13.1s)"` once the margin applies, else nothing.
     fn quantile_note(&self, at_quantile: Duration) -> String {
         let state = self.margin.state();
-        if state.factor == 1.0 { String::new() } else { format!(" (q{:.2}: {:.1}s)", state.quantile, at_quantile.as_secs_f64()) }
+        if state.samples == 0 { String::new() } else { format!(" (q{:.2}: {:.1}s)", state.quantile, at_quantile.as_secs_f64()) }
     }
 }
 
@@ -333,7 +375,7 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         let mut outcomes: Vec<Outcome> = self
             .last_scores
             .iter()
-            .map(|s| Outcome { violations: s.marginal_violations as f64, cost_usd: s.marginal_cost_usd })
+            .map(|s| Outcome { violations: s.expected_violations, cost_usd: s.marginal_cost_usd })
             .collect();
 
         // The elastic tier competes only when no ready cluster can take the
@@ -366,9 +408,12 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
             }
             keys
         });
+        // BestWithTarget with the target just above the fewest expected
+        // violations: the cheapest of the candidates within the tolerance.
+        let target = outcomes.iter().map(|o| o.violations).fold(f64::INFINITY, f64::min) + EXPECTED_VIOLATION_TOLERANCE;
         let chosen_index = match &damage {
             Some(keys) => (0..keys.len()).min_by(|&a, &b| keys[a].cmp(&keys[b]).then(a.cmp(&b))),
-            None => best_with_target(&outcomes, 0.0),
+            None => best_with_target(&outcomes, target),
         };
         let Some(best) = chosen_index else {
             return match elastic {
@@ -405,7 +450,7 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
             .filter(|&i| i != best)
             .min_by(|&a, &b| match &damage {
                 Some(keys) => keys[a].cmp(&keys[b]).then(a.cmp(&b)),
-                None => outcomes[a].cmp_with_target(&outcomes[b], 0.0).then(a.cmp(&b)),
+                None => outcomes[a].cmp_with_target(&outcomes[b], target).then(a.cmp(&b)),
             })
             .map(|i| &self.last_scores[i]);
 
@@ -419,6 +464,7 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         state.states.push(placement.query);
         state.slos.push(query.slo.latency);
         state.predicted_misses.push(chosen.predicted_latency_at_quantile > query.slo.latency);
+        state.predicted_at_placement.push(chosen.predicted_latency);
         state.billing.handle_query_start(now);
         self.where_placed.insert(query.id, chosen.cluster);
 
@@ -461,7 +507,14 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         let latency = report.latency();
         let censored = report.outcome != ExecutionOutcome::Completed;
         let missed = censored || latency > released.slo;
-        self.margin.handle_finished(released.state.predicted, latency, censored, released.predicted_miss, missed);
+        self.margin.handle_finished(
+            released.predicted_at_placement,
+            released.state.neighbours_at_dispatch,
+            latency,
+            censored,
+            released.predicted_miss,
+            missed,
+        );
         self.predictor.observe(&Observation {
             template: released.state.template,
             size: released.size,
@@ -651,19 +704,25 @@ mod tests {
                 prop_assert_eq!(chosen, target(&twin.route(now, &q, &pool)));
                 let scores = router.last_scores().to_vec();
                 let best = scores.iter().find(|s| s.cluster == chosen).unwrap();
-                // (B) no violation added when some candidate adds none.
-                if scores.iter().any(|s| s.marginal_violations <= 0) {
+                let slo = q.slo.latency;
+                let misses_everywhere = scores.iter().all(|s| s.predicted_latency_at_quantile > slo);
+                // (B) no violation added when some candidate adds none (the
+                // spread is not learned here: no completions).
+                if !misses_everywhere && scores.iter().any(|s| s.marginal_violations <= 0) {
                     prop_assert!(best.marginal_violations <= 0);
                 }
-                let slo = q.slo.latency;
-                if scores.iter().all(|s| s.predicted_latency > slo) {
+                let fewest = scores.iter().map(|s| s.expected_violations).fold(f64::INFINITY, f64::min);
+                if !misses_everywhere {
+                    prop_assert!(best.expected_violations <= fewest + EXPECTED_VIOLATION_TOLERANCE + 1e-9);
+                }
+                if misses_everywhere {
                     // (E) damage control: within the bound first, then the
                     // fewest other violations, then the least damage.
-                    let within = |s: &CandidateScore| s.predicted_latency.as_secs_f64() <= slo.as_secs_f64() * DAMAGE_BOUND_SLO_MULTIPLE;
+                    let within = |s: &CandidateScore| s.predicted_latency_at_quantile.as_secs_f64() <= slo.as_secs_f64() * DAMAGE_BOUND_SLO_MULTIPLE;
                     if scores.iter().any(within) {
                         prop_assert!(within(best));
                     }
-                    let damage = |s: &CandidateScore| s.predicted_latency.saturating_sub(slo).as_secs_f64() + s.delay_to_others.as_secs_f64();
+                    let damage = |s: &CandidateScore| s.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64() + s.delay_to_others.as_secs_f64();
                     for s in scores.iter().filter(|s| within(s) == within(best)) {
                         prop_assert!(best.others_violations <= s.others_violations);
                         if s.others_violations == best.others_violations {
@@ -671,11 +730,9 @@ mod tests {
                         }
                     }
                 } else {
-                    // (C) among equal violations, the cheapest.
-                    for s in &scores {
-                        if s.marginal_violations == best.marginal_violations {
-                            prop_assert!(best.marginal_cost_usd <= s.marginal_cost_usd + 1e-12);
-                        }
+                    // (C) none within the tolerance is cheaper.
+                    for s in scores.iter().filter(|s| s.expected_violations <= fewest + EXPECTED_VIOLATION_TOLERANCE) {
+                        prop_assert!(best.marginal_cost_usd <= s.marginal_cost_usd + 1e-12);
                     }
                 }
                 // (A) the guard.

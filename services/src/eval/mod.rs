@@ -177,6 +177,7 @@ pub fn build_policy_with(name: &str, history: &[Observation], terms: &PoolTerms)
             router = router.with_provisioned_clusters();
         }
         history.iter().for_each(|o| router.predictor_mut().observe(o));
+        router.warm_margin(history);
         return Ok(Box::new(router));
     }
     let mut router = SloRouter::new(name, ConcurrencyAware::new(ConcurrencyConfig::default()), billing);
@@ -188,6 +189,7 @@ pub fn build_policy_with(name: &str, history: &[Observation], terms: &PoolTerms)
     }
     history.iter().for_each(|o| router.predictor_mut().observe(o));
     router.predictor_mut().fit();
+    router.warm_margin(history);
     Ok(Box::new(router))
 }
 
