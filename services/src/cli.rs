@@ -94,6 +94,11 @@ struct ServeArgs {
     /// Data directory (the sled reservoir lives here).
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Also warm the learned policies up on this: a stopped node's data
+    /// directory (its execution log), or a trace file, which is run on the
+    /// embedded emulated warehouse to make one.
+    #[arg(long)]
+    warm_from: Option<PathBuf>,
     /// Print the embedded default configuration and exit.
     #[arg(long)]
     print_default_config: bool,
@@ -508,6 +513,7 @@ fn run_serve(args: &ServeArgs) -> Result<()> {
         grpc_addr: args.grpc_addr.clone(),
         admin_addr: args.admin_addr.clone(),
         data_dir: args.data_dir.clone(),
+        warm_from: args.warm_from.clone(),
     };
     let config = crate::config::NodeConfig::load(&text, &crate::config::Environment, &overrides)?;
     init_logging();

@@ -785,6 +785,8 @@ pub struct Overrides {
     pub admin_addr: Option<String>,
     /// `--data-dir`.
     pub data_dir: Option<PathBuf>,
+    /// `--warm-from`.
+    pub warm_from: Option<PathBuf>,
 }
 
 /// The validated configuration a node runs with.
@@ -796,6 +798,9 @@ pub struct NodeConfig {
     pub admin_addr: SocketAddr,
     /// Data directory.
     pub data_dir: PathBuf,
+    /// An execution log or a trace the learned policies warm up on besides
+    /// the node's own log (`slogate serve --warm-from`).
+    pub warm_from: Option<PathBuf>,
     /// Everything else, as validated.
     pub file: ConfigV1,
 }
@@ -846,7 +851,9 @@ impl NodeConfig {
         if let Some(v) = &overrides.data_dir {
             node.data_dir = v.clone();
         }
-        Self::validate(file)
+        let mut config = Self::validate(file)?;
+        config.warm_from = overrides.warm_from.clone();
+        Ok(config)
     }
 
     fn validate(file: ConfigV1) -> Result<NodeConfig> {
@@ -924,7 +931,7 @@ impl NodeConfig {
                 ));
             }
         }
-        Ok(NodeConfig { grpc_addr, admin_addr, data_dir: file.node.data_dir.clone(), file })
+        Ok(NodeConfig { grpc_addr, admin_addr, data_dir: file.node.data_dir.clone(), warm_from: None, file })
     }
 
     /// A postgres pool runs on its declared endpoints in real time: no

@@ -221,6 +221,8 @@ pub struct ConcurrencyAware {
     window: VecDeque<Observation>,
     fitted: Option<Fitted>,
     observations: u64,
+    /// Executions learned per template, ever (not only the window's).
+    per_template: HashMap<TemplateId, u64>,
 }
 
 /// One execution, indexed densely for the backfitting passes.
@@ -236,7 +238,7 @@ struct Row {
 impl ConcurrencyAware {
     /// An untrained predictor.
     pub fn new(config: ConcurrencyConfig) -> Self {
-        ConcurrencyAware { config, window: VecDeque::new(), fitted: None, observations: 0 }
+        ConcurrencyAware { config, window: VecDeque::new(), fitted: None, observations: 0, per_template: HashMap::new() }
     }
 
     /// The fitted size-scaling exponent α (`ℓ(s) ∝ s^-α`).
@@ -479,10 +481,15 @@ impl LatencyPredictor for ConcurrencyAware {
         }
         self.window.push_back(*observation);
         self.observations += 1;
+        *self.per_template.entry(observation.template).or_default() += 1;
         let refit_every = self.config.refit_every.max(1);
         if (self.observations < refit_every && self.observations.is_power_of_two()) || self.observations % refit_every == 0 {
             self.fit();
         }
+    }
+
+    fn template_observations(&self, template: TemplateId) -> u64 {
+        self.per_template.get(&template).copied().unwrap_or(0)
     }
 
     fn isolated(&self, template: TemplateId, size: Rpu) -> Duration {

@@ -96,6 +96,14 @@ pub trait LatencyPredictor {
     /// Predicted isolated latency of `template` on a cluster of `size`.
     fn isolated(&self, template: TemplateId, size: Rpu) -> Duration;
 
+    /// Executions of `template` it has learned from, for a router to tell
+    /// a firm estimate from a guess. The default, for predictors that do
+    /// not count, is `u64::MAX` (always firm).
+    fn template_observations(&self, template: TemplateId) -> u64 {
+        let _ = template;
+        u64::MAX
+    }
+
     /// Predicted latency of `template` on `size` when `neighbours` other
     /// queries overlap it.
     fn predict(&self, template: TemplateId, size: Rpu, neighbours: u32) -> Duration;

@@ -30,17 +30,27 @@
 //! on a latency quantile that adapts so that predicted misses track
 //! realised ones. Costs and drain times use the point estimate.
 //!
+//! **Uncertain templates.** A template the predictor has learned from
+//! fewer than [`UNCERTAIN_TEMPLATE_OBSERVATIONS`] times is a guess (a
+//! fresh node's first queries, a new fingerprint): among the clusters that
+//! are as good on expected violations, it goes to the one with the fewest
+//! running queries per RPU, spreading the load as least-loaded does,
+//! instead of the cheapest, until its estimate firms up. An offload or
+//! damage control the predictions call for still applies. The explanation
+//! says so.
+//!
 //! **Damage control.** When the query is predicted to miss its SLO on every
 //! ready cluster, cost no longer decides: a query that misses anyway would
 //! otherwise pile onto the cheapest cluster with no bound on how late it
 //! gets. Every candidate (the elastic tier too, when it is eligible) is
-//! then ranked by, in order: whether it finishes the query (at the
-//! decision quantile) within
+//! then ranked by, in order: the violations it adds among the running
+//! queries (a query that misses anyway must not take others with it),
+//! whether it finishes the query (at the decision quantile) within
 //! [`DAMAGE_BOUND_SLO_MULTIPLE`] × its SLO (a placement that would leave
-//! it for a timeout loses to one that finishes it soon after), the
-//! violations it adds among the running queries, and the damage: how late
-//! the query will be plus the delay it adds to the running queries; cost
-//! breaks the remaining ties. The explanation says so.
+//! it for a timeout loses to one that finishes it soon after), and the
+//! damage: how late the query will be plus the delay it adds to the
+//! running queries; cost breaks the remaining ties. The explanation says
+//! so.
 //!
 //! The predictor's neighbour feature is the number of queries running on
 //! the cluster when a query is placed: what the router knows when it
@@ -61,10 +71,14 @@
 //! - (C) Unless the query misses everywhere, no candidate within that
 //!   tolerance is cheaper than the chosen one.
 //! - (D) The decision is a deterministic function of the inputs and history.
-//! - (E) When the query misses everywhere, no candidate within the bound is
-//!   passed over for one beyond it; among those within, the chosen one adds
-//!   the fewest violations to the running queries, and of those the least
-//!   damage.
+//! - (F) A query of an uncertain template that is neither offloaded nor
+//!   under damage control goes to the cluster with the fewest running
+//!   queries per RPU (the lowest id on ties) among those within the
+//!   tolerance of the fewest expected violations.
+//! - (E) When the query misses everywhere, the chosen candidate adds the
+//!   fewest violations to the running queries; among those that add as
+//!   few, none within the bound is passed over for one beyond it, and of
+//!   those the least damage wins.
 
 use std::collections::HashMap;
 
@@ -107,6 +121,10 @@ struct Released {
     predicted_miss: bool,
     predicted_at_placement: Duration,
 }
+
+/// A template learned from fewer executions than this is routed like
+/// least-loaded.
+pub const UNCERTAIN_TEMPLATE_OBSERVATIONS: u64 = 3;
 
 /// Candidates whose expected violations are within this of the fewest are
 /// equals, and the cheapest of them wins.
@@ -161,9 +179,9 @@ impl DamageKey {
     }
 
     fn cmp(&self, other: &DamageKey) -> std::cmp::Ordering {
-        self.beyond_bound
-            .cmp(&other.beyond_bound)
-            .then(self.others_violations.cmp(&other.others_violations))
+        self.others_violations
+            .cmp(&other.others_violations)
+            .then(self.beyond_bound.cmp(&other.beyond_bound))
             .then(self.damage_s.total_cmp(&other.damage_s))
             .then(self.cost_usd.total_cmp(&other.cost_usd))
     }
@@ -316,6 +334,12 @@ impl<P: LatencyPredictor> SloRouter<P> {
 }
 
 impl<P: LatencyPredictor> SloRouter<P> {
+    /// Queries the router placed on `cluster` that are still running (its
+    /// own count, which a planner's replay keeps too).
+    fn placed_on(&self, cluster: ClusterId) -> usize {
+        self.clusters.get(&cluster).map_or(0, |c| c.states.len())
+    }
+
     /// `" (q0.62: 13.1s)"` once the margin applies, else nothing.
     fn quantile_note(&self, at_quantile: Duration) -> String {
         let state = self.margin.state();
@@ -415,6 +439,20 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
             Some(keys) => (0..keys.len()).min_by(|&a, &b| keys[a].cmp(&keys[b]).then(a.cmp(&b))),
             None => best_with_target(&outcomes, target),
         };
+        // An uncertain template keeps the choice the predictions call for
+        // (an offload, damage control), but among the clusters within the
+        // tolerance of the fewest expected violations it spreads instead of
+        // packing by cost.
+        let seen = self.predictor.template_observations(query.template);
+        let uncertain = seen < UNCERTAIN_TEMPLATE_OBSERVATIONS && damage.is_none() && chosen_index.is_some_and(|i| i < candidates.len());
+        let chosen_index = if uncertain {
+            (0..candidates.len()).filter(|&i| outcomes[i].violations <= target).min_by(|&a, &b| {
+                let per_rpu = |c: &ClusterView| self.placed_on(c.id) as f64 / f64::from(c.size.0.max(1));
+                per_rpu(candidates[a]).total_cmp(&per_rpu(candidates[b])).then(candidates[a].id.cmp(&candidates[b].id))
+            })
+        } else {
+            chosen_index
+        };
         let Some(best) = chosen_index else {
             return match elastic {
                 Some(Err(reason)) => Routing::Reject { reason: format!("no ready cluster, and {reason}") },
@@ -429,11 +467,11 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
                 || "no ready cluster".to_owned(),
                 |v| format!("the best cluster adds {v} violations"),
             );
-            let mode = if damage.is_some() { "damage control: misses its SLO on every cluster; " } else { "" };
+            let mode = if damage.is_some() { "; damage control: it misses its SLO on every cluster" } else { "" };
             return Routing::Dispatch(RouteDecision {
                 target: Target::Elastic,
                 explanation: format!(
-                    "{mode}offloaded: predicted {:.1}s elastic vs SLO {:.1}s, +{violations} violations, +${:.4}; {versus}",
+                    "offloaded: predicted {:.1}s elastic vs SLO {:.1}s, +{violations} violations, +${:.4}; {versus}{mode}",
                     score.predicted_latency.as_secs_f64(),
                     query.slo.latency.as_secs_f64(),
                     score.cost_usd
@@ -472,6 +510,12 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
             format!("; runner-up {} (+{} violations, +${:.4})", r.cluster, r.marginal_violations, r.marginal_cost_usd)
         });
         let mode = match &damage {
+            _ if uncertain => format!(
+                "template {} learned from {seen} executions (fewer than {UNCERTAIN_TEMPLATE_OBSERVATIONS}): spread like least-loaded, {} ran the fewest queries per RPU ({} before this one), until its estimate firms up; ",
+                query.template,
+                chosen.cluster,
+                self.placed_on(chosen.cluster).saturating_sub(1),
+            ),
             Some(keys) => format!(
                 "damage control: misses its SLO on every cluster; chose by lateness, not cost: {:.1}s late, delays the running queries by {:.1}s in all, +{} of them miss{}; ",
                 chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64(),
@@ -666,6 +710,22 @@ mod tests {
     }
 
     #[test]
+    fn an_unseen_template_is_spread_like_least_loaded_until_it_is_learned() {
+        let mut router = SloRouter::new("slogate", trained(), BillingConfig::default());
+        let pool = pool(&[16, 16]);
+        // Two known, loose queries consolidate on cluster 0 (it is cheaper).
+        for id in 0..2 {
+            let at = f64::from(id as u32) * 0.1;
+            assert_eq!(target(&router.route(Instant::from_secs_f64(at), &query(id, 2, 1_000.0, at), &pool)), ClusterId(0));
+        }
+        // Template 77 was never seen: it goes to the emptier cluster.
+        let routed = router.route(Instant::from_secs_f64(1.0), &query(9, 77, 1_000.0, 1.0), &pool);
+        assert_eq!(target(&routed), ClusterId(1), "{routed:?}");
+        let Routing::Dispatch(decision) = routed else { unreachable!() };
+        assert!(decision.explanation.starts_with("template t77 learned from 0 executions"), "{}", decision.explanation);
+    }
+
+    #[test]
     fn completions_teach_the_predictor() {
         let mut router = SloRouter::new("slogate", ConcurrencyAware::new(ConcurrencyConfig::default()), BillingConfig::default());
         let pool = pool(&[16]);
@@ -716,18 +776,17 @@ mod tests {
                     prop_assert!(best.expected_violations <= fewest + EXPECTED_VIOLATION_TOLERANCE + 1e-9);
                 }
                 if misses_everywhere {
-                    // (E) damage control: within the bound first, then the
-                    // fewest other violations, then the least damage.
+                    // (E) damage control: the fewest other violations, then
+                    // within the bound, then the least damage.
                     let within = |s: &CandidateScore| s.predicted_latency_at_quantile.as_secs_f64() <= slo.as_secs_f64() * DAMAGE_BOUND_SLO_MULTIPLE;
-                    if scores.iter().any(within) {
+                    let damage = |s: &CandidateScore| s.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64() + s.delay_to_others.as_secs_f64();
+                    prop_assert!(scores.iter().all(|s| best.others_violations <= s.others_violations));
+                    let peers: Vec<&CandidateScore> = scores.iter().filter(|s| s.others_violations == best.others_violations).collect();
+                    if peers.iter().any(|s| within(s)) {
                         prop_assert!(within(best));
                     }
-                    let damage = |s: &CandidateScore| s.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64() + s.delay_to_others.as_secs_f64();
-                    for s in scores.iter().filter(|s| within(s) == within(best)) {
-                        prop_assert!(best.others_violations <= s.others_violations);
-                        if s.others_violations == best.others_violations {
-                            prop_assert!(damage(best) <= damage(s) + 1e-9);
-                        }
+                    for s in peers.iter().filter(|s| within(s) == within(best)) {
+                        prop_assert!(damage(best) <= damage(s) + 1e-9);
                     }
                 } else {
                     // (C) none within the tolerance is cheaper.

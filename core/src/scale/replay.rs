@@ -569,6 +569,22 @@ mod tests {
     }
 
     #[test]
+    fn a_router_that_knows_it_under_predicts_still_finds_the_help() {
+        // Its margin learned that queries take ten times the prediction:
+        // at the decision quantile, every query misses everywhere.
+        let mut r = router();
+        let slow: Vec<Observation> = (0..64)
+            .map(|n| Observation { template: TemplateId(1), size: Rpu(16), neighbours: n % 4, latency: Duration::from_secs_f64(200.0 * (1.0 + f64::from(n % 4) / 4.0)), censored: false })
+            .collect();
+        r.warm_margin(&slow);
+        let selection = select_spinup_size(Instant::from_secs_f64(1_000.0), &pool_of(&[Rpu(8)]), &r, &window(0.2, 60.0), &config(), SelectorMode::AddCluster);
+        let nothing = &selection.candidates[0];
+        let chosen = selection.choice.unwrap_or_else(|| panic!("a spinup helps: {selection:?}"));
+        let chosen_outcome = selection.candidates.iter().find(|c| c.size == Some(chosen)).expect("listed");
+        assert!(chosen_outcome.violation_rate < nothing.violation_rate, "{selection:?}");
+    }
+
+    #[test]
     fn a_quiet_pool_on_the_cheapest_size_does_nothing() {
         let r = router();
         let selection = select_spinup_size(Instant::from_secs_f64(1_000.0), &pool_of(&[Rpu(8)]), &r, &window(0.01, 600.0), &config(), SelectorMode::AddCluster);

@@ -95,34 +95,48 @@ pub fn training_executions(sizes: &[u32], seed: u64) -> Vec<ExecutionRecord> {
             let mut entries = slogate_loadgen::workload::base_workload(&templates, rate, run_seed).expect("valid rate");
             slogate_loadgen::workload::assign_slos(&mut entries, &templates, 4.0).expect("valid kappa");
             let queries = to_queries(&entries, &PoolId::default()).expect("slos assigned");
-            let world = World::seeded_with_ready(run_seed, &[size]);
-            let mut sim = Simulation::new(world, slogate_core::route::RoundRobin::default(), queries);
-            sim.drive_until_idle();
-            let records = sim.records();
-            for (index, record) in records.iter().enumerate() {
-                // The feature the router knows when it decides: queries
-                // already running on the cluster when this one arrived; and
-                // whether any other shared the cluster during its flight.
-                let (mut neighbours, mut overlapped) = (0u32, false);
-                for (other_index, other) in records.iter().enumerate() {
-                    if other_index != index && other.arrival < record.finished && other.finished > record.arrival {
-                        overlapped = true;
-                        neighbours += u32::from(other.arrival < record.arrival);
-                    }
-                }
-                log.push(ExecutionRecord {
-                    query: record.query,
-                    template: record.template,
-                    cluster: slogate_core::model::ClusterId(0),
-                    size: Rpu(size),
-                    neighbours_at_dispatch: neighbours,
-                    latency: record.latency(),
-                    censored: record.outcome != slogate_core::sim::QueryOutcome::Completed,
-                    queued: record.started.map_or(slogate_core::time::Duration::ZERO, |started| started.saturating_duration_since(record.arrival)),
-                    ran_alone: !overlapped,
-                });
+            log.extend(execution_log(queries, &[size], run_seed));
+        }
+    }
+    log
+}
+
+/// Runs `queries` on an emulated warehouse of ready clusters of `sizes`,
+/// routed round-robin, and returns what an execution log would hold: each
+/// execution's cluster and size, the queries running on its cluster when it
+/// arrived (the feature the router has at decision time), its latency,
+/// queueing, whether it timed out, and whether it had its cluster to
+/// itself.
+pub fn execution_log(queries: Vec<Query>, sizes: &[u32], seed: u64) -> Vec<ExecutionRecord> {
+    let world = World::seeded_with_ready(seed, sizes);
+    let mut sim = Simulation::new(world, slogate_core::route::RoundRobin::default(), queries);
+    sim.drive_until_idle();
+    let records = sim.records();
+    let cluster_of = |r: &slogate_core::sim::QueryRecord| match r.target {
+        Some(slogate_core::model::Target::Cluster(c)) => Some(c),
+        _ => None,
+    };
+    let mut log = Vec::with_capacity(records.len());
+    for (index, record) in records.iter().enumerate() {
+        let Some(cluster) = cluster_of(record) else { continue };
+        let (mut neighbours, mut overlapped) = (0u32, false);
+        for (other_index, other) in records.iter().enumerate() {
+            if other_index != index && cluster_of(other) == Some(cluster) && other.arrival < record.finished && other.finished > record.arrival {
+                overlapped = true;
+                neighbours += u32::from(other.arrival < record.arrival);
             }
         }
+        log.push(ExecutionRecord {
+            query: record.query,
+            template: record.template,
+            cluster,
+            size: Rpu(sizes.get(cluster.0 as usize).copied().unwrap_or(sizes[0])),
+            neighbours_at_dispatch: neighbours,
+            latency: record.latency(),
+            censored: record.outcome != slogate_core::sim::QueryOutcome::Completed,
+            queued: record.started.map_or(slogate_core::time::Duration::ZERO, |started| started.saturating_duration_since(record.arrival)),
+            ran_alone: !overlapped,
+        });
     }
     log
 }

@@ -72,7 +72,12 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         .map_err(|e| Error::Node(format!("cannot open the reservoir in {}: {e}", config.data_dir.display())))?;
     // Learned policies warm up on the execution log; they keep learning
     // from completions online.
-    let history = warm_up_log(&store)?;
+    let mut history = warm_up_log(&store)?;
+    if let Some(path) = &config.warm_from {
+        let extra = warm_from(path, &config)?;
+        tracing::info!(message = "Warmed up from another log.", path = %path.display(), executions = extra.len());
+        history.extend(extra);
+    }
     // Pools first: a backend that fails to start then drops the store,
     // which releases the data directory's lock.
     let mut pools = Vec::new();
@@ -282,6 +287,40 @@ fn warm_up_log(store: &SledStore) -> Result<Vec<Observation>> {
     // neighbour count is all overlapping queries, so this slightly
     // understates concurrency until online completions take over.
     Ok(records.iter().map(|r| r.observation()).collect())
+}
+
+/// The executions `--warm-from PATH` gives: a stopped node's data
+/// directory (or its `reservoir` folder) gives its execution log; a trace
+/// file (`arrival_s,template,slo_s`) is run on the embedded emulated
+/// warehouse, on the first pool's cluster sizes and routed round-robin, as
+/// `slogate eval` makes its training run, and gives the executions that
+/// run logged.
+fn warm_from(path: &std::path::Path, config: &NodeConfig) -> Result<Vec<Observation>> {
+    use slogate_actors::reservoir::ReservoirStore;
+    let named = |reason: String| Error::Config(format!("--warm-from {}: {reason}", path.display()));
+    if path.is_dir() {
+        let folder = if path.join("reservoir").is_dir() { path.join("reservoir") } else { path.to_path_buf() };
+        if folder == config.data_dir.join("reservoir") {
+            return Err(named("is this node's own data directory, whose log it reads anyway".into()));
+        }
+        let store = SledStore::open(&folder).map_err(|e| named(format!("cannot open its reservoir (is that node still running?): {e}")))?;
+        let records = store.recent_executions(WARM_UP_EXECUTIONS_MAX).map_err(|e| named(format!("cannot read its execution log: {e}")))?;
+        if records.is_empty() {
+            return Err(named("its execution log is empty".into()));
+        }
+        return Ok(records.iter().map(|r| r.observation()).collect());
+    }
+    if !path.is_file() {
+        return Err(named("no such file or directory".into()));
+    }
+    let entries = slogate_loadgen::trace::read_trace(path).map_err(|e| named(e.to_string()))?;
+    if entries.is_empty() {
+        return Err(named("the trace has no queries".into()));
+    }
+    let queries = slogate_loadgen::workload::to_queries(&entries, &PoolId::default()).map_err(|e| named(e.to_string()))?;
+    let sizes = config.file.pool.first().map(|p| p.clusters.clone()).filter(|c| !c.is_empty()).unwrap_or_else(|| vec![16]);
+    let log = crate::eval::execution_log(queries, &sizes, config.file.node.seed);
+    Ok(log.iter().map(|r| r.observation()).collect())
 }
 
 impl Node {
