@@ -482,7 +482,7 @@ fn run_tune(args: &TuneArgs) -> Result<()> {
         seed: args.seed,
     };
     let started = std::time::Instant::now();
-    let (fragment, report) = crate::tune::run(&request, &mut |phase| {
+    let crate::tune::Tuned { fragment, report, notes } = crate::tune::run(&request, &mut |phase| {
         let step = match phase {
             slogate_core::tune::TuningPhase::Forecasting => "[1/3] forecasting the target day",
             slogate_core::tune::TuningPhase::Scheduling => "[2/3] scheduling spinups (Algorithm 4)",
@@ -491,6 +491,9 @@ fn run_tune(args: &TuneArgs) -> Result<()> {
         };
         eprintln!("{step} ({:.1} s)", started.elapsed().as_secs_f64());
     })?;
+    for note in &notes {
+        eprintln!("note: {note}");
+    }
     eprintln!("{} simulations in {:.1} s", report.simulations, started.elapsed().as_secs_f64());
     match &args.out {
         Some(path) => std::fs::write(path, &fragment).map_err(|source| Error::Output { path: path.display().to_string(), source })?,

@@ -72,6 +72,29 @@ struct History {
     default_day: i32,
 }
 
+impl History {
+    /// The first day the reservoir saw an arrival, if any.
+    fn first_day(&self) -> Option<i32> {
+        self.reservoir.hours().map(|h| h.day).min()
+    }
+}
+
+/// What `slogate tune` produced.
+#[derive(Clone, Debug)]
+pub struct Tuned {
+    /// The `[pool.autoscale]` fragment.
+    pub fragment: String,
+    /// The tuner's report.
+    pub report: TuningReport,
+    /// What the user should know about how it was made (for standard
+    /// error).
+    pub notes: Vec<String>,
+}
+
+/// Days of history a weekly forecast needs; with fewer the forecaster
+/// stands the most recent day in for the same weekday.
+const WEEK_DAYS: i32 = 7;
+
 /// The most recent logged executions read.
 const EXECUTIONS_MAX: usize = 200_000;
 
@@ -135,11 +158,12 @@ fn pool_of<'a>(config: &'a NodeConfig, name: Option<&str>) -> Result<(usize, &'a
 }
 
 /// Runs the tuner; `progress` hears each phase.
-pub fn run(request: &TuneRequest, progress: &mut dyn FnMut(TuningPhase)) -> Result<(String, TuningReport)> {
+pub fn run(request: &TuneRequest, progress: &mut dyn FnMut(TuningPhase)) -> Result<Tuned> {
     let history = match &request.source {
         Source::Reservoir(dir) => read_reservoir(dir, request.kappa)?,
         Source::Trace(path) => read_trace(path)?,
     };
+    let first_day = history.first_day();
     let (index, pool) = pool_of(&request.config, request.pool.as_deref())?;
     let (setup, knobs) = pool.planner_setup(index)?;
     let config = pool.tune.to_core(&format!("pool[{index}].tune"), request.seed)?;
@@ -158,11 +182,29 @@ pub fn run(request: &TuneRequest, progress: &mut dyn FnMut(TuningPhase)) -> Resu
     let mut setup = setup;
     setup.terms.calibration = Calibration::learn(planner.fork_predictor().as_ref(), &log);
     let day = request.day.unwrap_or(history.default_day);
-    let history_days = request.history_days.unwrap_or(pool.tune.history_days);
+    let asked_days = request.history_days.unwrap_or(pool.tune.history_days);
+    // Only the days the history covers inform the forecast: a same-weekday
+    // bin before the first arrival would forecast an empty day.
+    let first = first_day.ok_or_else(|| Error::Config("the history has no arrivals to forecast from".into()))?;
+    if first >= day {
+        return Err(Error::Config(format!("the history starts on or after the target day (day {first} ≥ {day}); nothing to forecast from")));
+    }
+    let start = (day - asked_days as i32).max(first);
+    let history_days = (day - start) as u32;
+    let mut notes = Vec::new();
+    if history_days < asked_days {
+        notes.push(format!("the history covers {history_days} of the {asked_days} days asked for; forecasting from those"));
+    }
+    if (history_days as i32) < WEEK_DAYS {
+        notes.push(format!("less than a week of history ({history_days} days): the previous day stands in for the same weekday of past weeks"));
+    }
     let slos = SloBook { by_template: history.slos, default: Duration::from_secs_f64(request.default_slo_s) };
     let base = ExecutionConfig { spinups: Vec::new(), knobs };
-    let report = tune_pool(&history.reservoir, day, day - history_days as i32..day, &slos, &setup, planner.as_ref(), &base, &config, progress);
-    Ok((render(&pool.name, history_days, &report, &setup.terms.calibration), report))
+    let report = tune_pool(&history.reservoir, day, start..day, &slos, &setup, planner.as_ref(), &base, &config, progress);
+    if report.forecast_queries_per_day <= 0.0 {
+        return Err(Error::Config(format!("the forecast of day {day} from days {start}..{day} holds no queries; nothing to tune")));
+    }
+    Ok(Tuned { fragment: render(&pool.name, history_days, &report, &setup.terms.calibration), report, notes })
 }
 
 /// The configuration as a `[pool.autoscale]` fragment.
@@ -176,6 +218,7 @@ pub fn render(pool: &str, history_days: u32, report: &TuningReport, calibration:
     let _ = writeln!(out, "# Planner calibrated from the execution log: {calibration}.");
     let _ = writeln!(out, "# Paste into the pool's [[pool]] section (or replace its [pool.autoscale] keys).");
     let _ = writeln!(out, "[pool.autoscale]");
+    let _ = writeln!(out, "enabled = true");
     let _ = writeln!(out, "idle_teardown_s = {}", k.idle_teardown.as_micros() / 1_000_000);
     let _ = writeln!(out, "min_lifetime_s = {}", k.min_lifetime.as_micros() / 1_000_000);
     let _ = writeln!(out, "trigger_target = {}", k.trigger_target);
@@ -214,15 +257,38 @@ mod tests {
         std::fs::write(&trace, text).unwrap();
         let request = TuneRequest { source: Source::Trace(trace), config: node_config(""), pool: None, day: None, history_days: Some(2), kappa: 4.0, default_slo_s: 60.0, seed: 1 };
         let mut phases = Vec::new();
-        let (fragment, report) = run(&request, &mut |p| phases.push(p)).unwrap();
+        let Tuned { fragment, report, notes } = run(&request, &mut |p| phases.push(p)).unwrap();
+        assert!(notes.iter().any(|n| n.contains("less than a week")), "{notes:?}");
         assert_eq!(phases.last(), Some(&TuningPhase::Done));
         assert_eq!(report.day, TRACE_FIRST_DAY + 2);
         assert!((report.forecast_queries_per_day - 40.0).abs() < 1e-9, "{}", report.forecast_queries_per_day);
         // The fragment drops into a pool section and loads.
         let base = "version = \"1\"\n[[pool]]\nname = \"bi\"\npolicy = \"slogate\"\nclusters = [16]\n";
-        let merged = format!("{base}{}", fragment.replace("\n[pool.autoscale]\n", "\n[pool.autoscale]\nenabled = true\n"));
+        assert!(fragment.contains("[pool.autoscale]\nenabled = true\n"), "{fragment}");
+        let merged = format!("{base}{fragment}");
         let loaded = NodeConfig::load(&merged, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
         assert_eq!(loaded.file.pool[0].autoscale.scheduled.len(), report.config.spinups.len());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_short_trace_forecasts_from_the_days_it_has_not_an_empty_month() {
+        let dir = std::env::temp_dir().join(format!("slogate-tune-short-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let trace = dir.join("trace.csv");
+        let mut text = "arrival_s,template,slo_s\n".to_owned();
+        for day in 0..3 {
+            for i in 0..30 {
+                let _ = writeln!(text, "{},7,40", day * 86_400 + 50_000 + i * 3);
+            }
+        }
+        std::fs::write(&trace, text).unwrap();
+        // The pool asks for 30 days; the trace has 3.
+        let request = TuneRequest { source: Source::Trace(trace), config: node_config("history_days = 30\n"), pool: None, day: None, history_days: None, kappa: 4.0, default_slo_s: 60.0, seed: 1 };
+        let tuned = run(&request, &mut |_| {}).unwrap();
+        assert!((tuned.report.forecast_queries_per_day - 30.0).abs() < 1e-9, "{}", tuned.report.forecast_queries_per_day);
+        assert!(tuned.notes.iter().any(|n| n.contains("covers 3 of the 30 days")), "{:?}", tuned.notes);
+        assert!(tuned.fragment.contains("3 days of history"), "{}", tuned.fragment);
         std::fs::remove_dir_all(&dir).ok();
     }
 
