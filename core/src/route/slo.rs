@@ -42,8 +42,10 @@
 //! **Damage control.** When the query is predicted to miss its SLO on every
 //! ready cluster, cost no longer decides: a query that misses anyway would
 //! otherwise pile onto the cheapest cluster with no bound on how late it
-//! gets. Every candidate (the elastic tier too, when it is eligible) is
-//! then ranked by, in order: the violations it adds among the running
+//! gets. Every candidate is
+//! then ranked by, in order (the tier only when it saves a violation: it
+//! meets the SLO, or every cluster would make a running query miss too):
+//! the violations it adds among the running
 //! queries (a query that misses anyway must not take others with it),
 //! whether it finishes the query (at the decision quantile) within
 //! [`DAMAGE_BOUND_SLO_MULTIPLE`] × its SLO (a placement that would leave
@@ -427,7 +429,14 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
                 .iter()
                 .map(|s| DamageKey::new(slo, s.predicted_latency_at_quantile, s.others_violations, s.delay_to_others, s.marginal_cost_usd))
                 .collect();
-            if let Some(Ok((score, _))) = &elastic {
+            // The tier competes when it saves a violation: it meets the
+            // SLO, or every cluster would make a running query miss too.
+            // Paying for an offload that only makes a miss less late is not
+            // worth its bill.
+            let fewest_others = keys.iter().map(|k| k.others_violations).min().unwrap_or(0);
+            if let Some(Ok((score, _))) = &elastic
+                && (score.predicted_latency <= slo || fewest_others > 0)
+            {
                 keys.push(DamageKey::new(slo, score.predicted_latency, 0, Duration::ZERO, score.cost_usd));
             }
             keys

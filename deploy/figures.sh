@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Regenerates every evaluation figure the README quotes: each built-in
+# evaluation over its default seeds (five; the held-out shapes on their
+# own seeds 101..105), as text and JSON under target/figures/.
+# Usage: deploy/figures.sh [evaluation ...]   (default: all of them)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -p slogate
+out=target/figures
+mkdir -p "$out"
+all=(base router-table2 shapes-dev shapes-held-out size-table3 trigger-table4 planner-fidelity tuner-table5 e2e-diurnal bursty-service predictor-sim)
+evaluations=("${@:-${all[@]}}")
+for evaluation in "${evaluations[@]}"; do
+  echo "figures: $evaluation" >&2
+  ./target/release/slogate eval "$evaluation" --json "$out/$evaluation.json" > "$out/$evaluation.txt"
+  if [ "$evaluation" = router-table2 ]; then
+    ./target/release/slogate eval router-table2 --elastic on --json "$out/router-table2-elastic.json" > "$out/router-table2-elastic.txt"
+  fi
+done
+echo "figures: written to $out" >&2
