@@ -10,7 +10,8 @@
 //! # Layout
 //!
 //! - [`eval`]: scenarios (built-in and TOML), the side-by-side runner and
-//!   its table/JSON reports.
+//!   its table/JSON reports; [`eval::seeds`] runs any evaluation over
+//!   several seeds and reports each figure's mean, worst seed and spread.
 //! - [`eval::calibrate`]: the calibration report and the fit behind the
 //!   world model's defaults.
 //! - [`backend`]: backends beyond the emulated warehouse: the

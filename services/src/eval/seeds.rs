@@ -144,10 +144,16 @@ pub struct Aggregate {
     pub spread: f64,
 }
 
+/// A figure's identity: its row and metric.
+type FigureKey = (String, String);
+
+/// A figure's direction, unit and `(seed, value)` samples.
+type Samples = (Better, Unit, Vec<(u64, f64)>);
+
 /// Folds each seed's figures (see the module docs).
 pub fn aggregate(per_seed: &[(u64, Vec<Figure>)]) -> Vec<Aggregate> {
-    let mut order: Vec<(String, String)> = Vec::new();
-    let mut values: std::collections::HashMap<(String, String), (Better, Unit, Vec<(u64, f64)>)> = std::collections::HashMap::new();
+    let mut order: Vec<FigureKey> = Vec::new();
+    let mut values: std::collections::HashMap<FigureKey, Samples> = std::collections::HashMap::new();
     for (seed, figures) in per_seed {
         for figure in figures {
             let key = (figure.row.clone(), figure.metric.clone());
