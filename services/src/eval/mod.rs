@@ -325,6 +325,10 @@ pub struct PolicyResult {
     pub cluster_hours: f64,
     /// Time per routing decision.
     pub decision_time_us: DecisionTime,
+    /// Spinups the autoscaler made, when the scenario autoscales this
+    /// policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spinups: Option<usize>,
     /// For the SLO-aware router: its calibrated margin at the end, with the
     /// share of its cluster placements it predicted to miss and the share
     /// that did (`core::route::margin`).
@@ -387,7 +391,8 @@ pub fn run_with(scenario: &Scenario, policies: &[String], seed: u64, options: &E
                     &[]
                 };
                 for policy in policies {
-                    results.push(run_case(&case, policy, history, &queries, seed, options)?);
+                    let autoscale = scenario.autoscale.as_ref().filter(|_| LEARNED_POLICIES.contains(&policy.as_str()));
+                    results.push(run_case(&case, policy, history, &queries, seed, options, autoscale)?);
                 }
             }
         }
@@ -395,7 +400,15 @@ pub fn run_with(scenario: &Scenario, policies: &[String], seed: u64, options: &E
     Ok(EvalReport { scenario: scenario.name.clone(), seed, elastic: options.elastic.is_some(), results })
 }
 
-fn run_case(case: &Case, policy: &str, history: &[Observation], queries: &[Query], seed: u64, options: &EvalOptions) -> Result<PolicyResult> {
+fn run_case(
+    case: &Case,
+    policy: &str,
+    history: &[Observation],
+    queries: &[Query],
+    seed: u64,
+    options: &EvalOptions,
+    autoscale: Option<&crate::config::AutoscaleSection>,
+) -> Result<PolicyResult> {
     let mut world = World::seeded_with_ready(seed, &case.clusters);
     if let Some(elastic) = &options.elastic {
         world.set_elastic(elastic.config.clone());
@@ -403,8 +416,24 @@ fn run_case(case: &Case, policy: &str, history: &[Observation], queries: &[Query
     let inner = build_policy_with(policy, history, &PoolTerms { elastic: options.elastic.clone(), provisioned: false, director_queue_per_16_rpu: options.director_queue_per_16_rpu })?;
     let timed = Timed { inner, samples_us: Vec::with_capacity(queries.len()), explained: Vec::new(), explain: options.explain };
     let mut sim = Simulation::new(world, timed, queries.to_vec());
+    let autoscaler = match autoscale {
+        Some(section) => {
+            let (knobs, scaling) = section.to_core("autoscale").map_err(|e| Error::Scenario(e.to_string()))?;
+            let spinups = section.schedule("autoscale").map_err(|e| Error::Scenario(e.to_string()))?;
+            let mut autoscaler = slogate_core::scale::Autoscaler::new(knobs, scaling, slogate_core::billing::BillingConfig::default());
+            // Planned spinups repeat every day of the workload, day 0
+            // starting at its second 0.
+            let daily = slogate_core::scale::DailySchedule { spinups, day_start: Instant::ZERO, day_length: slogate_core::time::Duration::from_secs(86_400) };
+            autoscaler.set_daily_schedule(Instant::ZERO, daily);
+            let shared = std::rc::Rc::new(std::cell::RefCell::new(autoscaler));
+            sim = sim.with_controller(Box::new(std::rc::Rc::clone(&shared)));
+            Some(shared)
+        }
+        None => None,
+    };
     sim.drive_until_idle();
     let summary = sim.summary();
+    let spinups = autoscaler.as_ref().map(|a| a.borrow().decisions().filter(|d| matches!(d, slogate_core::scale::ScaleDecision::SpinUp { .. })).count());
     let mut samples = sim.policy().samples_us.clone();
     samples.sort_by(f64::total_cmp);
     Ok(PolicyResult {
@@ -422,6 +451,7 @@ fn run_case(case: &Case, policy: &str, history: &[Observation], queries: &[Query
         cluster_hours: summary.cluster_hours,
         decision_time_us: DecisionTime { p50: percentile(&samples, 0.5), p99: percentile(&samples, 0.99) },
         margin: sim.policy().margin(),
+        spinups,
         decisions: sim.policy().explained.clone(),
     })
 }
@@ -470,6 +500,9 @@ impl seeds::SeedFigures for EvalReport {
             figures.push(Figure::lower(row.clone(), "cost", r.cost_usd, Unit::Usd));
             figures.push(Figure::lower(row.clone(), "timeouts", r.timed_out as f64, Unit::Number));
             figures.push(Figure::lower(row.clone(), "p99", r.latency_s.p99, Unit::Seconds));
+            if let Some(spinups) = r.spinups {
+                figures.push(Figure::lower(row.clone(), "spinups", spinups as f64, Unit::Number));
+            }
             if let Some(margin) = &r.margin {
                 figures.push(Figure::lower(row.clone(), "predicted VR", margin.predicted_violation_rate(), Unit::Percent));
                 figures.push(Figure::lower(row, "realised − predicted VR", margin.realised_violation_rate() - margin.predicted_violation_rate(), Unit::Points));
@@ -540,6 +573,9 @@ pub fn render_table(report: &EvalReport) -> String {
             write!(out, " {:>7.1}% {:>10.3}", fraction * 100.0, r.elastic_cost_usd).expect("write to String");
         }
         writeln!(out).expect("write to String");
+        if let Some(spinups) = r.spinups {
+            writeln!(out, "    autoscaled: {spinups} spinups").expect("write to String");
+        }
         for decision in &r.decisions {
             writeln!(out, "    {decision}").expect("write to String");
         }
@@ -583,6 +619,17 @@ mod tests {
         assert_eq!(report.results.len(), 2);
         assert!(report.results.iter().all(|r| r.queries == 297 && r.completed + r.timed_out + r.rejected == 297));
         assert!(report.results.iter().all(|r| r.cost_usd > 0.0 && r.cluster_hours > 0.0));
+    }
+
+    #[test]
+    fn a_scenario_with_autoscale_scales_the_policies_that_can_plan() {
+        let text = "name='t'\nkappa=2\nclusters=[4]\npolicies=['least-loaded','slogate']\n[[workload]]\nkind='base'\nrate_per_s=0.2\n[autoscale]\nenabled=true\n";
+        let scenario = Scenario::from_toml(text, std::path::Path::new(".")).unwrap();
+        let report = run(&scenario, &scenario.policies, 1).unwrap();
+        let spinups = |policy: &str| report.results.iter().find(|r| r.policy == policy).unwrap().spinups;
+        assert_eq!(spinups("least-loaded"), None, "a policy that cannot plan runs on the fixed clusters");
+        assert!(spinups("slogate").is_some_and(|n| n > 0), "{:?}", spinups("slogate"));
+        assert!(render_table(&report).contains("autoscaled:"));
     }
 
     #[test]

@@ -32,6 +32,7 @@ use slogate_loadgen::shapes::{self, Shape};
 use slogate_loadgen::trace::read_trace;
 use slogate_loadgen::workload::{self, DiurnalConfig, TraceEntry};
 
+use crate::config::AutoscaleSection;
 use crate::{Error, Result};
 
 /// One value or a list of them.
@@ -157,6 +158,11 @@ pub struct ScenarioFile {
     pub policies: Vec<String>,
     /// Workloads, each a case.
     pub workload: Vec<WorkloadSpec>,
+    /// Autoscaling for the policies that can plan (slogate, stage-cost),
+    /// with the keys of a node's `[pool.autoscale]`; the others run on
+    /// the fixed clusters.
+    #[serde(default)]
+    pub autoscale: Option<AutoscaleSection>,
 }
 
 /// A validated scenario.
@@ -176,6 +182,8 @@ pub struct Scenario {
     pub workloads: Vec<WorkloadSpec>,
     /// Where relative trace paths are resolved.
     pub base_dir: PathBuf,
+    /// Autoscaling for the policies that can plan, if enabled.
+    pub autoscale: Option<AutoscaleSection>,
 }
 
 /// The built-in scenario names (besides `calibrate`, which is a report).
@@ -205,6 +213,7 @@ impl Scenario {
                 policies: vec!["round-robin".into(), "least-loaded".into()],
                 workloads: vec![WorkloadSpec::Base { rate_per_s: 0.1 }],
                 base_dir: PathBuf::from("."),
+                autoscale: None,
             }),
             "router-table2" => Some(Scenario {
                 name: "router-table2".into(),
@@ -214,6 +223,7 @@ impl Scenario {
                 policies: vec!["round-robin".into(), "stage-cost".into(), "slogate".into()],
                 workloads: vec![WorkloadSpec::Base { rate_per_s: 0.1 }, WorkloadSpec::Base { rate_per_s: 0.2 }],
                 base_dir: PathBuf::from("."),
+                autoscale: None,
             }),
             "shapes-dev" | "shapes-held-out" => {
                 let held_out = name == "shapes-held-out";
@@ -230,6 +240,7 @@ impl Scenario {
                     policies: SHAPE_POLICIES.iter().map(|p| (*p).to_owned()).collect(),
                     workloads: shapes.into_iter().map(WorkloadSpec::Shape).collect(),
                     base_dir: PathBuf::from("."),
+                    autoscale: None,
                 })
             }
             _ => None,
@@ -248,6 +259,7 @@ impl Scenario {
             policies: file.policies,
             workloads: file.workload,
             base_dir: base_dir.to_path_buf(),
+            autoscale: file.autoscale.filter(|a| a.enabled),
         };
         scenario.validate()?;
         Ok(scenario)
@@ -289,6 +301,13 @@ impl Scenario {
         }
         for policy in &self.policies {
             super::policy_by_name(policy)?;
+        }
+        if let Some(autoscale) = &self.autoscale {
+            autoscale.to_core("autoscale").map_err(|e| Error::Scenario(e.to_string()))?;
+            autoscale.schedule("autoscale").map_err(|e| Error::Scenario(e.to_string()))?;
+            if !self.policies.iter().any(|p| super::LEARNED_POLICIES.contains(&p.as_str())) {
+                return bad(format!("[autoscale] needs a policy that can plan ({}) among the policies", super::LEARNED_POLICIES.join(", ")));
+            }
         }
         Ok(())
     }
@@ -339,6 +358,23 @@ mod tests {
         assert_eq!(s.workloads[1], WorkloadSpec::Shape(Shape::by_name("heavy_tailed").unwrap()));
         let bad = text.replace("crowd_rate_per_s=0.3", "crowd_colour=1");
         assert!(Scenario::from_toml(&bad, Path::new(".")).unwrap_err().to_string().contains("crowd_colour"));
+    }
+
+    #[test]
+    fn autoscale_takes_the_node_keys_and_names_bad_ones() {
+        let base = "name='t'\nkappa=4\nclusters=[16]\npolicies=['least-loaded','slogate']\n[[workload]]\nkind='base'\nrate_per_s=0.1\n";
+        let s = Scenario::from_toml(&format!("{base}[autoscale]\nenabled=true\nidle_teardown_s=600\n[[autoscale.scheduled]]\nat_s=3600\nsize=32\n"), Path::new(".")).unwrap();
+        let autoscale = s.autoscale.unwrap();
+        assert_eq!((autoscale.idle_teardown_s, autoscale.scheduled.len()), (600, 1));
+        let off = Scenario::from_toml(&format!("{base}[autoscale]\nenabled=false\n"), Path::new(".")).unwrap();
+        assert!(off.autoscale.is_none());
+        let bad = Scenario::from_toml(&format!("{base}[autoscale]\nenabled=true\n[[autoscale.scheduled]]\nat_s=90000\nsize=32\n"), Path::new(".")).unwrap_err();
+        assert!(bad.to_string().contains("autoscale.scheduled[0].at_s"), "{bad}");
+        let unknown = Scenario::from_toml(&format!("{base}[autoscale]\nenabled=true\nsped=1\n"), Path::new(".")).unwrap_err();
+        assert!(unknown.to_string().contains("sped"), "{unknown}");
+        let blind = base.replace("'least-loaded','slogate'", "'least-loaded'");
+        let err = Scenario::from_toml(&format!("{blind}[autoscale]\nenabled=true\n"), Path::new(".")).unwrap_err();
+        assert!(err.to_string().contains("needs a policy that can plan"), "{err}");
     }
 
     #[test]
