@@ -182,16 +182,19 @@ pub struct AutoscalerActor {
     tuning: Option<ActiveTuning>,
 }
 
-/// `daily` (times after 00:00 UTC) on the virtual clock: the day that
-/// holds the wall-clock instant `unix_now_s` starts `into_day × compression`
-/// virtual seconds before `now`, and a day lasts `86,400 × compression`.
-pub fn daily_schedule(daily: Vec<ScheduledSpinup>, unix_now_s: f64, now: slogate_core::time::Instant, compression: f64) -> DailySchedule {
-    let into_day = unix_now_s.rem_euclid(86_400.0) * compression;
-    DailySchedule {
-        spinups: daily,
-        day_start: slogate_core::time::Instant::from_secs_f64(now.as_secs_f64() - into_day),
-        day_length: Duration::from_secs_f64(86_400.0 * compression),
+/// `daily` (times after 00:00 UTC of the node's calendar) on the virtual
+/// clock: the calendar day that holds `calendar_now_s` (the node's calendar
+/// at virtual instant `now`) started `calendar_now_s mod 86,400` virtual
+/// seconds before `now`, and a day lasts 86,400 virtual seconds.
+pub fn daily_schedule(daily: Vec<ScheduledSpinup>, calendar_now_s: f64, now: slogate_core::time::Instant) -> DailySchedule {
+    let into_day = calendar_now_s.rem_euclid(86_400.0);
+    // Any day's start will do; virtual instants are not negative, so a day
+    // that began before the clock did is named by the next one.
+    let mut day_start_s = now.as_secs_f64() - into_day;
+    if day_start_s < 0.0 {
+        day_start_s += 86_400.0;
     }
+    DailySchedule { spinups: daily, day_start: slogate_core::time::Instant::from_secs_f64(day_start_s), day_length: Duration::from_secs(86_400) }
 }
 
 impl AutoscalerActor {
@@ -326,7 +329,7 @@ impl Handler<ApplyTuning> for AutoscalerActor {
     fn handle(&mut self, message: ApplyTuning, _ctx: &mut Self::Context) {
         self.core.set_config(message.knobs);
         let now = self.clock.now();
-        self.core.set_daily_schedule(now, daily_schedule(message.daily.clone(), unix_now_s(), now, self.clock.compression()));
+        self.core.set_daily_schedule(now, daily_schedule(message.daily.clone(), self.clock.calendar_now_s(), now));
         self.tuning = Some(ActiveTuning { source: message.source, daily: message.daily, expected: message.expected, applied_at_unix_s: unix_now_s() as i64 });
     }
 }
@@ -348,13 +351,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_day_maps_onto_the_virtual_clock_through_the_compression() {
-        // 01:30 UTC, virtual now 100,000 s, 6x compression: today started
-        // 5,400 x 6 virtual seconds ago and a day lasts 518,400.
+    fn a_calendar_day_maps_onto_the_virtual_clock() {
+        // The node's calendar says 01:30 UTC at virtual 100,000 s: today
+        // started 5,400 virtual seconds ago and a day lasts 86,400.
         let daily = vec![ScheduledSpinup { at: Instant::from_secs_f64(7_200.0), size: Rpu(16) }];
-        let schedule = daily_schedule(daily.clone(), 20_000.0 * 86_400.0 + 5_400.0, Instant::from_secs_f64(100_000.0), 6.0);
-        assert_eq!(schedule.day_start, Instant::from_secs_f64(100_000.0 - 5_400.0 * 6.0));
-        assert_eq!(schedule.day_length, Duration::from_secs(518_400));
+        let schedule = daily_schedule(daily.clone(), 20_000.0 * 86_400.0 + 5_400.0, Instant::from_secs_f64(100_000.0));
+        assert_eq!(schedule.day_start, Instant::from_secs_f64(100_000.0 - 5_400.0));
+        assert_eq!(schedule.day_length, Duration::from_secs(86_400));
         assert_eq!(schedule.spinups, daily);
+    }
+
+    #[test]
+    fn a_day_that_began_before_the_clock_is_named_by_the_next_one() {
+        // 05:00 on the calendar at virtual 100 s: today began before the
+        // clock did, so the schedule counts from tomorrow's 00:00.
+        let schedule = daily_schedule(Vec::new(), 20_000.0 * 86_400.0 + 18_000.0, Instant::from_secs_f64(100.0));
+        assert_eq!(schedule.day_start, Instant::from_secs_f64(100.0 - 18_000.0 + 86_400.0));
     }
 }

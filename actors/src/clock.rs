@@ -9,6 +9,8 @@ use slogate_core::time::{Duration, Instant};
 pub struct VirtualClock {
     start: tokio::time::Instant,
     compression: f64,
+    /// The node's calendar at `start`, UNIX seconds.
+    calendar_start_unix_s: f64,
 }
 
 impl VirtualClock {
@@ -21,7 +23,24 @@ impl VirtualClock {
     /// rules that out).
     pub fn start(compression: f64) -> Self {
         assert!(compression.is_finite() && compression > 0.0, "compression must be positive, got {compression}");
-        VirtualClock { start: tokio::time::Instant::now(), compression }
+        VirtualClock { start: tokio::time::Instant::now(), compression, calendar_start_unix_s: unix_now_s() }
+    }
+
+    /// The same clock with its calendar starting at `unix_s` instead of the
+    /// wall clock's now (e.g. the last 00:00 UTC, so that a trace replayed
+    /// from the node's start keeps its times of day).
+    pub fn with_calendar_start(mut self, unix_s: f64) -> Self {
+        self.calendar_start_unix_s = unix_s;
+        self
+    }
+
+    /// The node's calendar now, UNIX seconds: its start plus the virtual
+    /// time since. Calendar days (the reservoir's hours, the tuner's target
+    /// day, planned times of day) are counted in it, so that a compressed
+    /// node's days pass at its compression; at compression 1 with the
+    /// default start it is the wall clock.
+    pub fn calendar_now_s(&self) -> f64 {
+        self.calendar_start_unix_s + self.now().as_secs_f64()
     }
 
     /// Virtual time now.
@@ -40,8 +59,8 @@ impl VirtualClock {
     }
 }
 
-/// Wall-clock UNIX time, seconds: what calendar days (the reservoir's
-/// hours, the tuner's target day, planned times of day) are counted in.
+/// Wall-clock UNIX time, seconds (what a node's calendar starts from, and
+/// what operators' timestamps are in).
 pub fn unix_now_s() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }

@@ -721,7 +721,7 @@ impl Handler<Submit> for RouterShard {
         pool.stats.accepted += 1;
         pool.slos.insert(query.template, query.slo.latency);
         if let Some(reservoir) = &self.reservoir {
-            let unix_secs = crate::clock::unix_now_s().floor() as i64;
+            let unix_secs = self.clock.calendar_now_s().floor() as i64;
             if reservoir.try_send(ArrivalUpdate { unix_secs, template: query.template }).is_err() {
                 self.reservoir_updates_dropped += 1;
             }

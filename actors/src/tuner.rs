@@ -122,6 +122,8 @@ pub struct TunerState {
 pub struct TunerActor {
     pool: PoolId,
     settings: TunerSettings,
+    /// The node's clock, for its calendar (the target day).
+    clock: crate::clock::VirtualClock,
     router: Addr<RouterShard>,
     reservoir: Addr<ReservoirActor>,
     autoscaler: Addr<AutoscalerActor>,
@@ -137,9 +139,17 @@ pub struct TunerActor {
 impl TunerActor {
     /// A tuner for `pool`; a configuration persisted at
     /// `settings.state_path` is loaded and applied when it starts.
-    pub fn new(pool: PoolId, settings: TunerSettings, router: Addr<RouterShard>, reservoir: Addr<ReservoirActor>, autoscaler: Addr<AutoscalerActor>) -> Self {
+    pub fn new(
+        pool: PoolId,
+        settings: TunerSettings,
+        clock: crate::clock::VirtualClock,
+        router: Addr<RouterShard>,
+        reservoir: Addr<ReservoirActor>,
+        autoscaler: Addr<AutoscalerActor>,
+    ) -> Self {
         TunerActor {
             pool,
+            clock,
             settings,
             router,
             reservoir,
@@ -200,10 +210,10 @@ impl TunerActor {
             let mut settings = actor.settings.clone();
             let phase = Arc::clone(&actor.phase);
             let me = ctx.address();
+            let calendar_now_s = actor.clock.calendar_now_s();
             std::thread::spawn(move || {
                 let started = std::time::Instant::now();
-                let now_s = unix_now_s();
-                let day = (now_s / 86_400.0).floor() as i32 + 1;
+                let day = (calendar_now_s / 86_400.0).floor() as i32 + 1;
                 let history = day - settings.history_days as i32..day;
                 let book = SloBook { by_template: slos, default: settings.default_slo };
                 let base = ExecutionConfig { spinups: Vec::new(), knobs: settings.base_knobs.clone() };

@@ -86,6 +86,13 @@ pub struct NodeSection {
     pub reads_require_token: bool,
     /// Seed of the emulated warehouse's noise.
     pub seed: u64,
+    /// Where the node's calendar starts: `wall` (the wall clock at start)
+    /// or `midnight` (the last 00:00 UTC, so that a trace replayed from the
+    /// node's start lines its times of day up with planned spinups). The
+    /// calendar runs at the time compression: a compressed node's days
+    /// (its reservoir's hours, its tuner's target day, its planned
+    /// spinups' times of day) pass that much faster.
+    pub calendar: String,
 }
 
 /// `[limits]`.
@@ -729,6 +736,7 @@ impl Default for NodeSection {
             admin_token: String::new(),
             reads_require_token: false,
             seed: 1,
+            calendar: "wall".into(),
         }
     }
 }
@@ -863,6 +871,9 @@ impl NodeConfig {
         let compression = file.node.time_compression;
         if !(compression.is_finite() && compression > 0.0 && compression <= 1e6) {
             return Err(invalid("node.time_compression", format!("must be in (0, 1e6], got {compression}")));
+        }
+        if !["wall", "midnight"].contains(&file.node.calendar.as_str()) {
+            return Err(invalid("node.calendar", format!("must be \"wall\" or \"midnight\", got \"{}\"", file.node.calendar)));
         }
         let limits = &file.limits;
         for (key, value) in [

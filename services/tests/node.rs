@@ -525,3 +525,55 @@ async fn provisioned_clusters_bill_while_they_exist_and_trackers_agree() {
     node.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A tuned fragment's planned spinups fire in a live replay of the trace it
+/// was tuned on: the node's calendar starts at midnight, so the trace's
+/// second 0 is 00:00 and its times of day are the fragment's.
+#[actix_rt::test]
+async fn planned_spinups_fire_at_their_time_of_day_in_a_live_replay_of_the_trace() {
+    let dir = scratch("planned");
+    // The fragment `slogate tune` writes, with one planned spinup at
+    // 01:00 (3,600 s into the trace's day; 1.8 s after the node starts at
+    // 2,000x, well after its actors are up).
+    let fragment = "[pool.autoscale]\nenabled = true\nidle_teardown_s = 7200\nmin_lifetime_s = 7200\n\n[[pool.autoscale.scheduled]]\n# 01:00:00 UTC\nat_s = 3600\nsize = 8\n";
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 2000.0\ncalendar = \"midnight\"\n\
+         [[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [16]\n{fragment}",
+        dir.display()
+    );
+    let config = NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
+    let node = node::start(config).await.unwrap();
+    // The trace: a query every 80 s for the first 80 minutes of the day.
+    let mut trace = "arrival_s,template,slo_s\n".to_owned();
+    for i in 0..60u32 {
+        trace.push_str(&format!("{},{},120\n", i * 80, 1 + i % 30));
+    }
+    let entries = slogate_loadgen::trace::parse_trace(&trace).unwrap();
+    let replay = slogate_loadgen::replay::ReplayConfig {
+        target: format!("http://{}", node.grpc_addr),
+        pool: "default".into(),
+        time_scale: 2_000.0,
+        concurrency: 64,
+        repeat: 1,
+        deadline: std::time::Duration::from_secs(60),
+        progress: false,
+        run_id: slogate_loadgen::replay::ReplayConfig::fresh_run_id(),
+        sql: None,
+    };
+    let report = slogate_loadgen::replay::replay(&entries, &replay).await.unwrap();
+    assert_eq!(report.completed + report.timed_out, 60, "{report:?}");
+    let decisions = wait_for_scale_decision(node.admin_addr, "spin_up").await;
+    let (_, actors) = admin_get(node.admin_addr, "/v1/actors").await;
+    let actors: serde_json::Value = serde_json::from_str(&actors).unwrap();
+    let autoscaler = &actors["autoscalers"]["default"];
+    let spinup = decisions.iter().find(|d| d["kind"] == "spin_up").unwrap_or_else(|| panic!("no planned spinup fired: {decisions:?}; the autoscaler: {autoscaler}"));
+    assert_eq!(spinup["size"], 8, "{spinup}");
+    // It fired at 01:00 of the node's calendar, where the trace's second
+    // 3,600 was replayed (the actors' scheduling adds a few virtual seconds
+    // at 2,000x).
+    let at_s = spinup["at"].as_f64().unwrap() / 1e6;
+    assert!((3_600.0..3_700.0).contains(&at_s), "fired at {at_s} s: {spinup}");
+    assert!(spinup["reason"].as_str().unwrap().contains("scheduled") || spinup["reason"].as_str().unwrap().contains("planned"), "{spinup}");
+    node.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -147,13 +147,13 @@ pub struct ScheduledSpinup {
 /// Planned spinups that repeat every day (the live node's tuned schedule).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DailySchedule {
-    /// Each `at` is a time of day: how long after the day's start, in
-    /// wall-clock time (under 86,400 s).
+    /// Each `at` is a time of day: how long after the day's start, in the
+    /// calendar's seconds (under 86,400 s).
     pub spinups: Vec<ScheduledSpinup>,
     /// The virtual instant a day starts at (any day's 00:00 UTC).
     pub day_start: Instant,
-    /// A day's length in virtual time (86,400 s times the clock's
-    /// compression).
+    /// A day's length in virtual time (86,400 s for the live node, whose
+    /// calendar runs on the virtual clock).
     pub day_length: crate::time::Duration,
 }
 

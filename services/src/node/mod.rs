@@ -64,7 +64,15 @@ fn io(what: &str, error: std::io::Error) -> Error {
 /// Starts a node with `config`. Must run inside an actix System.
 pub async fn start(config: NodeConfig) -> Result<Node> {
     let file = &config.file;
-    let clock = VirtualClock::start(file.node.time_compression);
+    let clock = match file.node.calendar.as_str() {
+        // The last 00:00 UTC: a trace replayed from the node's start keeps
+        // its times of day.
+        "midnight" => {
+            let now = slogate_actors::clock::unix_now_s();
+            VirtualClock::start(file.node.time_compression).with_calendar_start(now - now.rem_euclid(86_400.0))
+        }
+        _ => VirtualClock::start(file.node.time_compression),
+    };
     let mailbox = file.limits.mailbox_capacity;
 
     std::fs::create_dir_all(&config.data_dir).map_err(|e| io(&format!("cannot create data dir {}", config.data_dir.display()), e))?;
@@ -151,7 +159,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             let tuner_arbiter = actix::Arbiter::new();
             let tuner = {
                 let (id, router, reservoir, autoscaler) = (id.clone(), router.clone(), reservoir.clone(), actor.clone());
-                TunerActor::start_in_arbiter(&tuner_arbiter.handle(), move |_| TunerActor::new(id, settings, router, reservoir, autoscaler))
+                TunerActor::start_in_arbiter(&tuner_arbiter.handle(), move |_| TunerActor::new(id, settings, clock, router, reservoir, autoscaler))
             };
             tuners.push((id.clone(), tuner));
             arbiters.push(tuner_arbiter);
