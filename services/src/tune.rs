@@ -129,9 +129,16 @@ fn read_trace(path: &Path) -> Result<History> {
     Ok(History { reservoir, slos, log: Vec::new(), default_day })
 }
 
+/// The reservoir of a node's data directory, or `dir` itself when it is
+/// the `reservoir` folder (what `slogate tune --reservoir` and `slogate
+/// serve --warm-from` accept).
+pub fn reservoir_folder(dir: &Path) -> std::path::PathBuf {
+    if dir.join("reservoir").is_dir() { dir.join("reservoir") } else { dir.to_path_buf() }
+}
+
 fn read_reservoir(dir: &Path, kappa: f64) -> Result<History> {
     use slogate_actors::reservoir::{ReservoirStore, SledStore};
-    let folder = if dir.join("reservoir").is_dir() { dir.join("reservoir") } else { dir.to_path_buf() };
+    let folder = reservoir_folder(dir);
     if !folder.is_dir() {
         return Err(Error::Config(format!("{}: no reservoir there (expected a node's data directory)", dir.display())));
     }

@@ -228,6 +228,11 @@ impl SloMargin {
         spread.share_above((s / p).ln())
     }
 
+    /// Residuals it keeps (all loads together).
+    pub fn window(&self) -> usize {
+        self.config.window
+    }
+
     /// The state.
     pub fn state(&self) -> MarginState {
         MarginState {

@@ -250,7 +250,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
     /// window.
     pub fn warm_margin(&mut self, history: &[Observation]) {
         let uncensored: Vec<&Observation> = history.iter().filter(|o| !o.censored).collect();
-        let stride = uncensored.len().div_ceil(crate::route::margin::MarginConfig::default().window).max(1);
+        let stride = uncensored.len().div_ceil(self.margin.window().max(1)).max(1);
         for o in uncensored.iter().step_by(stride) {
             let predicted = self.predictor.predict(o.template, o.size, o.neighbours);
             self.margin.handle_past_execution(predicted, o.latency, o.neighbours);

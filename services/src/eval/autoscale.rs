@@ -298,14 +298,7 @@ impl super::seeds::SeedFigures for AutoscaleReport {
             figures.push(Figure::lower(row.clone(), "VR", r.violation_rate, Unit::Percent));
             figures.push(Figure::lower(row, "cost", r.cost_usd, Unit::Usd));
         }
-        let baseline = self.experiment.policies()[0];
-        for (policy, vr, cost) in mean_delta(self) {
-            let row = format!("mean Δ vs {baseline} over cases  {policy}");
-            if let Some(vr) = vr {
-                figures.push(Figure::lower(row.clone(), "VR Δ", vr, Unit::Change));
-            }
-            figures.push(Figure::lower(row, "cost Δ", cost, Unit::Change));
-        }
+        figures.extend(super::seeds::mean_delta_figures(self.experiment.policies()[0], mean_delta(self)));
         figures
     }
 }

@@ -517,13 +517,7 @@ impl seeds::SeedFigures for EvalReport {
             figures.push(Figure::lower(row.clone(), "cost", r.cost_usd - ll.cost_usd, Unit::Usd));
             figures.push(Figure::lower(row, "timeouts", r.timed_out as f64 - ll.timed_out as f64, Unit::Number));
         }
-        for (policy, vr, cost) in mean_delta_vs_round_robin(self) {
-            let row = format!("mean Δ vs round-robin over cases  {policy}");
-            if let Some(vr) = vr {
-                figures.push(Figure::lower(row.clone(), "VR Δ", vr, Unit::Change));
-            }
-            figures.push(Figure::lower(row, "cost Δ", cost, Unit::Change));
-        }
+        figures.extend(seeds::mean_delta_figures("round-robin", mean_delta_vs_round_robin(self)));
         figures
     }
 }

@@ -117,6 +117,20 @@ pub trait SeedFigures {
     fn figures(&self) -> Vec<Figure>;
 }
 
+/// The figures of a "mean Δ vs `baseline` over cases" table: per policy,
+/// its VR change (where the baseline had violations) and cost change.
+pub fn mean_delta_figures(baseline: &str, deltas: Vec<(String, Option<f64>, f64)>) -> Vec<Figure> {
+    let mut figures = Vec::new();
+    for (policy, vr, cost) in deltas {
+        let row = format!("mean Δ vs {baseline} over cases  {policy}");
+        if let Some(vr) = vr {
+            figures.push(Figure::lower(row.clone(), "VR Δ", vr, Unit::Change));
+        }
+        figures.push(Figure::lower(row, "cost Δ", cost, Unit::Change));
+    }
+    figures
+}
+
 /// One figure over the seeds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Aggregate {

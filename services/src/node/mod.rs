@@ -307,7 +307,7 @@ fn warm_from(path: &std::path::Path, config: &NodeConfig) -> Result<Vec<Observat
     use slogate_actors::reservoir::ReservoirStore;
     let named = |reason: String| Error::Config(format!("--warm-from {}: {reason}", path.display()));
     if path.is_dir() {
-        let folder = if path.join("reservoir").is_dir() { path.join("reservoir") } else { path.to_path_buf() };
+        let folder = crate::tune::reservoir_folder(path);
         if folder == config.data_dir.join("reservoir") {
             return Err(named("is this node's own data directory, whose log it reads anyway".into()));
         }
