@@ -58,6 +58,13 @@ pub struct TunedConfig {
     pub config: ExecutionConfig,
     /// Its expected VR and cost per day on the validation forecasts.
     pub expected: Outcome,
+    /// The base configuration's, on the same forecasts.
+    #[serde(default)]
+    pub base_expected: Option<Outcome>,
+    /// Whether the tuned configuration beat the base there; if not, the
+    /// base configuration is what `config` holds.
+    #[serde(default)]
+    pub accepted: bool,
     /// Forecast queries per day, on average.
     pub forecast_queries_per_day: f64,
     /// Simulations run.
@@ -227,6 +234,8 @@ impl TunerActor {
                     history_days: settings.history_days,
                     config: report.config,
                     expected: report.expected,
+                    base_expected: report.base_expected,
+                    accepted: report.accepted,
                     forecast_queries_per_day: report.forecast_queries_per_day,
                     simulations: report.simulations,
                     duration_s: started.elapsed().as_secs_f64(),

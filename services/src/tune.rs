@@ -222,6 +222,10 @@ pub fn render(pool: &str, history_days: u32, report: &TuningReport, calibration:
     let _ = writeln!(out, "# slogate tune: pool `{pool}`, target day {y:04}-{m:02}-{d:02}, {history_days} days of history,");
     let _ = writeln!(out, "# {:.0} forecast queries per day, {} simulations.", report.forecast_queries_per_day, report.simulations);
     let _ = writeln!(out, "# Expected on the validation forecasts: VR {:.2}%, ${:.3} per day.", report.expected.violations * 100.0, report.expected.cost_usd);
+    if let Some(base) = report.base_expected {
+        let verdict = if report.accepted { "tuned configuration accepted: it beats" } else { "tuned configuration rejected: it does not beat" };
+        let _ = writeln!(out, "# The {verdict} the base (VR {:.2}%, ${:.3} per day) there.", base.violations * 100.0, base.cost_usd);
+    }
     let _ = writeln!(out, "# Planner calibrated from the execution log: {calibration}.");
     let _ = writeln!(out, "# Paste into the pool's [[pool]] section (or replace its [pool.autoscale] keys).");
     let _ = writeln!(out, "[pool.autoscale]");

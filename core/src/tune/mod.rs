@@ -10,6 +10,14 @@
 //! only as good as its calibration (`setup.terms.calibration`), which the
 //! caller learns from the execution log with [`Calibration::learn`].
 //!
+//! # Properties
+//!
+//! - (A) The returned configuration is never expected to be worse than the
+//!   base on the validation forecasts under BestWithTarget(τ).
+//! - (B) It differs from the base only when the tuned configuration is
+//!   strictly better there (`accepted`); otherwise the base comes back,
+//!   with its own expected outcome.
+//!
 //! # Layout
 //!
 //! - [`forecast`](mod@forecast): forecasted days from the reservoir's tables (weekly
@@ -45,7 +53,7 @@ use crate::route::PlanningRouter;
 use crate::time::{Duration, Instant};
 
 pub use calibration::{AdmissionModel, AdmissionSample, Calibration, ResidualModel};
-pub use batch::{BatchSetup, ExecutionConfig, RunOutcome, simulate_batch};
+pub use batch::{BatchSetup, ExecutionConfig, RunOutcome, aggregate, simulate_batch};
 pub use configure::{TuneStrategy, TunerConfig, Tuning, tune_configuration};
 pub use forecast::{ForecastConfig, ForecastDay, ForecastMethod, Forecasts, forecast};
 pub use predicted::{PlannerTerms, PredictedWarehouse};
@@ -118,11 +126,17 @@ pub enum TuningPhase {
 pub struct TuningReport {
     /// The target day, days since 1970-01-01.
     pub day: i32,
-    /// The chosen configuration.
+    /// The chosen configuration: the tuned one if accepted, else the base.
     pub config: ExecutionConfig,
     /// Its expected outcome on the validation forecasts (VR, mean cost per
     /// day).
     pub expected: Outcome,
+    /// The base configuration's expected outcome on the same forecasts
+    /// (none without validation days).
+    pub base_expected: Option<Outcome>,
+    /// Whether the tuned configuration beat the base on the validation
+    /// forecasts under BestWithTarget (strictly) and so replaced it.
+    pub accepted: bool,
     /// Forecast queries per training and per validation day, on average.
     pub forecast_queries_per_day: f64,
     /// Training and validation days.
@@ -172,13 +186,38 @@ pub fn tune_pool(
     progress(TuningPhase::Done);
     // The tuner's finalists include the scheduled configuration's own
     // knobs only if the space holds them; keep whichever validates better.
-    let (config, expected) = if tuning.expected.cmp_with_target(&schedule.expected, config.tuner.target) == std::cmp::Ordering::Greater {
+    let (tuned, tuned_expected) = if tuning.expected.cmp_with_target(&schedule.expected, config.tuner.target) == std::cmp::Ordering::Greater {
         (schedule.best.clone(), schedule.expected)
     } else {
         (tuning.best.clone(), tuning.expected)
     };
-    let simulations = schedule.simulations + tuning.simulations;
-    TuningReport { day, config, expected, forecast_queries_per_day, days: (training.len(), validation.len()), schedule, tuning, simulations }
+    // The acceptance gate: the tuned configuration replaces the base only
+    // if the validation forecasts say it is strictly better.
+    let mut simulations = schedule.simulations + tuning.simulations;
+    let base_expected = if validation.is_empty() {
+        None
+    } else {
+        simulations += validation.len();
+        Some(aggregate(&simulate_batch(setup, router, std::slice::from_ref(base), &validation)[0]))
+    };
+    let accepted = base_expected.is_some_and(|b| tuned_expected.cmp_with_target(&b, config.tuner.target) == std::cmp::Ordering::Less);
+    let (config, expected) = match base_expected {
+        Some(b) if !accepted => (base.clone(), b),
+        None => (base.clone(), tuned_expected),
+        _ => (tuned, tuned_expected),
+    };
+    TuningReport {
+        day,
+        config,
+        expected,
+        base_expected,
+        accepted,
+        forecast_queries_per_day,
+        days: (training.len(), validation.len()),
+        schedule,
+        tuning,
+        simulations,
+    }
 }
 
 #[cfg(test)]
@@ -225,6 +264,28 @@ mod tests {
         assert!((35_000.0..36_300.0).contains(&first), "planned at {first}");
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 6, ..Default::default() })]
+
+        #[test]
+        fn the_chosen_configuration_never_validates_worse_than_the_base(idle_s in 60u64..3_000, trigger in 0.02f64..0.3, burst_days in 2i32..8) {
+            let reservoir = reservoir_with_daily_bursts(MONDAY - burst_days..MONDAY);
+            let slos = SloBook { by_template: BTreeMap::new(), default: Duration::from_secs(30) };
+            let knobs = AutoscalerConfig { idle_teardown: Duration::from_secs(idle_s), trigger_target: trigger, ..AutoscalerConfig::default() };
+            let base = ExecutionConfig { spinups: Vec::new(), knobs };
+            let config = small_config();
+            let report = tune_pool(&reservoir, MONDAY, MONDAY - burst_days..MONDAY, &slos, &setup(2), &router(), &base, &config, &mut |_| {});
+            let base_expected = report.base_expected.expect("validation days");
+            proptest::prop_assert_ne!(report.expected.cmp_with_target(&base_expected, config.tuner.target), std::cmp::Ordering::Greater);
+            if report.accepted {
+                proptest::prop_assert_eq!(report.expected.cmp_with_target(&base_expected, config.tuner.target), std::cmp::Ordering::Less);
+            } else {
+                proptest::prop_assert_eq!(&report.config, &base);
+                proptest::prop_assert_eq!(report.expected, base_expected);
+            }
+        }
+    }
+
     #[test]
     fn without_history_the_base_configuration_comes_back() {
         let reservoir = Reservoir::new(ReservoirConfig::default());
@@ -233,5 +294,6 @@ mod tests {
         let report = tune_pool(&reservoir, MONDAY, MONDAY..MONDAY, &slos, &setup(1), &router(), &base, &small_config(), &mut |_| {});
         assert!(report.config.spinups.is_empty());
         assert_eq!(report.forecast_queries_per_day, 0.0);
+        assert!(!report.accepted, "nothing to beat the base with");
     }
 }

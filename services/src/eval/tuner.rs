@@ -31,7 +31,7 @@ use slogate_core::reservoir::{Reservoir, ReservoirConfig};
 use slogate_core::scale::{Autoscaler, AutoscalerConfig, AutoscalerPolicy, ScaleDecision};
 use slogate_core::sim::Simulation;
 use slogate_core::time::{Duration, Instant};
-use slogate_core::tune::{Calibration, BatchSetup, ExecutionConfig, PlannerTerms, SloBook, TuningConfig, TuningReport, tune_pool};
+use slogate_core::tune::{BatchSetup, Calibration, ExecutionConfig, PLANNING_TARGET, PlannerTerms, SloBook, TuningConfig, TuningReport, simulate_batch, tune_pool};
 use slogate_world::World;
 use slogate_loadgen::workload::{DiurnalConfig, TraceEntry, assign_slos, diurnal_workload, to_queries};
 
@@ -77,6 +77,15 @@ pub struct TunerCell {
     pub config: ExecutionConfig,
     /// What the tuner expected on its validation forecasts.
     pub expected: Outcome,
+    /// What it expected of the base configuration there (none without
+    /// validation days).
+    pub base_expected: Option<Outcome>,
+    /// Whether the tuned configuration beat the base there and was used.
+    pub accepted: bool,
+    /// The configuration on the planner's warehouse over the target day's
+    /// real queries: what the planner would have said with a perfect
+    /// forecast.
+    pub planner_actual: Outcome,
     /// The target day's VR in the world.
     pub violation_rate: f64,
     /// Its cost, dollars.
@@ -232,6 +241,8 @@ pub fn tune_for(
 pub fn run(seed: u64) -> Result<TunerReport> {
     let templates = Scenario::templates();
     let (history, calibration) = learn_from(&training_executions(&[4, 8, 16, 32], seed))?;
+    let planner = planner_for(&history, None)?;
+    let setup = batch_setup(None, &calibration);
     let mut cells = Vec::new();
     for &kappa in &KAPPAS {
         let entries = workload(&templates, kappa, seed)?;
@@ -242,12 +253,17 @@ pub fn run(seed: u64) -> Result<TunerReport> {
                 let report = tune_for(&entries, &templates, kappa, target, history_days, &history, &calibration, None, seed)?;
                 let tuning_s = started.elapsed().as_secs_f64();
                 let (violation_rate, cost_usd, spinups, _) = run_day(&queries, &report.config, &history, None, seed)?;
+                let planned = simulate_batch(&setup, planner.as_ref(), std::slice::from_ref(&report.config), std::slice::from_ref(&queries));
+                let planner_actual = Outcome { violations: planned[0][0].violation_rate(), cost_usd: planned[0][0].cost_usd };
                 cells.push(TunerCell {
                     target_day: target,
                     kappa,
                     history_days,
                     config: report.config,
                     expected: report.expected,
+                    base_expected: report.base_expected,
+                    accepted: report.accepted,
+                    planner_actual,
                     violation_rate,
                     cost_usd,
                     queries: queries.len(),
@@ -282,6 +298,67 @@ pub fn mean_delta(report: &TunerReport) -> Vec<(u32, f64, f64)> {
         .collect()
 }
 
+/// Why a tuned configuration did what it did in the world, against the
+/// base configuration (the no-past-data cell of the same day and κ), under
+/// the tuner's own objective, BestWithTarget at [`PLANNING_TARGET`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Attribution {
+    /// The validation forecasts did not favour the tuned configuration, so
+    /// the base was kept.
+    BaseKept,
+    /// Accepted, and not worse than the base in the world.
+    NotWorse,
+    /// Worse in the world, and the planner on the day's real queries says
+    /// so too: the forecasts misled it (a perfect forecast would not
+    /// have).
+    Forecast,
+    /// Worse in the world, though the planner on the day's real queries
+    /// says it is better: the planner's model of the cluster misled it.
+    Planner,
+}
+
+impl Attribution {
+    /// The label in the table.
+    pub fn label(self) -> &'static str {
+        match self {
+            Attribution::BaseKept => "base kept",
+            Attribution::NotWorse => "not worse",
+            Attribution::Forecast => "worse: forecast",
+            Attribution::Planner => "worse: planner",
+        }
+    }
+}
+
+/// `cell`'s attribution against `base`, its no-past-data cell.
+pub fn attribute(cell: &TunerCell, base: &TunerCell) -> Attribution {
+    if !cell.accepted {
+        return Attribution::BaseKept;
+    }
+    let world = |c: &TunerCell| Outcome { violations: c.violation_rate, cost_usd: c.cost_usd };
+    if world(cell).cmp_with_target(&world(base), PLANNING_TARGET) != std::cmp::Ordering::Greater {
+        return Attribution::NotWorse;
+    }
+    if cell.planner_actual.cmp_with_target(&base.planner_actual, PLANNING_TARGET) == std::cmp::Ordering::Greater {
+        Attribution::Forecast
+    } else {
+        Attribution::Planner
+    }
+}
+
+/// Every cell with history, with its no-past-data cell and attribution.
+pub fn attributions(report: &TunerReport) -> Vec<(&TunerCell, &TunerCell, Attribution)> {
+    report
+        .cells
+        .iter()
+        .filter(|c| c.history_days > 0)
+        .filter_map(|c| {
+            let base = report.cells.iter().find(|b| b.history_days == 0 && b.target_day == c.target_day && b.kappa == c.kappa)?;
+            Some((c, base, attribute(c, base)))
+        })
+        .collect()
+}
+
 impl super::seeds::SeedFigures for TunerReport {
     /// Per cell: VR, cost and the planner's expected VR; then per history
     /// length the mean Δ against no past data, and the worst cell's VR Δ
@@ -309,8 +386,13 @@ impl super::seeds::SeedFigures for TunerReport {
                 })
                 .fold(f64::NEG_INFINITY, f64::max);
             if worst_cell.is_finite() {
-                figures.push(Figure::lower(row, "worst cell VR Δ", worst_cell, Unit::Change));
+                figures.push(Figure::lower(row.clone(), "worst cell VR Δ", worst_cell, Unit::Change));
             }
+            let verdicts: Vec<Attribution> = attributions(self).into_iter().filter(|(c, _, _)| c.history_days == history_days).map(|(_, _, a)| a).collect();
+            let count = |wanted: Attribution| verdicts.iter().filter(|a| **a == wanted).count() as f64;
+            figures.push(Figure::lower(row.clone(), "cells worse than none: forecast", count(Attribution::Forecast), Unit::Number));
+            figures.push(Figure::lower(row.clone(), "cells worse than none: planner", count(Attribution::Planner), Unit::Number));
+            figures.push(Figure::lower(row, "cells where the base was kept", count(Attribution::BaseKept), Unit::Number));
         }
         figures
     }
@@ -376,6 +458,32 @@ pub fn render(report: &TunerReport) -> String {
         )
         .expect("write to String");
     }
+    writeln!(
+        out,
+        "\nagainst no past data (BestWithTarget at {:.0}%): forecasts, planner on the day's real queries, world:",
+        PLANNING_TARGET * 100.0
+    )
+    .expect("write to String");
+    for (c, base, attribution) in attributions(report) {
+        let forecasts = c.base_expected.map_or_else(|| "-".to_owned(), |b| format!("{:.1}% ${:.2} vs {:.1}% ${:.2}", c.expected.violations * 100.0, c.expected.cost_usd, b.violations * 100.0, b.cost_usd));
+        writeln!(
+            out,
+            "  day {} κ={} past {:>2}: forecasts {forecasts}; planner {:.1}% ${:.2} vs {:.1}% ${:.2}; world {:.1}% ${:.2} vs {:.1}% ${:.2}: {}",
+            c.target_day,
+            c.kappa,
+            c.history_days,
+            c.planner_actual.violations * 100.0,
+            c.planner_actual.cost_usd,
+            base.planner_actual.violations * 100.0,
+            base.planner_actual.cost_usd,
+            c.violation_rate * 100.0,
+            c.cost_usd,
+            base.violation_rate * 100.0,
+            base.cost_usd,
+            attribution.label()
+        )
+        .expect("write to String");
+    }
     out
 }
 
@@ -405,6 +513,9 @@ mod tests {
             history_days,
             config: ExecutionConfig { spinups: Vec::new(), knobs: AutoscalerConfig::default() },
             expected: Outcome { violations: 0.0, cost_usd: 0.0 },
+            base_expected: None,
+            accepted: history_days > 0,
+            planner_actual: Outcome { violations: violation_rate, cost_usd },
             violation_rate,
             cost_usd,
             queries: 1,
@@ -418,5 +529,30 @@ mod tests {
         assert!((deltas[0].1 + 0.5).abs() < 1e-12 && (deltas[0].2 - 0.1).abs() < 1e-12, "{deltas:?}");
         assert!((deltas[1].1 + 0.75).abs() < 1e-12 && (deltas[1].2 + 0.1).abs() < 1e-12);
         assert!(render(&report).contains("past 30 days"));
+    }
+
+    #[test]
+    fn a_cell_worse_than_no_past_data_is_blamed_on_the_forecast_only_when_the_planner_agrees_on_the_real_day() {
+        let cell = |history_days, accepted, world: (f64, f64), planner: (f64, f64)| TunerCell {
+            target_day: 36,
+            kappa: 2.0,
+            history_days,
+            config: ExecutionConfig { spinups: Vec::new(), knobs: AutoscalerConfig::default() },
+            expected: Outcome { violations: 0.0, cost_usd: 0.0 },
+            base_expected: None,
+            accepted,
+            planner_actual: Outcome { violations: planner.0, cost_usd: planner.1 },
+            violation_rate: world.0,
+            cost_usd: world.1,
+            queries: 1,
+            spinups: 0,
+            simulations: 0,
+            tuning_s: 0.0,
+        };
+        let base = cell(0, false, (0.03, 100.0), (0.03, 100.0));
+        assert_eq!(attribute(&cell(1, false, (0.2, 90.0), (0.2, 90.0)), &base), Attribution::BaseKept);
+        assert_eq!(attribute(&cell(1, true, (0.04, 95.0), (0.2, 90.0)), &base), Attribution::NotWorse, "cheaper under the target");
+        assert_eq!(attribute(&cell(1, true, (0.07, 95.0), (0.08, 95.0)), &base), Attribution::Forecast);
+        assert_eq!(attribute(&cell(1, true, (0.07, 95.0), (0.04, 95.0)), &base), Attribution::Planner);
     }
 }
