@@ -100,33 +100,54 @@ const EXECUTIONS_MAX: usize = 200_000;
 
 /// The trace's epoch: its second 0 is 00:00 UTC of this day (2024-04-01),
 /// so its days keep their weekdays stable.
-const TRACE_FIRST_DAY: i32 = 19_814;
+pub const TRACE_FIRST_DAY: i32 = 19_814;
 
 fn read_trace(path: &Path) -> Result<History> {
     let entries = slogate_loadgen::trace::read_trace(path)?;
     if entries.is_empty() {
         return Err(Error::Config(format!("{}: the trace has no rows", path.display())));
     }
-    let mut reservoir = Reservoir::new(ReservoirConfig::default());
-    let mut by_template: BTreeMap<TemplateId, Vec<f64>> = BTreeMap::new();
-    let mut last_s = 0.0f64;
-    for entry in &entries {
-        let at_s = entry.arrival.as_secs_f64();
-        last_s = last_s.max(at_s);
-        reservoir.handle_arrival(i64::from(TRACE_FIRST_DAY) * 86_400 + at_s.floor() as i64, entry.template);
-        if let Some(slo) = entry.slo {
-            by_template.entry(entry.template).or_default().push(slo.as_secs_f64());
+    let trace = TraceHistory::of(&entries);
+    Ok(History { reservoir: trace.reservoir, slos: trace.slos, log: Vec::new(), default_day: trace.first_day + trace.days as i32 })
+}
+
+/// What the tuner reads from a trace's rows: their arrivals in a
+/// reservoir, the trace's second 0 at 00:00 UTC of [`TRACE_FIRST_DAY`],
+/// and each template's SLO as the median of its rows'.
+pub struct TraceHistory {
+    /// The arrivals.
+    pub reservoir: Reservoir,
+    /// Per template.
+    pub slos: BTreeMap<TemplateId, Duration>,
+    /// Days since 1970-01-01 of the trace's day 0.
+    pub first_day: i32,
+    /// Days the trace spans (through its last arrival's day).
+    pub days: u32,
+}
+
+impl TraceHistory {
+    /// Reads `entries`.
+    pub fn of(entries: &[slogate_loadgen::workload::TraceEntry]) -> TraceHistory {
+        let mut reservoir = Reservoir::new(ReservoirConfig::default());
+        let mut by_template: BTreeMap<TemplateId, Vec<f64>> = BTreeMap::new();
+        let mut last_s = 0.0f64;
+        for entry in entries {
+            let at_s = entry.arrival.as_secs_f64();
+            last_s = last_s.max(at_s);
+            reservoir.handle_arrival(i64::from(TRACE_FIRST_DAY) * 86_400 + at_s.floor() as i64, entry.template);
+            if let Some(slo) = entry.slo {
+                by_template.entry(entry.template).or_default().push(slo.as_secs_f64());
+            }
         }
+        let slos = by_template
+            .into_iter()
+            .map(|(t, mut v)| {
+                v.sort_by(f64::total_cmp);
+                (t, Duration::from_secs_f64(slogate_core::stats::median(&v)))
+            })
+            .collect();
+        TraceHistory { reservoir, slos, first_day: TRACE_FIRST_DAY, days: (last_s / 86_400.0).floor() as u32 + 1 }
     }
-    let slos = by_template
-        .into_iter()
-        .map(|(t, mut v)| {
-            v.sort_by(f64::total_cmp);
-            (t, Duration::from_secs_f64(slogate_core::stats::median(&v)))
-        })
-        .collect();
-    let default_day = TRACE_FIRST_DAY + (last_s / 86_400.0).floor() as i32 + 1;
-    Ok(History { reservoir, slos, log: Vec::new(), default_day })
 }
 
 /// The reservoir of a node's data directory, or `dir` itself when it is

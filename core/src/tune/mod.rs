@@ -132,7 +132,7 @@ pub struct TuningReport {
     /// day).
     pub expected: Outcome,
     /// The base configuration's expected outcome on the same forecasts
-    /// (none without validation days).
+    /// (none when they hold no queries).
     pub base_expected: Option<Outcome>,
     /// Whether the tuned configuration beat the base on the validation
     /// forecasts under BestWithTarget (strictly) and so replaced it.
@@ -194,7 +194,7 @@ pub fn tune_pool(
     // The acceptance gate: the tuned configuration replaces the base only
     // if the validation forecasts say it is strictly better.
     let mut simulations = schedule.simulations + tuning.simulations;
-    let base_expected = if validation.is_empty() {
+    let base_expected = if validation.iter().all(Vec::is_empty) {
         None
     } else {
         simulations += validation.len();
@@ -294,6 +294,6 @@ mod tests {
         let report = tune_pool(&reservoir, MONDAY, MONDAY..MONDAY, &slos, &setup(1), &router(), &base, &small_config(), &mut |_| {});
         assert!(report.config.spinups.is_empty());
         assert_eq!(report.forecast_queries_per_day, 0.0);
-        assert!(!report.accepted, "nothing to beat the base with");
+        assert!(!report.accepted && report.base_expected.is_none(), "nothing to validate on");
     }
 }

@@ -19,6 +19,7 @@ pub mod fidelity;
 pub mod predictor;
 pub mod scenario;
 pub mod seeds;
+pub mod tuned;
 pub mod tuner;
 
 use std::fmt::Write as _;
@@ -350,6 +351,9 @@ pub struct EvalReport {
     pub elastic: bool,
     /// One entry per case and policy, cases outermost.
     pub results: Vec<PolicyResult>,
+    /// Per case, the tuner's run (scenarios with `[tune]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tuning: Vec<tuned::CaseTuning>,
 }
 
 /// How to run an evaluation beyond its scenario.
@@ -379,10 +383,21 @@ pub fn run_with(scenario: &Scenario, policies: &[String], seed: u64, options: &E
     // One training run per distinct cluster set, shared by its cases.
     let mut histories: std::collections::HashMap<Vec<u32>, Vec<Observation>> = std::collections::HashMap::new();
     let mut results = Vec::new();
+    let base_plan = scenario.autoscale.as_ref().map(tuned::AutoscalePlan::from_section).transpose()?;
+    let mut tuning = Vec::new();
     for spec in &scenario.workloads {
         for kappa in spec.case_kappas(&scenario.kappas) {
             let entries = spec.generate(&templates, kappa, seed, &scenario.base_dir)?;
-            let queries = to_queries(&entries, &PoolId::default())?;
+            // With [tune], every policy runs the workload's last day; the
+            // days before it are the tuner's history.
+            let target = match &scenario.tune {
+                Some(_) => Some(tuned::target_day(&entries, &spec.label())?),
+                None => None,
+            };
+            let queries = match target {
+                Some(day) => to_queries(&tuned::day_entries(&entries, day), &PoolId::default())?,
+                None => to_queries(&entries, &PoolId::default())?,
+            };
             for clusters in &scenario.cluster_sets {
                 let case = Case { workload: spec.label(), kappa, clusters: clusters.clone() };
                 let history: &[Observation] = if learned {
@@ -390,14 +405,23 @@ pub fn run_with(scenario: &Scenario, policies: &[String], seed: u64, options: &E
                 } else {
                     &[]
                 };
+                let plan = match (&base_plan, &scenario.tune, target) {
+                    (Some(base), Some(section), Some(day)) => {
+                        let run = tuned::tune_case(&case.label(), &entries, day, clusters, base, section, options.elastic.as_ref(), seed)?;
+                        let plan = run.plan(base);
+                        tuning.push(run);
+                        Some(plan)
+                    }
+                    (base, _, _) => base.clone(),
+                };
                 for policy in policies {
-                    let autoscale = scenario.autoscale.as_ref().filter(|_| LEARNED_POLICIES.contains(&policy.as_str()));
+                    let autoscale = plan.as_ref().filter(|_| LEARNED_POLICIES.contains(&policy.as_str()));
                     results.push(run_case(&case, policy, history, &queries, seed, options, autoscale)?);
                 }
             }
         }
     }
-    Ok(EvalReport { scenario: scenario.name.clone(), seed, elastic: options.elastic.is_some(), results })
+    Ok(EvalReport { scenario: scenario.name.clone(), seed, elastic: options.elastic.is_some(), results, tuning })
 }
 
 fn run_case(
@@ -407,7 +431,7 @@ fn run_case(
     queries: &[Query],
     seed: u64,
     options: &EvalOptions,
-    autoscale: Option<&crate::config::AutoscaleSection>,
+    autoscale: Option<&tuned::AutoscalePlan>,
 ) -> Result<PolicyResult> {
     let mut world = World::seeded_with_ready(seed, &case.clusters);
     if let Some(elastic) = &options.elastic {
@@ -417,14 +441,17 @@ fn run_case(
     let timed = Timed { inner, samples_us: Vec::with_capacity(queries.len()), explained: Vec::new(), explain: options.explain };
     let mut sim = Simulation::new(world, timed, queries.to_vec());
     let autoscaler = match autoscale {
-        Some(section) => {
-            let (knobs, scaling) = section.to_core("autoscale").map_err(|e| Error::Scenario(e.to_string()))?;
-            let spinups = section.schedule("autoscale").map_err(|e| Error::Scenario(e.to_string()))?;
-            let mut autoscaler = slogate_core::scale::Autoscaler::new(knobs, scaling, slogate_core::billing::BillingConfig::default());
-            // Planned spinups repeat every day of the workload, day 0
-            // starting at its second 0.
-            let daily = slogate_core::scale::DailySchedule { spinups, day_start: Instant::ZERO, day_length: slogate_core::time::Duration::from_secs(86_400) };
-            autoscaler.set_daily_schedule(Instant::ZERO, daily);
+        Some(plan) => {
+            let autoscaler = slogate_core::scale::Autoscaler::new(plan.knobs.clone(), plan.scaling, slogate_core::billing::BillingConfig::default());
+            // Planned spinups repeat every day the workload spans, day 0
+            // starting at its second 0 (a schedule repeating without end
+            // would keep the simulation from ever going idle).
+            let last_arrival_s = queries.iter().map(|q| q.arrival.as_secs_f64()).fold(0.0, f64::max);
+            let days = (last_arrival_s / 86_400.0).floor() as u32 + 1;
+            let schedule: Vec<slogate_core::scale::ScheduledSpinup> = (0..days)
+                .flat_map(|day| plan.spinups.iter().map(move |s| slogate_core::scale::ScheduledSpinup { at: s.at + slogate_core::time::Duration::from_secs(u64::from(day) * 86_400), size: s.size }))
+                .collect();
+            let autoscaler = autoscaler.with_schedule(schedule);
             let shared = std::rc::Rc::new(std::cell::RefCell::new(autoscaler));
             sim = sim.with_controller(Box::new(std::rc::Rc::clone(&shared)));
             Some(shared)
@@ -536,6 +563,9 @@ pub fn render_table(report: &EvalReport) -> String {
             let kappa = r.case.kappa.map_or_else(|| "the trace's SLOs".to_owned(), |k| format!("κ={k}"));
             writeln!(out, "\ncase: workload {}, {kappa}, clusters [{}]", r.case.workload, clusters.join(","))
                 .expect("write to String");
+            if let Some(run) = report.tuning.iter().find(|t| t.case == r.case.label()) {
+                writeln!(out, "{}", run.describe()).expect("write to String");
+            }
             write!(
                 out,
                 "{:<w$} {:>7} {:>10} {:>9} {:>9} {:>9} {:>11} {:>10}",
@@ -624,6 +654,44 @@ mod tests {
         assert_eq!(spinups("least-loaded"), None, "a policy that cannot plan runs on the fixed clusters");
         assert!(spinups("slogate").is_some_and(|n| n > 0), "{:?}", spinups("slogate"));
         assert!(render_table(&report).contains("autoscaled:"));
+    }
+
+    #[test]
+    fn a_scenario_with_tune_runs_every_policy_on_the_last_day_with_the_configuration_tuned_from_the_days_before() {
+        let text = "name='t'\nkappa=4\nclusters=[16]\npolicies=['least-loaded','slogate']\n[[workload]]\nkind='diurnal'\ndays=3\npeak_queries_per_hour=60\n[autoscale]\nenabled=true\n[tune]\nenabled=true\nhistory_days=7\nscenarios=4\nstrategy='random'\nbudget=2\nrounds=1\n";
+        let scenario = Scenario::from_toml(text, std::path::Path::new(".")).unwrap();
+        let report = run(&scenario, &scenario.policies, 2).unwrap();
+        assert_eq!(report.tuning.len(), 1, "one case, one tuning run");
+        let run = &report.tuning[0];
+        assert_eq!((run.target_day, run.history_days), (2, 2), "the last day, from the two before it (history clamped to what the workload covers)");
+        assert!(run.forecast_queries_per_day > 0.0 && run.base_expected.is_some());
+        let spec = &scenario.workloads[0];
+        let entries = spec.generate(&Scenario::templates(), Some(4.0), 2, std::path::Path::new(".")).unwrap();
+        let last_day = tuned::day_entries(&entries, 2).len();
+        assert!(last_day > 0 && last_day < entries.len());
+        assert!(report.results.iter().all(|r| r.queries == last_day), "every policy runs the target day only");
+        assert!(render_table(&report).contains("tuned day 2 from 2 days"), "{}", render_table(&report));
+    }
+
+    #[test]
+    fn planned_spinups_in_a_scenario_fire_and_the_run_still_ends() {
+        let text = "name='t'\nkappa=4\nclusters=[16]\npolicies=['slogate']\n[[workload]]\nkind='base'\nrate_per_s=0.2\n[autoscale]\nenabled=true\n[[autoscale.scheduled]]\nat_s=60\nsize=8\n";
+        let scenario = Scenario::from_toml(text, std::path::Path::new(".")).unwrap();
+        let report = run(&scenario, &scenario.policies, 1).unwrap();
+        assert!(report.results[0].spinups.is_some_and(|n| n >= 1), "{:?}", report.results[0].spinups);
+        assert_eq!(report.results[0].completed + report.results[0].timed_out + report.results[0].rejected, report.results[0].queries);
+    }
+
+    #[test]
+    fn tune_needs_autoscale_and_a_workload_longer_than_a_day() {
+        let base = "name='t'\nkappa=4\nclusters=[16]\npolicies=['slogate']\n[[workload]]\nkind='base'\nrate_per_s=0.2\n";
+        let err = Scenario::from_toml(&format!("{base}[tune]\nenabled=true\n"), std::path::Path::new(".")).unwrap_err().to_string();
+        assert!(err.contains("[tune]") && err.contains("[autoscale]"), "{err}");
+        let err = Scenario::from_toml(&format!("{base}[autoscale]\nenabled=true\n[tune]\nenabled=true\nstrategy='best'\n"), std::path::Path::new(".")).unwrap_err().to_string();
+        assert!(err.contains("tune.strategy"), "{err}");
+        let one_day = Scenario::from_toml(&format!("{base}[autoscale]\nenabled=true\n[tune]\nenabled=true\n"), std::path::Path::new(".")).unwrap();
+        let err = run(&one_day, &one_day.policies, 1).unwrap_err().to_string();
+        assert!(err.contains("base(λ=0.2) spans one day"), "{err}");
     }
 
     #[test]

@@ -32,7 +32,7 @@ use slogate_loadgen::shapes::{self, Shape};
 use slogate_loadgen::trace::read_trace;
 use slogate_loadgen::workload::{self, DiurnalConfig, TraceEntry};
 
-use crate::config::AutoscaleSection;
+use crate::config::{AutoscaleSection, TuneSection};
 use crate::{Error, Result};
 
 /// One value or a list of them.
@@ -163,6 +163,12 @@ pub struct ScenarioFile {
     /// the fixed clusters.
     #[serde(default)]
     pub autoscale: Option<AutoscaleSection>,
+    /// The policy tuner, with the keys of a node's `[pool.tune]`: the
+    /// policies that can plan run each workload's last day with the
+    /// configuration tuned from the days before it (see
+    /// [`super::tuned`]). Needs `[autoscale]`.
+    #[serde(default)]
+    pub tune: Option<TuneSection>,
 }
 
 /// A validated scenario.
@@ -184,6 +190,8 @@ pub struct Scenario {
     pub base_dir: PathBuf,
     /// Autoscaling for the policies that can plan, if enabled.
     pub autoscale: Option<AutoscaleSection>,
+    /// The tuner, if enabled: every case runs its workload's last day.
+    pub tune: Option<TuneSection>,
 }
 
 /// The built-in scenario names (besides `calibrate`, which is a report).
@@ -214,6 +222,7 @@ impl Scenario {
                 workloads: vec![WorkloadSpec::Base { rate_per_s: 0.1 }],
                 base_dir: PathBuf::from("."),
                 autoscale: None,
+                tune: None,
             }),
             "router-table2" => Some(Scenario {
                 name: "router-table2".into(),
@@ -224,6 +233,7 @@ impl Scenario {
                 workloads: vec![WorkloadSpec::Base { rate_per_s: 0.1 }, WorkloadSpec::Base { rate_per_s: 0.2 }],
                 base_dir: PathBuf::from("."),
                 autoscale: None,
+                tune: None,
             }),
             "shapes-dev" | "shapes-held-out" => {
                 let held_out = name == "shapes-held-out";
@@ -241,6 +251,7 @@ impl Scenario {
                     workloads: shapes.into_iter().map(WorkloadSpec::Shape).collect(),
                     base_dir: PathBuf::from("."),
                     autoscale: None,
+                    tune: None,
                 })
             }
             _ => None,
@@ -260,6 +271,7 @@ impl Scenario {
             workloads: file.workload,
             base_dir: base_dir.to_path_buf(),
             autoscale: file.autoscale.filter(|a| a.enabled),
+            tune: file.tune.filter(|t| t.enabled),
         };
         scenario.validate()?;
         Ok(scenario)
@@ -308,6 +320,12 @@ impl Scenario {
             if !self.policies.iter().any(|p| super::LEARNED_POLICIES.contains(&p.as_str())) {
                 return bad(format!("[autoscale] needs a policy that can plan ({}) among the policies", super::LEARNED_POLICIES.join(", ")));
             }
+        }
+        if let Some(tune) = &self.tune {
+            if self.autoscale.is_none() {
+                return bad("[tune] tunes the autoscaler: it needs [autoscale] with enabled = true".into());
+            }
+            tune.to_core("tune", self.seed).map_err(|e| Error::Scenario(e.to_string()))?;
         }
         Ok(())
     }

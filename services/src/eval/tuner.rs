@@ -441,7 +441,7 @@ pub fn render(report: &TunerReport) -> String {
         let k = &c.config.knobs;
         writeln!(
             out,
-            "  day {} κ={} past {:>2}: spinups [{}]; T_idle {:.0}s T_min {:.0}s τ_trigger {} θ {} μ {} w {:.0}s; expected VR {:.1}% ${:.3}; {} spinups in the day",
+            "  day {} κ={} past {:>2}: spinups [{}]; T_idle {:.0}s T_min {:.0}s τ_trigger {} θ {} μ {} w {:.0}s; {}; {} spinups in the day",
             c.target_day,
             c.kappa,
             c.history_days,
@@ -452,8 +452,11 @@ pub fn render(report: &TunerReport) -> String {
             k.min_observations,
             k.completions,
             k.window.as_secs_f64(),
-            c.expected.violations * 100.0,
-            c.expected.cost_usd,
+            match (c.base_expected, c.accepted) {
+                (None, _) => "nothing forecast: the base configuration".to_owned(),
+                (Some(_), true) => format!("expected VR {:.1}% ${:.3}, accepted", c.expected.violations * 100.0, c.expected.cost_usd),
+                (Some(_), false) => format!("expected VR {:.1}% ${:.3}, base kept", c.expected.violations * 100.0, c.expected.cost_usd),
+            },
             c.spinups
         )
         .expect("write to String");
