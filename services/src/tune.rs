@@ -257,6 +257,7 @@ pub fn render(pool: &str, history_days: u32, report: &TuningReport, calibration:
     let _ = writeln!(out, "min_observations = {}", k.min_observations);
     let _ = writeln!(out, "completions = {}", k.completions);
     let _ = writeln!(out, "window_s = {}", k.window.as_micros() / 1_000_000);
+    let _ = writeln!(out, "trigger_slo_tightening = {}", k.trigger_slo_tightening);
     for spinup in &report.config.spinups {
         let at_s = spinup.at.as_micros() / 1_000_000;
         let _ = writeln!(out, "\n[[pool.autoscale.scheduled]]\n# {:02}:{:02}:{:02} UTC\nat_s = {at_s}\nsize = {}", at_s / 3_600, at_s / 60 % 60, at_s % 60, spinup.size.0);

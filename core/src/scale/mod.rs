@@ -77,6 +77,21 @@ pub struct AutoscalerConfig {
 }
 
 impl AutoscalerConfig {
+    /// The knobs the policy tuner chooses, on one line: `T_idle 1200s
+    /// T_min 1200s τ_trigger 0.1 θ 32 μ 32 w 300s SLO×0.5`.
+    pub fn tuned_knobs(&self) -> String {
+        format!(
+            "T_idle {:.0}s T_min {:.0}s τ_trigger {} θ {} μ {} w {:.0}s SLO×{}",
+            self.idle_teardown.as_secs_f64(),
+            self.min_lifetime.as_secs_f64(),
+            self.trigger_target,
+            self.min_observations,
+            self.completions,
+            self.window.as_secs_f64(),
+            self.trigger_slo_tightening,
+        )
+    }
+
     /// The size selector's settings from these knobs, with the billing
     /// terms its cost estimates use.
     pub fn selector_config(&self, billing: BillingConfig) -> SelectorConfig {

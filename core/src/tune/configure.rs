@@ -2,7 +2,9 @@
 //! by simulation.
 //!
 //! A [`KnobSpace`] lists the values each knob may take (T_idle,
-//! T_min_lifetime, τ_trigger, θ, μ, w). A [`TuneStrategy`] proposes points
+//! T_min_lifetime, τ_trigger, θ, μ, w, and the trigger's SLO tightening:
+//! how early a latency counts as a miss for the trigger, a knob that
+//! trades violation-rate slack under τ for cost). A [`TuneStrategy`] proposes points
 //! of it:
 //!
 //! - `grid`: every point;
@@ -54,6 +56,8 @@ pub struct KnobSpace {
     pub completions: Vec<usize>,
     /// w, seconds.
     pub window_s: Vec<u64>,
+    /// The factor of the SLO the spinup trigger judges latencies against.
+    pub trigger_slo_tightening: Vec<f64>,
 }
 
 impl Default for KnobSpace {
@@ -65,12 +69,13 @@ impl Default for KnobSpace {
             min_observations: vec![16, 32, 64],
             completions: vec![16, 32, 64],
             window_s: vec![150, 300, 600],
+            trigger_slo_tightening: vec![0.5, 0.75, 1.0],
         }
     }
 }
 
 /// Knobs in the space.
-const DIMENSIONS: usize = 6;
+const DIMENSIONS: usize = 7;
 
 /// A point: one value index per knob.
 type Point = [usize; DIMENSIONS];
@@ -84,6 +89,7 @@ impl KnobSpace {
             self.min_observations.len(),
             self.completions.len(),
             self.window_s.len(),
+            self.trigger_slo_tightening.len(),
         ]
     }
 
@@ -115,6 +121,7 @@ impl KnobSpace {
             min_observations: self.min_observations[point[3]],
             completions: self.completions[point[4]],
             window: Duration::from_secs(self.window_s[point[5]]),
+            trigger_slo_tightening: self.trigger_slo_tightening[point[6]],
             ..base.clone()
         }
     }
@@ -131,6 +138,7 @@ impl KnobSpace {
             closest(self.min_observations.iter().map(|&v| v as f64), base.min_observations as f64),
             closest(self.completions.iter().map(|&v| v as f64), base.completions as f64),
             closest(self.window_s.iter().map(|&v| v as f64), base.window.as_secs_f64()),
+            closest(self.trigger_slo_tightening.iter().copied(), base.trigger_slo_tightening),
         ]
     }
 }
@@ -367,6 +375,7 @@ mod tests {
             min_observations: vec![8, 32],
             completions: vec![32],
             window_s: vec![300],
+            trigger_slo_tightening: vec![0.5],
         }
     }
 
@@ -404,6 +413,19 @@ mod tests {
         let random = TunerConfig { strategy: TuneStrategy::Random { budget: 8 }, ..config.clone() };
         let shuffled = tune_configuration(&reactive_setup(), &router(), &base, &days(0..2), &days(2..4), &random);
         assert_eq!(shuffled.expected, tuning.expected);
+    }
+
+    #[test]
+    fn the_trigger_tightening_knob_reaches_the_simulated_autoscaler() {
+        let base = ExecutionConfig { spinups: Vec::new(), knobs: AutoscalerConfig::default() };
+        let space = KnobSpace { idle_teardown_s: vec![1_200], min_observations: vec![8], trigger_slo_tightening: vec![0.25, 1.0], ..small_space() };
+        let config = TunerConfig { strategy: TuneStrategy::Grid, space, top_k: 2, ..TunerConfig::default() };
+        let tuning = tune_configuration(&reactive_setup(), &router(), &base, &days(0..2), &days(2..3), &config);
+        let by_tightening = |t: f64| tuning.evaluated.iter().find(|e| e.knobs.trigger_slo_tightening == t).map(|e| e.training);
+        let (eager, late) = (by_tightening(0.25).expect("0.25 evaluated"), by_tightening(1.0).expect("1.0 evaluated"));
+        // Judging latencies against a quarter of the SLO fires on the
+        // bursts sooner, so it spins up earlier and pays for it.
+        assert!(eager.cost_usd > late.cost_usd, "eager {eager:?} late {late:?}");
     }
 
     #[test]

@@ -155,25 +155,19 @@ impl CaseTuning {
     /// One line for the report.
     pub fn describe(&self) -> String {
         let spinups: Vec<String> = self.config.spinups.iter().map(|s| format!("{}@{:.0}s", s.size, s.at.as_secs_f64())).collect();
-        let k = &self.config.knobs;
         let verdict = match (self.accepted, self.base_expected) {
             (true, Some(b)) => format!("accepted over [autoscale] (expected {:.1}% ${:.2})", b.violations * 100.0, b.cost_usd),
             (false, Some(b)) => format!("[autoscale] kept: nothing tuned beat its {:.1}% ${:.2}", b.violations * 100.0, b.cost_usd),
             (_, None) => "[autoscale] kept: no validation forecasts".to_owned(),
         };
         format!(
-            "tuned day {} from {} days ({:.0} forecast queries/day, {} simulations): spinups [{}]; T_idle {:.0}s T_min {:.0}s τ_trigger {} θ {} μ {} w {:.0}s; expected VR {:.1}% ${:.2}; {verdict}",
+            "tuned day {} from {} days ({:.0} forecast queries/day, {} simulations): spinups [{}]; {}; expected VR {:.1}% ${:.2}; {verdict}",
             self.target_day,
             self.history_days,
             self.forecast_queries_per_day,
             self.simulations,
             spinups.join(", "),
-            k.idle_teardown.as_secs_f64(),
-            k.min_lifetime.as_secs_f64(),
-            k.trigger_target,
-            k.min_observations,
-            k.completions,
-            k.window.as_secs_f64(),
+            self.config.knobs.tuned_knobs(),
             self.expected.violations * 100.0,
             self.expected.cost_usd,
         )

@@ -438,20 +438,14 @@ pub fn render(report: &TunerReport) -> String {
     writeln!(out, "\nplanned spinups and knobs per cell:").expect("write to String");
     for c in &report.cells {
         let spinups: Vec<String> = c.config.spinups.iter().map(|s| format!("{}@{:.0}s", s.size, s.at.as_secs_f64())).collect();
-        let k = &c.config.knobs;
         writeln!(
             out,
-            "  day {} κ={} past {:>2}: spinups [{}]; T_idle {:.0}s T_min {:.0}s τ_trigger {} θ {} μ {} w {:.0}s; {}; {} spinups in the day",
+            "  day {} κ={} past {:>2}: spinups [{}]; {}; {}; {} spinups in the day",
             c.target_day,
             c.kappa,
             c.history_days,
             spinups.join(", "),
-            k.idle_teardown.as_secs_f64(),
-            k.min_lifetime.as_secs_f64(),
-            k.trigger_target,
-            k.min_observations,
-            k.completions,
-            k.window.as_secs_f64(),
+            c.config.knobs.tuned_knobs(),
             match (c.base_expected, c.accepted) {
                 (None, _) => "nothing forecast: the base configuration".to_owned(),
                 (Some(_), true) => format!("expected VR {:.1}% ${:.3}, accepted", c.expected.violations * 100.0, c.expected.cost_usd),
