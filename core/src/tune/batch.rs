@@ -41,6 +41,13 @@ pub struct ExecutionConfig {
 }
 
 impl ExecutionConfig {
+    /// The configuration on one line for reports: `spinups [32@25200s];
+    /// ` then [`AutoscalerConfig::tuned_knobs`].
+    pub fn describe(&self) -> String {
+        let spinups: Vec<String> = self.spinups.iter().map(|s| format!("{}@{:.0}s", s.size, s.at.as_secs_f64())).collect();
+        format!("spinups [{}]; {}", spinups.join(", "), self.knobs.tuned_knobs())
+    }
+
     /// These knobs and one more planned spinup.
     pub fn with_spinup(&self, spinup: ScheduledSpinup) -> Self {
         let mut config = self.clone();
@@ -223,6 +230,12 @@ pub(crate) mod tests {
             terms: PlannerTerms::default(),
             threads,
         }
+    }
+
+    #[test]
+    fn a_configuration_describes_its_spinups_then_every_tuned_knob() {
+        let config = ExecutionConfig { spinups: vec![ScheduledSpinup { at: Instant::from_secs_f64(25_200.0), size: Rpu(32) }], knobs: AutoscalerConfig::default() };
+        assert_eq!(config.describe(), "spinups [32rpu@25200s]; T_idle 1200s T_min 1200s τ_trigger 0.1 θ 32 μ 32 w 300s SLO×0.5");
     }
 
     #[test]

@@ -1,11 +1,11 @@
 //! The configuration tuner (AutoSLO §7.5): the autoscaler's knobs, chosen
 //! by simulation.
 //!
-//! A [`KnobSpace`] lists the values each knob may take (T_idle,
-//! T_min_lifetime, τ_trigger, θ, μ, w, and the trigger's SLO tightening:
-//! how early a latency counts as a miss for the trigger, a knob that
-//! trades violation-rate slack under τ for cost). A [`TuneStrategy`] proposes points
-//! of it:
+//! A [`KnobSpace`] lists the values each knob may take: T_idle,
+//! T_min_lifetime, τ_trigger, θ, μ, w, and the trigger's SLO tightening
+//! (how early a latency counts as a miss for the trigger, a knob that
+//! trades violation-rate slack under τ for cost). A [`TuneStrategy`]
+//! proposes points of it:
 //!
 //! - `grid`: every point;
 //! - `random`: `budget` distinct points drawn uniformly (seeded);

@@ -154,20 +154,18 @@ impl CaseTuning {
 
     /// One line for the report.
     pub fn describe(&self) -> String {
-        let spinups: Vec<String> = self.config.spinups.iter().map(|s| format!("{}@{:.0}s", s.size, s.at.as_secs_f64())).collect();
         let verdict = match (self.accepted, self.base_expected) {
             (true, Some(b)) => format!("accepted over [autoscale] (expected {:.1}% ${:.2})", b.violations * 100.0, b.cost_usd),
             (false, Some(b)) => format!("[autoscale] kept: nothing tuned beat its {:.1}% ${:.2}", b.violations * 100.0, b.cost_usd),
             (_, None) => "[autoscale] kept: no validation forecasts".to_owned(),
         };
         format!(
-            "tuned day {} from {} days ({:.0} forecast queries/day, {} simulations): spinups [{}]; {}; expected VR {:.1}% ${:.2}; {verdict}",
+            "tuned day {} from {} days ({:.0} forecast queries/day, {} simulations): {}; expected VR {:.1}% ${:.2}; {verdict}",
             self.target_day,
             self.history_days,
             self.forecast_queries_per_day,
             self.simulations,
-            spinups.join(", "),
-            self.config.knobs.tuned_knobs(),
+            self.config.describe(),
             self.expected.violations * 100.0,
             self.expected.cost_usd,
         )

@@ -437,15 +437,13 @@ pub fn render(report: &TunerReport) -> String {
     writeln!(out).expect("write to String");
     writeln!(out, "\nplanned spinups and knobs per cell:").expect("write to String");
     for c in &report.cells {
-        let spinups: Vec<String> = c.config.spinups.iter().map(|s| format!("{}@{:.0}s", s.size, s.at.as_secs_f64())).collect();
         writeln!(
             out,
-            "  day {} κ={} past {:>2}: spinups [{}]; {}; {}; {} spinups in the day",
+            "  day {} κ={} past {:>2}: {}; {}; {} spinups in the day",
             c.target_day,
             c.kappa,
             c.history_days,
-            spinups.join(", "),
-            c.config.knobs.tuned_knobs(),
+            c.config.describe(),
             match (c.base_expected, c.accepted) {
                 (None, _) => "nothing forecast: the base configuration".to_owned(),
                 (Some(_), true) => format!("expected VR {:.1}% ${:.3}, accepted", c.expected.violations * 100.0, c.expected.cost_usd),
