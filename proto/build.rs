@@ -12,6 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     tonic_prost_build::configure()
         .file_descriptor_set_path(out_dir.join("slogate_v1_descriptor.bin"))
+        .codec_path("crate::codec::GatewayCodec")
         .compile_protos(&["proto/slogate/v1/gateway.proto"], &["proto"])?;
     println!("cargo:rerun-if-env-changed=PROTOC");
     println!("cargo:rerun-if-changed=proto");

@@ -95,6 +95,43 @@ impl NodeProcess {
         NodeProcess { child, grpc_addr, admin_addr, log }
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its resident set size now, bytes (from `/proc`).
+    ///
+    /// # Panics
+    ///
+    /// If `/proc/<pid>/status` cannot be read.
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("/proc/<pid>/status");
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .expect("a VmRSS line");
+        kib * 1_024
+    }
+
+    /// Sends SIGTERM and waits at most `limit` for the process to exit;
+    /// returns how long it took, or `None` if it was still running (then it
+    /// is killed).
+    pub fn terminate_within(mut self, limit: Duration) -> Option<Duration> {
+        let started = std::time::Instant::now();
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().expect("kill runs");
+        assert!(status.success());
+        while started.elapsed() < limit {
+            if self.child.try_wait().expect("waitpid works").is_some() {
+                return Some(started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
     /// Kills the process with SIGKILL (no chance to clean up).
     pub fn kill(mut self) {
         self.child.kill().expect("SIGKILL delivered");

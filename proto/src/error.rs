@@ -69,6 +69,16 @@ pub enum GatewayError {
         /// The limit.
         max: usize,
     },
+    /// A field is larger than the node accepts.
+    #[error("{field} is {size} bytes; at most {max} are accepted")]
+    FieldTooLarge {
+        /// The field.
+        field: &'static str,
+        /// Its size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
     /// Another malformed field.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -111,7 +121,7 @@ impl GatewayError {
     pub fn kind(&self) -> ErrorKind {
         use GatewayError::*;
         match self {
-            InvalidSlo { .. } | EmptyQuery | InvalidTemplate | QueryIdTooLong { .. } | PayloadTooLarge { .. } | InvalidArgument(_) => {
+            InvalidSlo { .. } | EmptyQuery | InvalidTemplate | QueryIdTooLong { .. } | PayloadTooLarge { .. } | FieldTooLarge { .. } | InvalidArgument(_) => {
                 ErrorKind::InvalidArgument
             }
             UnknownPool(_) | UnknownCluster(_) | NoTuner(_) => ErrorKind::NotFound,

@@ -6,16 +6,19 @@
 //!
 //! - [`error`]: [`GatewayError`] and [`error::status_codes`], the one place
 //!   errors map to gRPC codes and HTTP statuses;
+//! - [`codec`]: prost's codec, with undecodable requests as
+//!   INVALID_ARGUMENT;
 //! - [`validate`]: turning a `SubmitRequest` into a checked
 //!   [`validate::SubmitSpec`] with the node's [`validate::Limits`];
-//! - [`health_service`] and [`reflection_service`]: the standard
-//!   `grpc.health.v1` and server reflection, so stock tools (grpcurl,
-//!   grpc_health_probe) work.
+//! - [`health_service`], [`reflection_service`] and
+//!   [`reflection_service_v1alpha`]: the standard `grpc.health.v1` and
+//!   server reflection in both generations, so stock tools (grpcurl,
+//!   grpc_health_probe, grpcio-reflection) work.
 //!
 //! # Layout
 //!
 //! - [`v1`]: the generated messages, `gateway_client` and `gateway_server`.
-//! - [`error`], [`validate`].
+//! - [`codec`], [`error`], [`validate`].
 //!
 //! # Example
 //!
@@ -36,6 +39,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod codec;
 pub mod error;
 pub mod validate;
 
@@ -73,5 +77,20 @@ pub fn reflection_service() -> tonic_reflection::server::v1::ServerReflectionSer
     tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .build_v1()
+        .expect("the embedded descriptor set is valid")
+}
+
+/// The same reflection as `grpc.reflection.v1alpha`, which grpcurl before
+/// 1.9 and Python's grpcio-reflection ask for.
+///
+/// # Panics
+///
+/// If the embedded descriptor set is corrupt, which the build rules out.
+pub fn reflection_service_v1alpha() -> tonic_reflection::server::v1alpha::ServerReflectionServer<
+    impl tonic_reflection::server::v1alpha::ServerReflection,
+> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
         .expect("the embedded descriptor set is valid")
 }

@@ -113,6 +113,39 @@ pub struct LimitsSection {
     pub idempotency_kept: usize,
     /// How long shutdown waits for in-flight queries, seconds.
     pub shutdown_grace_s: u64,
+    /// After the grace period, how long connections get to close before
+    /// the node closes them and exits, seconds.
+    pub shutdown_close_s: u64,
+    /// gRPC connections open at once; the accept loop waits beyond it.
+    pub grpc_connections_max: usize,
+    /// HTTP/2 streams a gRPC connection may have open at once.
+    pub grpc_streams_per_connection_max: u32,
+    /// Requests a gRPC connection may have in progress; more wait.
+    pub grpc_in_flight_per_connection_max: usize,
+    /// Queries one `SubmitStream` may have in progress; the stream is not
+    /// read further until one is answered.
+    pub stream_in_flight_max: usize,
+    /// The largest gRPC message accepted, bytes.
+    pub grpc_message_bytes_max: usize,
+    /// A new gRPC connection must send its first byte within this, seconds.
+    pub grpc_handshake_timeout_s: u64,
+    /// A gRPC connection with no open stream for this long is closed,
+    /// seconds.
+    pub grpc_idle_timeout_s: u64,
+    /// HTTP/2 keepalive: the node pings an open connection this often,
+    /// seconds (0: never).
+    pub grpc_keepalive_interval_s: u64,
+    /// HTTP/2 keepalive: a ping unanswered this long closes the
+    /// connection, seconds.
+    pub grpc_keepalive_timeout_s: u64,
+    /// The longest accepted pool name, bytes.
+    pub pool_name_bytes_max: usize,
+    /// Labels one query may carry at most.
+    pub labels_max: usize,
+    /// Bytes of one query's label keys and values together, at most.
+    pub labels_bytes_max: usize,
+    /// The longest accepted SQL text, bytes.
+    pub sql_bytes_max: usize,
 }
 
 /// `[reservoir]`.
@@ -751,6 +784,20 @@ impl Default for LimitsSection {
             decisions_kept: 1_000,
             idempotency_kept: 100_000,
             shutdown_grace_s: 30,
+            shutdown_close_s: 5,
+            grpc_connections_max: 1_024,
+            grpc_streams_per_connection_max: 1_024,
+            grpc_in_flight_per_connection_max: 1_024,
+            stream_in_flight_max: 256,
+            grpc_message_bytes_max: 2 << 20,
+            grpc_handshake_timeout_s: 10,
+            grpc_idle_timeout_s: 600,
+            grpc_keepalive_interval_s: 60,
+            grpc_keepalive_timeout_s: 20,
+            pool_name_bytes_max: 64,
+            labels_max: 32,
+            labels_bytes_max: 4_096,
+            sql_bytes_max: 1 << 20,
         }
     }
 }
@@ -881,6 +928,16 @@ impl NodeConfig {
             ("limits.mailbox_capacity", limits.mailbox_capacity),
             ("limits.decisions_kept", limits.decisions_kept),
             ("limits.idempotency_kept", limits.idempotency_kept),
+            ("limits.grpc_connections_max", limits.grpc_connections_max),
+            ("limits.grpc_streams_per_connection_max", limits.grpc_streams_per_connection_max as usize),
+            ("limits.grpc_in_flight_per_connection_max", limits.grpc_in_flight_per_connection_max),
+            ("limits.stream_in_flight_max", limits.stream_in_flight_max),
+            ("limits.grpc_message_bytes_max", limits.grpc_message_bytes_max),
+            ("limits.grpc_handshake_timeout_s", limits.grpc_handshake_timeout_s as usize),
+            ("limits.grpc_idle_timeout_s", limits.grpc_idle_timeout_s as usize),
+            ("limits.grpc_keepalive_timeout_s", limits.grpc_keepalive_timeout_s as usize),
+            ("limits.pool_name_bytes_max", limits.pool_name_bytes_max),
+            ("limits.sql_bytes_max", limits.sql_bytes_max),
         ] {
             if value == 0 {
                 return Err(invalid(key, "must be at least 1"));
@@ -897,8 +954,11 @@ impl NodeConfig {
         }
         let mut names = std::collections::HashSet::new();
         for (i, pool) in file.pool.iter().enumerate() {
-            if pool.name.is_empty() || !names.insert(pool.name.as_str()) {
-                return Err(invalid(&format!("pool[{i}].name"), format!("`{}` is empty or repeated", pool.name)));
+            if let Err(error) = slogate_proto::validate::check_pool_name(&pool.name, limits.pool_name_bytes_max) {
+                return Err(invalid(&format!("pool[{i}].name"), error.to_string()));
+            }
+            if !names.insert(pool.name.as_str()) {
+                return Err(invalid(&format!("pool[{i}].name"), format!("`{}` is repeated", pool.name)));
             }
             if let Err(error) = crate::eval::policy_by_name(&pool.policy) {
                 return Err(invalid(&format!("pool[{i}].policy"), error));

@@ -38,28 +38,52 @@ pub struct GatewayService {
     router: Addr<RouterShard>,
     limits: Limits,
     added_latency: Arc<Histogram>,
+    stream_in_flight_max: usize,
+    /// Turns true when the node starts to shut down: streams stop reading.
+    closing: tokio::sync::watch::Receiver<bool>,
+}
+
+/// A request once validated: only what the query needs from here on.
+struct Validated {
+    spec: slogate_proto::validate::SubmitSpec,
+    sql: Option<Arc<str>>,
 }
 
 impl GatewayService {
     /// A service forwarding to `router`, recording each query's time in
-    /// slogate outside the backend in `added_latency`.
-    pub fn new(router: Addr<RouterShard>, limits: Limits, added_latency: Arc<Histogram>) -> Self {
-        GatewayService { router, limits, added_latency }
+    /// slogate outside the backend in `added_latency`; each `SubmitStream`
+    /// has at most `stream_in_flight_max` queries in progress, and stops
+    /// reading once `closing` turns true.
+    pub fn new(
+        router: Addr<RouterShard>,
+        limits: Limits,
+        added_latency: Arc<Histogram>,
+        stream_in_flight_max: usize,
+        closing: tokio::sync::watch::Receiver<bool>,
+    ) -> Self {
+        GatewayService { router, limits, added_latency, stream_in_flight_max: stream_in_flight_max.max(1), closing }
     }
 
-    async fn run(&self, request: &SubmitRequest) -> Result<SubmitOutcome, GatewayError> {
+    /// Checks `request` and keeps only what the query needs: the payload,
+    /// labels and anything else are dropped here.
+    fn validate(&self, request: SubmitRequest) -> Result<Validated, GatewayError> {
+        let spec = validate_submit(&request, &self.limits)?;
+        let sql = match request.query {
+            Some(submit_request::Query::Sql(text)) => Some(Arc::from(text)),
+            _ => None,
+        };
+        Ok(Validated { spec, sql })
+    }
+
+    async fn run(&self, query: Validated) -> Result<SubmitOutcome, GatewayError> {
         let started = std::time::Instant::now();
-        let outcome = self.route_and_wait(request).await?;
+        let outcome = self.route_and_wait(query).await?;
         self.added_latency.observe(started.elapsed().saturating_sub(outcome.backend_wall));
         Ok(outcome)
     }
 
-    async fn route_and_wait(&self, request: &SubmitRequest) -> Result<SubmitOutcome, GatewayError> {
-        let spec = validate_submit(request, &self.limits)?;
-        let sql = match &request.query {
-            Some(submit_request::Query::Sql(text)) => Some(Arc::from(text.as_str())),
-            _ => None,
-        };
+    async fn route_and_wait(&self, query: Validated) -> Result<SubmitOutcome, GatewayError> {
+        let Validated { spec, sql } = query;
         let pool = spec.pool.clone();
         let submitted = self
             .router
@@ -146,43 +170,66 @@ fn rejected(query_id: String, error: &GatewayError) -> SubmitResponse {
 #[tonic::async_trait]
 impl Gateway for GatewayService {
     async fn submit(&self, request: Request<SubmitRequest>) -> Result<Response<SubmitResponse>, Status> {
-        let outcome = self.run(request.get_ref()).await?;
+        let query = self.validate(request.into_inner())?;
+        let outcome = self.run(query).await?;
         Ok(Response::new(response(outcome)))
     }
 
     type SubmitStreamStream = Pin<Box<dyn Stream<Item = Result<SubmitResponse, Status>> + Send>>;
 
+    /// Reads requests while fewer than `stream_in_flight_max` of the
+    /// stream's queries are in progress (the client then waits on HTTP/2
+    /// flow control), answers each as it finishes, and ends once the client
+    /// half-closes and every accepted query is answered. A request that
+    /// does not decode, or the node's shutdown, stops the reading; the
+    /// queries already accepted are still answered, and the error (or
+    /// UNAVAILABLE) comes last.
     async fn submit_stream(&self, request: Request<Streaming<SubmitRequest>>) -> Result<Response<Self::SubmitStreamStream>, Status> {
         let mut requests = request.into_inner();
-        let (sender, receiver) = tokio::sync::mpsc::channel(1_024);
+        let (sender, receiver) = tokio::sync::mpsc::channel(self.stream_in_flight_max);
         let service = self.clone();
+        let mut closing = self.closing.clone();
         tokio::spawn(async move {
             let mut tasks = tokio::task::JoinSet::new();
+            let mut last: Option<Status> = None;
             loop {
+                let room = tasks.len() < service.stream_in_flight_max;
                 tokio::select! {
-                    next = requests.next() => match next {
+                    next = requests.next(), if room => match next {
                         Some(Ok(request)) => {
+                            let query_id = request.query_id.clone();
                             let service = service.clone();
                             let sender = sender.clone();
+                            let query = service.validate(request);
                             tasks.spawn(async move {
-                                let reply = match service.run(&request).await {
-                                    Ok(outcome) => response(outcome),
-                                    Err(error) => rejected(request.query_id.clone(), &error),
+                                let reply = match query {
+                                    Ok(query) => match service.run(query).await {
+                                        Ok(outcome) => response(outcome),
+                                        Err(error) => rejected(query_id, &error),
+                                    },
+                                    Err(error) => rejected(query_id, &error),
                                 };
                                 // A client that hung up no longer reads replies.
                                 let _ = sender.send(Ok(reply)).await;
                             });
                         }
                         Some(Err(status)) => {
-                            let _ = sender.send(Err(status)).await;
+                            last = Some(status);
                             break;
                         }
                         None => break,
                     },
                     Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                    _ = closing.wait_for(|closing| *closing) => {
+                        last = Some(GatewayError::ShuttingDown.to_status());
+                        break;
+                    }
                 }
             }
             while tasks.join_next().await.is_some() {}
+            if let Some(status) = last {
+                let _ = sender.send(Err(status)).await;
+            }
         });
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver))))
     }

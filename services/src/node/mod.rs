@@ -9,11 +9,18 @@
 //! 1. readiness and gRPC health turn to not-serving, and the RouterShard
 //!    refuses new submissions with UNAVAILABLE;
 //! 2. in-flight queries finish, up to the grace period; any still running
-//!    then fail with a reason, so every accepted query gets a reply;
-//! 3. both servers stop and the reservoir is flushed and closed.
+//!    then are cancelled on the backend and fail with a reason, so every
+//!    accepted query gets a reply;
+//! 3. every `SubmitStream` stops reading and ends, and gRPC asks each
+//!    connection to close; after `shutdown_close_s` the node closes the
+//!    ones a client still holds open, so no client can keep it up;
+//! 4. the admin API stops and the reservoir is flushed and closed.
+//!
+//! The gRPC listener's connection limits are in [`transport`].
 
 pub mod admin;
 pub mod grpc;
+pub mod transport;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -52,8 +59,12 @@ pub struct Node {
     health: tonic_health::server::HealthReporter,
     grpc_stop: tokio::sync::oneshot::Sender<()>,
     grpc_task: tokio::task::JoinHandle<()>,
+    /// Tells every `SubmitStream` to stop reading.
+    closing: tokio::sync::watch::Sender<bool>,
+    connections: transport::Connections,
     admin_handle: actix_web::dev::ServerHandle,
     grace: std::time::Duration,
+    close_deadline: std::time::Duration,
     arbiters: Vec<actix::Arbiter>,
 }
 
@@ -172,18 +183,44 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     let listener = tokio::net::TcpListener::bind(config.grpc_addr).await.map_err(|e| io(&format!("cannot bind gRPC on {}", config.grpc_addr), e))?;
     let grpc_addr = listener.local_addr().map_err(|e| io("gRPC address", e))?;
     let (health, health_service) = slogate_proto::health_service();
+    let (closing, closing_seen) = tokio::sync::watch::channel(false);
     let gateway = GatewayServer::new(grpc::GatewayService::new(
         router.clone(),
-        Limits { slo_ms_max: file.limits.slo_ms_max, payload_bytes_max: file.limits.payload_bytes_max, ..Limits::default() },
+        Limits {
+            slo_ms_max: file.limits.slo_ms_max,
+            payload_bytes_max: file.limits.payload_bytes_max,
+            pool_name_bytes_max: file.limits.pool_name_bytes_max,
+            labels_max: file.limits.labels_max,
+            labels_bytes_max: file.limits.labels_bytes_max,
+            sql_bytes_max: file.limits.sql_bytes_max,
+            ..Limits::default()
+        },
         histograms.added_latency.clone(),
-    ));
+        file.limits.stream_in_flight_max,
+        closing_seen,
+    ))
+    .max_decoding_message_size(file.limits.grpc_message_bytes_max);
     health.set_serving::<GatewayServer<grpc::GatewayService>>().await;
     let (grpc_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let connections = transport::Connections::new(file.limits.grpc_connections_max);
+    let transport_limits = transport::TransportLimits {
+        connections_max: file.limits.grpc_connections_max,
+        handshake_timeout: std::time::Duration::from_secs(file.limits.grpc_handshake_timeout_s),
+        idle_timeout: std::time::Duration::from_secs(file.limits.grpc_idle_timeout_s),
+    };
+    let incoming = transport::incoming(listener, transport_limits, connections.clone());
+    let keepalive = (file.limits.grpc_keepalive_interval_s > 0).then(|| std::time::Duration::from_secs(file.limits.grpc_keepalive_interval_s));
+    let server = tonic::transport::Server::builder()
+        .max_concurrent_streams(file.limits.grpc_streams_per_connection_max)
+        .concurrency_limit_per_connection(file.limits.grpc_in_flight_per_connection_max)
+        .http2_keepalive_interval(keepalive)
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(file.limits.grpc_keepalive_timeout_s)))
+        .layer(transport::StreamTrackingLayer);
     let grpc_task = tokio::spawn(async move {
-        let result = tonic::transport::Server::builder()
+        let result = { server }
             .add_service(health_service)
             .add_service(slogate_proto::reflection_service())
+            .add_service(slogate_proto::reflection_service_v1alpha())
             .add_service(gateway)
             .serve_with_incoming_shutdown(incoming, async {
                 let _ = stopped.await;
@@ -228,8 +265,11 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         health,
         grpc_stop,
         grpc_task,
+        closing,
+        connections,
         admin_handle,
         grace: std::time::Duration::from_secs(file.limits.shutdown_grace_s),
+        close_deadline: std::time::Duration::from_secs(file.limits.shutdown_close_s),
         arbiters,
     })
 }
@@ -353,11 +393,21 @@ impl Node {
         if in_flight > 0 {
             let reason = "the node shut down before the query finished".to_owned();
             let _ = self.router.send(router::FailInFlight { reason }).await;
-            // Let the replies reach their clients before the server stops.
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
+        // Streams answer what they accepted and end; then HTTP/2 asks every
+        // connection to close (GOAWAY). One the client holds open past the
+        // deadline (a stream it never ends, a request it never finishes
+        // sending) is closed from this side.
+        self.closing.send_replace(true);
         let _ = self.grpc_stop.send(());
-        let _ = self.grpc_task.await;
+        let mut grpc_task = self.grpc_task;
+        if tokio::time::timeout(self.close_deadline, &mut grpc_task).await.is_err() {
+            tracing::warn!(message = "Closing the gRPC connections still open at the shutdown deadline.", open = self.connections.open());
+            self.connections.close_all();
+            if tokio::time::timeout(std::time::Duration::from_secs(1), &mut grpc_task).await.is_err() {
+                grpc_task.abort();
+            }
+        }
         self.admin_handle.stop(true).await;
         let _ = self.reservoir.send(reservoir::Shutdown).await;
         for arbiter in self.arbiters {

@@ -1,0 +1,261 @@
+//! `slogate serve` against clients that try to hold it or fill it: raw
+//! sockets that never speak, oversized and undecodable requests, streams
+//! whose replies are never read, and streams held open through a shutdown.
+//! Each test starts its own node process on loopback ports, with every
+//! wait bounded.
+
+use std::io::Read;
+use std::time::Duration;
+
+use bytes::BufMut;
+use prost::Message;
+use slogate_integration::NodeProcess;
+use slogate_proto::v1::gateway_client::GatewayClient;
+use slogate_proto::v1::submit_request::Query;
+use slogate_proto::v1::{QueryStatus, SubmitRequest, SubmitResponse};
+use tokio_stream::StreamExt;
+
+/// A node whose `[limits]` section is `limits`.
+fn node(name: &str, limits: &str) -> NodeProcess {
+    let dir = std::env::temp_dir().join(format!("slogate-hostile-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("node.toml");
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\n[limits]\n{limits}\n[[pool]]\nname = \"default\"\nclusters = [16, 16]\n",
+        dir.join("data").display()
+    );
+    std::fs::write(&path, text).unwrap();
+    NodeProcess::start(&path)
+}
+
+fn request(id: &str, template: u32, slo_ms: u64) -> SubmitRequest {
+    SubmitRequest { query_id: id.into(), query: Some(Query::Template(template)), slo_ms, ..Default::default() }
+}
+
+/// A client codec that sends raw bytes as the message, to put what no
+/// well-behaved client would on the wire.
+#[derive(Clone, Default)]
+struct RawCodec;
+
+struct RawEncoder;
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Vec<u8>, buf: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        buf.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = SubmitResponse;
+    type Encoder = RawEncoder;
+    type Decoder = tonic_prost::ProstDecoder<SubmitResponse>;
+
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        tonic_prost::ProstDecoder::default()
+    }
+}
+
+async fn raw_channel(node: &NodeProcess) -> tonic::client::Grpc<tonic::transport::Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", node.grpc_addr)).unwrap().connect().await.unwrap();
+    tonic::client::Grpc::new(channel)
+}
+
+/// Bytes that are no `SubmitRequest`: field 1 (`pool`) claims 127 bytes
+/// and carries one.
+const UNDECODABLE: [u8; 3] = [0x0a, 0x7f, 0x41];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecodable_requests_are_invalid_argument_and_a_stream_still_answers_what_it_accepted() {
+    let node = node("decode", "");
+    let mut grpc = raw_channel(&node).await;
+
+    grpc.ready().await.unwrap();
+    let unary = grpc
+        .unary::<Vec<u8>, SubmitResponse, _>(tonic::Request::new(UNDECODABLE.to_vec()), "/slogate.v1.Gateway/Submit".parse().unwrap(), RawCodec)
+        .await
+        .unwrap_err();
+    assert_eq!(unary.code(), tonic::Code::InvalidArgument, "{unary:?}");
+    assert!(unary.message().contains("does not decode"), "{unary:?}");
+
+    // Three good queries, then garbage: three replies, then the error.
+    let mut messages: Vec<Vec<u8>> = (0..3).map(|i| request(&format!("s{i}"), 4 + i, 600_000).encode_to_vec()).collect();
+    messages.push(UNDECODABLE.to_vec());
+    grpc.ready().await.unwrap();
+    let response = grpc
+        .streaming::<_, Vec<u8>, SubmitResponse, _>(
+            tonic::Request::new(tokio_stream::iter(messages)),
+            "/slogate.v1.Gateway/SubmitStream".parse().unwrap(),
+            RawCodec,
+        )
+        .await
+        .unwrap();
+    let mut replies = response.into_inner();
+    let mut answered = Vec::new();
+    let error = loop {
+        match tokio::time::timeout(Duration::from_secs(30), replies.next()).await.expect("a reply within 30 s") {
+            Some(Ok(reply)) => answered.push(reply),
+            Some(Err(status)) => break status,
+            None => panic!("the stream ended without the decode error; answered {answered:?}"),
+        }
+    };
+    assert_eq!(error.code(), tonic::Code::InvalidArgument, "{error:?}");
+    answered.sort_by(|a, b| a.query_id.cmp(&b.query_id));
+    assert_eq!(answered.iter().map(|r| r.query_id.as_str()).collect::<Vec<_>>(), ["s0", "s1", "s2"]);
+    assert!(answered.iter().all(|r| r.status() == QueryStatus::Completed), "{answered:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_fields_are_refused_briefly_and_unread_streams_keep_memory_bounded() {
+    let node = node("sizes", "stream_in_flight_max = 16");
+    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+
+    // A 1 MB pool name: refused, and not echoed into grpc-message.
+    let error = client.submit(SubmitRequest { pool: "p".repeat(1 << 20), ..request("long", 4, 1_000) }).await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+    assert!(error.message().len() < 200, "grpc-message is {} bytes", error.message().len());
+    // 4 MB of labels: refused, by the message limit or the labels limit.
+    let labels = [("blob".to_owned(), "x".repeat(4 << 20))].into();
+    let error = client.submit(SubmitRequest { labels, ..request("labels", 4, 1_000) }).await.unwrap_err();
+    assert_ne!(error.code(), tonic::Code::Internal, "{error:?}");
+    assert_ne!(error.code(), tonic::Code::Ok);
+    // A pool name that would inject a metrics line.
+    let error = client.submit(SubmitRequest { pool: "x\"} 1\nevil".into(), ..request("inject", 4, 1_000) }).await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+
+    // 3,000 requests with 200 KB pool names on streams whose replies are
+    // never read: the node reads no faster than it answers, so its memory
+    // stays bounded (it grew by 1.1 GB when every request got a task).
+    let before = node.rss_bytes();
+    let mut senders = Vec::new();
+    for s in 0..10 {
+        let mut client = client.clone();
+        senders.push(tokio::spawn(async move {
+            let requests = tokio_stream::iter((0..300).map(move |i| SubmitRequest { pool: "p".repeat(200_000), ..request(&format!("m{s}-{i}"), 4, 1_000) }));
+            // Held, never read.
+            let replies = client.submit_stream(requests).await;
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            drop(replies);
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let during = node.rss_bytes();
+    for sender in senders {
+        let _ = tokio::time::timeout(Duration::from_secs(30), sender).await;
+    }
+    let growth_mb = during.saturating_sub(before) as f64 / 1e6;
+    eprintln!("RSS with 3,000 unread 200 KB requests on 10 streams: {:.1} MB → {:.1} MB", before as f64 / 1e6, during as f64 / 1e6);
+    assert!(growth_mb < 150.0, "RSS grew by {growth_mb:.0} MB with unread streams ({} → {} bytes)", before, during);
+
+    // And the node still answers.
+    let reply = client.submit(request("after", 4, 600_000)).await.unwrap().into_inner();
+    assert_eq!(reply.status(), QueryStatus::Completed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_sockets_are_closed_and_the_connection_limit_holds_without_starving_the_node() {
+    let node = node("sockets", "grpc_handshake_timeout_s = 1\ngrpc_connections_max = 8");
+    // A socket that never sends the HTTP/2 preface is closed by the node.
+    let addr = node.grpc_addr;
+    let closed_after = tokio::task::spawn_blocking(move || {
+        let mut socket = std::net::TcpStream::connect(addr).unwrap();
+        socket.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let started = std::time::Instant::now();
+        let mut buffer = [0u8; 64];
+        // The node may send its SETTINGS first; read to the end.
+        loop {
+            match socket.read(&mut buffer) {
+                Ok(0) => break Some(started.elapsed()),
+                Ok(_) => continue,
+                Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => break Some(started.elapsed()),
+                Err(_) => break None,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let closed_after = closed_after.expect("the node closes a silent socket within 20 s");
+    eprintln!("a silent socket was closed after {closed_after:?}");
+    assert!(closed_after >= Duration::from_millis(900), "closed after {closed_after:?}, before the handshake timeout");
+
+    // 40 silent sockets, five times the limit: the ones past the limit wait
+    // in the backlog, each is closed a second after the node accepts it,
+    // and a real client still gets through.
+    let silent: Vec<std::net::TcpStream> = (0..40).map(|_| std::net::TcpStream::connect(addr).unwrap()).collect();
+    let mut client = tokio::time::timeout(Duration::from_secs(30), GatewayClient::connect(format!("http://{addr}")))
+        .await
+        .expect("a client connects within 30 s")
+        .unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(30), client.submit(request("through", 4, 600_000)))
+        .await
+        .expect("an answer within 30 s")
+        .unwrap()
+        .into_inner();
+    assert_eq!(reply.status(), QueryStatus::Completed);
+    drop(silent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_holding_streams_open_cannot_keep_the_node_up_past_its_shutdown_deadline() {
+    let node = node("shutdown", "shutdown_grace_s = 1\nshutdown_close_s = 1");
+    let endpoint = format!("http://{}", node.grpc_addr);
+    // A health watch never ends on its own.
+    let channel = tonic::transport::Endpoint::from_shared(endpoint.clone()).unwrap().connect().await.unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let watch = health.watch(tonic_health::pb::HealthCheckRequest { service: String::new() }).await.unwrap().into_inner();
+    // A SubmitStream the client never half-closes, with one query answered.
+    let mut client = GatewayClient::connect(endpoint).await.unwrap();
+    let (sender, requests) = tokio::sync::mpsc::channel(4);
+    sender.send(request("held", 4, 600_000)).await.unwrap();
+    let mut replies = client.submit_stream(tokio_stream::wrappers::ReceiverStream::new(requests)).await.unwrap().into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(30), replies.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(first.query_id, "held");
+
+    let exit = tokio::task::spawn_blocking(move || node.terminate_within(Duration::from_secs(20))).await.unwrap();
+    let exit = exit.expect("the node exits within 20 s of SIGTERM");
+    eprintln!("exit {exit:?} after SIGTERM with two streams held open");
+    // Grace 1 s, close deadline 1 s, then the forced close: well under 10 s.
+    assert!(exit < Duration::from_secs(10), "exited after {exit:?}");
+    // The held stream ended with UNAVAILABLE (or the connection closed).
+    let end = tokio::time::timeout(Duration::from_secs(5), replies.next()).await.expect("the stream ends");
+    if let Some(Err(status)) = &end {
+        assert!(matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled), "{status:?}");
+    }
+    drop((watch, sender));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflection_answers_both_the_v1_and_the_v1alpha_protocol() {
+    let node = node("reflection", "");
+    let endpoint = format!("http://{}", node.grpc_addr);
+    let channel = tonic::transport::Endpoint::from_shared(endpoint).unwrap().connect().await.unwrap();
+    let mut alpha = tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient::new(channel.clone());
+    let ask = tonic_reflection::pb::v1alpha::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest::ListServices(String::new())),
+    };
+    let mut answers = alpha.server_reflection_info(tokio_stream::iter([ask])).await.unwrap().into_inner();
+    let answer = answers.next().await.unwrap().unwrap();
+    let Some(tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse::ListServicesResponse(list)) = answer.message_response
+    else {
+        panic!("not a service list: {answer:?}");
+    };
+    assert!(list.service.iter().any(|s| s.name == "slogate.v1.Gateway"), "{list:?}");
+
+    let mut v1 = tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(channel);
+    let ask = tonic_reflection::pb::v1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(tonic_reflection::pb::v1::server_reflection_request::MessageRequest::ListServices(String::new())),
+    };
+    let answer = v1.server_reflection_info(tokio_stream::iter([ask])).await.unwrap().into_inner().next().await.unwrap().unwrap();
+    assert!(matches!(answer.message_response, Some(tonic_reflection::pb::v1::server_reflection_response::MessageResponse::ListServicesResponse(_))));
+}
