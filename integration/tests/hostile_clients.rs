@@ -22,7 +22,7 @@ fn node(name: &str, limits: &str) -> NodeProcess {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("node.toml");
     let text = format!(
-        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\n[limits]\n{limits}\n[[pool]]\nname = \"default\"\nclusters = [16, 16]\n",
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\nadmin_token = \"t0ken\"\n[limits]\n{limits}\n[[pool]]\nname = \"default\"\nclusters = [16, 16]\n",
         dir.join("data").display()
     );
     std::fs::write(&path, text).unwrap();
@@ -258,4 +258,33 @@ async fn reflection_answers_both_the_v1_and_the_v1alpha_protocol() {
     };
     let answer = v1.server_reflection_info(tokio_stream::iter([ask])).await.unwrap().into_inner().next().await.unwrap().unwrap();
     assert!(matches!(answer.message_response, Some(tonic_reflection::pb::v1::server_reflection_response::MessageResponse::ListServicesResponse(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_answers_every_error_as_json() {
+    use slogate_integration::{http, json};
+    let node = node("admin", "");
+    let admin = node.admin_addr;
+    let cases = tokio::task::spawn_blocking(move || {
+        let big = "x".repeat(100 << 10);
+        let token = Some("t0ken");
+        vec![
+            ("GET /nowhere", http(admin, "GET", "/nowhere", None, "")),
+            ("DELETE /v1/pools", http(admin, "DELETE", "/v1/pools", None, "")),
+            ("POST clusters [16]", http(admin, "POST", "/v1/pools/default/clusters", token, "[16]")),
+            ("POST clusters 100 KB", http(admin, "POST", "/v1/pools/default/clusters", token, &big)),
+            ("DELETE cluster cccc4", http(admin, "DELETE", "/v1/pools/default/clusters/cccc4", token, "")),
+            ("POST clusters wrong token", http(admin, "POST", "/v1/pools/default/clusters", Some("t0kem"), r#"{"size": 8}"#)),
+        ]
+    })
+    .await
+    .unwrap();
+    let expected = [404, 405, 400, 413, 400, 401];
+    for ((name, (status, body)), want) in cases.iter().zip(expected) {
+        assert_eq!(*status, want, "{name}: {body}");
+        let body = json(body);
+        assert!(body["error"].as_str().is_some_and(|e| !e.is_empty()), "{name}: {body}");
+        assert!(body["code"].as_str().is_some(), "{name}: {body}");
+    }
+    assert!(json(&cases[1].1.1)["error"].as_str().unwrap().contains("allowed: GET"));
 }

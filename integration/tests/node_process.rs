@@ -56,9 +56,13 @@ async fn node_survives_sigkill_with_its_reservoir_and_stops_cleanly_on_sigterm()
     let err = bad.submit(SubmitRequest { pool: "nope".into(), ..request("p", 4, 1_000) }).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
     assert!(err.message().contains("nope"));
-    let err = bad.submit(SubmitRequest { payload: vec![7; 2 << 20], ..request("big", 4, 1_000) }).await.unwrap_err();
+    let err = bad.submit(SubmitRequest { payload: vec![7; (1 << 20) + 1], ..request("big", 4, 1_000) }).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("payload"));
+    // Past the message limit, tonic refuses it before it is decoded.
+    let err = bad.submit(SubmitRequest { payload: vec![7; 3 << 20], ..request("huge", 4, 1_000) }).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::OutOfRange);
+    assert!(err.message().contains("the limit is"), "{err:?}");
     let (status, body) = tokio::task::spawn_blocking(move || http(admin, "POST", "/v1/pools/default/clusters", Some("t0ken"), "{size:"))
         .await
         .unwrap();

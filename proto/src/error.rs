@@ -19,6 +19,10 @@ pub enum ErrorKind {
     Unauthenticated,
     /// The request conflicts with work in progress (a tuning run).
     Conflict,
+    /// An admin path does not take this method.
+    MethodNotAllowed,
+    /// A request body is larger than the node reads.
+    TooLarge,
     /// A bug or a backend failure.
     Internal,
 }
@@ -32,6 +36,8 @@ pub fn status_codes(kind: ErrorKind) -> (tonic::Code, u16) {
         ErrorKind::Unavailable => (tonic::Code::Unavailable, 503),
         ErrorKind::Unauthenticated => (tonic::Code::Unauthenticated, 401),
         ErrorKind::Conflict => (tonic::Code::Aborted, 409),
+        ErrorKind::MethodNotAllowed => (tonic::Code::Unimplemented, 405),
+        ErrorKind::TooLarge => (tonic::Code::OutOfRange, 413),
         ErrorKind::Internal => (tonic::Code::Internal, 500),
     }
 }
@@ -111,6 +117,30 @@ pub enum GatewayError {
     /// Work in progress conflicts with the request.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// No admin route has this path.
+    #[error("no route for {method} {path}")]
+    NoRoute {
+        /// The method.
+        method: String,
+        /// The path (at most 200 bytes of it).
+        path: String,
+    },
+    /// The admin path exists but not with this method.
+    #[error("{method} is not allowed on {path}; allowed: {allowed}")]
+    MethodNotAllowed {
+        /// The method.
+        method: String,
+        /// The path.
+        path: String,
+        /// The methods it takes.
+        allowed: String,
+    },
+    /// A request body over the admin API's limit.
+    #[error("the request body is over the {max} bytes accepted")]
+    BodyTooLarge {
+        /// The limit.
+        max: usize,
+    },
     /// Something that should not happen.
     #[error("internal error: {0}")]
     Internal(String),
@@ -124,7 +154,9 @@ impl GatewayError {
             InvalidSlo { .. } | EmptyQuery | InvalidTemplate | QueryIdTooLong { .. } | PayloadTooLarge { .. } | FieldTooLarge { .. } | InvalidArgument(_) => {
                 ErrorKind::InvalidArgument
             }
-            UnknownPool(_) | UnknownCluster(_) | NoTuner(_) => ErrorKind::NotFound,
+            UnknownPool(_) | UnknownCluster(_) | NoTuner(_) | NoRoute { .. } => ErrorKind::NotFound,
+            MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
+            BodyTooLarge { .. } => ErrorKind::TooLarge,
             AdmissionLimit { .. } => ErrorKind::ResourceExhausted,
             ShuttingDown | Unavailable(_) => ErrorKind::Unavailable,
             Unauthenticated => ErrorKind::Unauthenticated,
@@ -168,7 +200,7 @@ mod tests {
     #[test]
     fn grpc_and_http_agree_on_every_kind() {
         use ErrorKind::*;
-        for kind in [InvalidArgument, NotFound, ResourceExhausted, Unavailable, Unauthenticated, Conflict, Internal] {
+        for kind in [InvalidArgument, NotFound, ResourceExhausted, Unavailable, Unauthenticated, Conflict, MethodNotAllowed, TooLarge, Internal] {
             let (grpc, http) = status_codes(kind);
             let expected_http = match grpc {
                 tonic::Code::InvalidArgument => 400,
@@ -177,6 +209,8 @@ mod tests {
                 tonic::Code::ResourceExhausted => 429,
                 tonic::Code::Unavailable => 503,
                 tonic::Code::Aborted => 409,
+                tonic::Code::Unimplemented => 405,
+                tonic::Code::OutOfRange => 413,
                 _ => 500,
             };
             assert_eq!(http, expected_http, "{kind:?}");

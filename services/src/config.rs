@@ -789,7 +789,9 @@ impl Default for LimitsSection {
             grpc_streams_per_connection_max: 1_024,
             grpc_in_flight_per_connection_max: 1_024,
             stream_in_flight_max: 256,
-            grpc_message_bytes_max: 2 << 20,
+            // Room for the largest valid request: a full payload and SQL
+            // text, with labels and the rest.
+            grpc_message_bytes_max: (2 << 20) + (64 << 10),
             grpc_handshake_timeout_s: 10,
             grpc_idle_timeout_s: 600,
             grpc_keepalive_interval_s: 60,

@@ -42,7 +42,12 @@ pub struct AdminState {
     pub autoscalers: Vec<(PoolId, Addr<AutoscalerActor>)>,
     /// Each tuned pool's Tuner.
     pub tuners: Vec<(PoolId, Addr<tuner::TunerActor>)>,
+    /// Calls refused for a missing or wrong token.
+    pub auth_failures: Arc<std::sync::atomic::AtomicU64>,
 }
+
+/// The largest request body the admin API reads, bytes.
+pub const BODY_BYTES_MAX: usize = 64 << 10;
 
 /// A pool's backend and provider.
 #[derive(Clone)]
@@ -64,20 +69,89 @@ pub struct Histograms {
     pub added_latency: Arc<Histogram>,
 }
 
-/// Routes of the admin API.
+/// Routes of the admin API. A path it has answers any other method with
+/// 405 and an `Allow` header, and a path it lacks with 404, both as JSON.
 pub fn routes(config: &mut web::ServiceConfig) {
     config
-        .route("/healthz", web::get().to(healthz))
-        .route("/readyz", web::get().to(readyz))
-        .route("/metrics", web::get().to(metrics))
-        .route("/v1/pools", web::get().to(pools))
-        .route("/v1/pools/{pool}", web::get().to(pool))
-        .route("/v1/pools/{pool}/queries", web::get().to(queries))
-        .route("/v1/pools/{pool}/clusters", web::post().to(add_cluster))
-        .route("/v1/pools/{pool}/clusters/{cluster}", web::delete().to(remove_cluster))
-        .route("/v1/pools/{pool}/tune", web::post().to(tune))
-        .route("/v1/actors", web::get().to(actors))
-        .route("/v1/decisions", web::get().to(decisions));
+        .service(resource("/healthz", "GET").route(web::get().to(healthz)))
+        .service(resource("/readyz", "GET").route(web::get().to(readyz)))
+        .service(resource("/metrics", "GET").route(web::get().to(metrics)))
+        .service(resource("/v1/pools", "GET").route(web::get().to(pools)))
+        .service(resource("/v1/pools/{pool}", "GET").route(web::get().to(pool)))
+        .service(resource("/v1/pools/{pool}/queries", "GET").route(web::get().to(queries)))
+        .service(resource("/v1/pools/{pool}/clusters", "POST").route(web::post().to(add_cluster)))
+        .service(resource("/v1/pools/{pool}/clusters/{cluster}", "DELETE").route(web::delete().to(remove_cluster)))
+        .service(resource("/v1/pools/{pool}/tune", "POST").route(web::post().to(tune)))
+        .service(resource("/v1/actors", "GET").route(web::get().to(actors)))
+        .service(resource("/v1/decisions", "GET").route(web::get().to(decisions)))
+        .default_service(web::to(|request: HttpRequest| async move {
+            error_response(&GatewayError::NoRoute { method: request.method().to_string(), path: clipped(request.path()) })
+        }));
+}
+
+/// A route at `path` that answers methods other than `allowed` with 405.
+fn resource(path: &'static str, allowed: &'static str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(move |request: HttpRequest| async move {
+        let error = GatewayError::MethodNotAllowed { method: request.method().to_string(), path: clipped(request.path()), allowed: allowed.to_owned() };
+        let mut response = error_response(&error);
+        response.headers_mut().insert(actix_web::http::header::ALLOW, actix_web::http::header::HeaderValue::from_static(allowed));
+        response
+    }))
+}
+
+/// At most 200 bytes of a client's path, for an error message.
+fn clipped(path: &str) -> String {
+    let mut end = path.len().min(200);
+    while !path.is_char_boundary(end) {
+        end -= 1;
+    }
+    path[..end].to_owned()
+}
+
+/// Reads a request body of at most [`BODY_BYTES_MAX`] bytes.
+async fn read_body(mut payload: web::Payload) -> Result<web::BytesMut, GatewayError> {
+    use futures_util::StreamExt as _;
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| GatewayError::InvalidArgument(format!("cannot read the request body: {e}")))?;
+        if body.len() + chunk.len() > BODY_BYTES_MAX {
+            return Err(GatewayError::BodyTooLarge { max: BODY_BYTES_MAX });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// A JSON object body as `T`: arrays and scalars are refused even where
+/// serde would read them as `T`'s fields in order.
+fn object_body<T: serde::de::DeserializeOwned>(body: &[u8], example: &str) -> Result<T, GatewayError> {
+    let shape = |reason: String| GatewayError::InvalidArgument(format!("body must be a JSON object like {example}: {reason}"));
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| shape(e.to_string()))?;
+    if !value.is_object() {
+        return Err(shape("got another JSON value".into()));
+    }
+    serde_json::from_value(value).map_err(|e| shape(e.to_string()))
+}
+
+/// A cluster id from a path: `c3` or `3`, ASCII digits only.
+fn parse_cluster_id(text: &str) -> Result<slogate_core::model::ClusterId, GatewayError> {
+    let digits = text.strip_prefix('c').unwrap_or(text);
+    let malformed = || GatewayError::InvalidArgument(format!("cluster id must look like `c3` or `3`, got `{}`", clipped(text)));
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(malformed());
+    }
+    digits.parse::<u32>().map(slogate_core::model::ClusterId).map_err(|_| malformed())
+}
+
+/// Whether `presented` is `expected`, in time independent of where they
+/// differ (only the length shows).
+fn tokens_match(presented: &str, expected: &str) -> bool {
+    let (a, b) = (presented.as_bytes(), expected.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let difference = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(difference) == 0
 }
 
 /// A JSON error response for `error`.
@@ -113,8 +187,13 @@ fn authorised(request: &HttpRequest, state: &AdminState, write: bool) -> Result<
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     match presented {
-        Some(token) if !state.token.is_empty() && token == state.token => Ok(()),
-        _ => Err(GatewayError::Unauthenticated),
+        Some(token) if !state.token.is_empty() && tokens_match(token, &state.token) => Ok(()),
+        _ => {
+            let failures = state.auth_failures.fetch_add(1, Ordering::Relaxed) + 1;
+            let peer = request.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+            tracing::warn!(message = "Admin call refused: missing or wrong token.", path = %clipped(request.path()), %peer, failures);
+            Err(GatewayError::Unauthenticated)
+        }
     }
 }
 
@@ -325,12 +404,12 @@ fn router_error(error: slogate_actors::Error) -> GatewayError {
     super::grpc::gateway_error(error)
 }
 
-async fn add_cluster(request: HttpRequest, state: web::Data<AdminState>, path: web::Path<String>, body: web::Bytes) -> HttpResponse {
+async fn add_cluster(request: HttpRequest, state: web::Data<AdminState>, path: web::Path<String>, payload: web::Payload) -> HttpResponse {
     let pool = PoolId(path.into_inner());
     let result = async {
         authorised(&request, &state, true)?;
-        let new: NewCluster = serde_json::from_slice(&body)
-            .map_err(|e| GatewayError::InvalidArgument(format!("body must be JSON like {{\"size\": 16}}: {e}")))?;
+        let body = read_body(payload).await?;
+        let new: NewCluster = object_body(&body, r#"{"size": 16}"#)?;
         if new.size == 0 || new.size > 1_024 {
             return Err(GatewayError::InvalidArgument(format!("size must be 1–1024 RPU, got {}", new.size)));
         }
@@ -353,11 +432,7 @@ async fn remove_cluster(request: HttpRequest, state: web::Data<AdminState>, path
     let (pool, cluster) = path.into_inner();
     let result = async {
         authorised(&request, &state, true)?;
-        let id = cluster
-            .trim_start_matches('c')
-            .parse::<u32>()
-            .map_err(|_| GatewayError::InvalidArgument(format!("cluster id must look like `c3` or `3`, got `{cluster}`")))?;
-        let cluster = slogate_core::model::ClusterId(id);
+        let cluster = parse_cluster_id(&cluster)?;
         state.router.send(router::ReleaseCluster { pool: PoolId(pool), cluster }).await.map_err(mailbox)?.map_err(router_error)?;
         Ok(cluster)
     }
@@ -470,5 +545,42 @@ async fn metrics(request: HttpRequest, state: web::Data<AdminState>) -> HttpResp
         "Each query's time in slogate outside the backend.",
         "",
     );
+    let failures = state.auth_failures.load(Ordering::Relaxed);
+    writeln!(
+        out,
+        "# HELP slogate_admin_auth_failures_total Admin calls refused for a missing or wrong token.\n# TYPE slogate_admin_auth_failures_total counter\nslogate_admin_auth_failures_total {failures}"
+    )
+    .expect("write to String");
     HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_ids_are_c_and_digits_or_digits_only() {
+        assert_eq!(parse_cluster_id("c3").unwrap().0, 3);
+        assert_eq!(parse_cluster_id("17").unwrap().0, 17);
+        for bad in ["cccc4", "+3", "c+3", "c", "", "-1", "c3x", "٣", "99999999999"] {
+            assert!(parse_cluster_id(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn bodies_must_be_objects_even_where_serde_reads_arrays_as_structs() {
+        assert_eq!(object_body::<NewCluster>(br#"{"size": 16}"#, "x").unwrap().size, 16);
+        for bad in [&b"[16]"[..], b"16", b"\"16\"", br#"{"size": 16, "extra": 1}"#, b"{size:"] {
+            let error = object_body::<NewCluster>(bad, r#"{"size": 16}"#).err().expect("refused");
+            assert_eq!(error.http_status(), 400, "{error}");
+        }
+    }
+
+    #[test]
+    fn tokens_match_only_when_equal() {
+        assert!(tokens_match("s3cret", "s3cret"));
+        assert!(!tokens_match("s3cres", "s3cret"));
+        assert!(!tokens_match("s3cre", "s3cret"));
+        assert!(!tokens_match("", "s3cret"));
+    }
 }

@@ -243,6 +243,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         histograms,
         autoscalers,
         tuners,
+        auth_failures: Arc::default(),
     };
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new().app_data(actix_web::web::Data::new(admin_state.clone())).configure(admin::routes)
