@@ -44,7 +44,7 @@ pub struct Execution {
 }
 
 /// The rows a query returned, bounded by the pool's row and byte limits.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct ResultRows {
     /// Column names.
     pub columns: Vec<String>,

@@ -14,6 +14,9 @@
 //!   notice from the RouterShard, the size selector on a fork of the
 //!   router, off the routing path.
 //! - [`clock`]: the node's virtual clock (tokio time, compressible).
+//! - [`idempotency`]: the records a retried client query id is answered
+//!   from, keyed by tenant and id and checked against the request's
+//!   digest; persisted by the Reservoir.
 //! - [`metrics`]: latency histograms the shells publish.
 //! - [`provider`]: the [`provider::Provider`] seam: cluster lifecycle
 //!   requests to the hosting platform (emulated: the emulated warehouse
@@ -55,6 +58,7 @@
 pub mod autoscaler;
 pub mod backend;
 pub mod clock;
+pub mod idempotency;
 pub mod metrics;
 pub mod provider;
 pub mod reservoir;
@@ -99,6 +103,14 @@ pub enum Error {
     /// A tuning run for the pool is already going.
     #[error("pool `{0}` is already being tuned")]
     TuningInProgress(String),
+    /// A retried client query id came with different content.
+    #[error("query_id `{client_query_id}` was first submitted with a different {field}; a retry must repeat the request")]
+    IdempotencyMismatch {
+        /// The id.
+        client_query_id: String,
+        /// The first field that differs.
+        field: &'static str,
+    },
 }
 
 /// `Result` with this crate's [`Error`].

@@ -23,6 +23,7 @@ use serde::Serialize;
 use slogate_core::model::TemplateId;
 use slogate_core::reservoir::{CalendarHour, ExecutionRecord, Reservoir, ReservoirConfig, ReservoirUpdate};
 
+use crate::idempotency::IdempotencyRecord;
 use crate::{Error, Result};
 
 /// Rows loaded back from storage.
@@ -49,6 +50,11 @@ pub trait ReservoirStore: Send {
     /// Reads the last `limit` logged executions, oldest first (by
     /// sequence number, which only grows but may skip).
     fn recent_executions(&self, limit: usize) -> Result<Vec<ExecutionRecord>>;
+    /// Writes an idempotency record, replacing one with its key.
+    fn put_idempotency(&mut self, record: &IdempotencyRecord) -> Result<()>;
+    /// Reads every idempotency record finished at or after
+    /// `since_unix_s`, oldest first, and deletes the older ones.
+    fn idempotency_records(&mut self, since_unix_s: f64) -> Result<Vec<IdempotencyRecord>>;
     /// Makes everything written so far durable.
     fn flush(&self) -> Result<()>;
 }
@@ -60,6 +66,7 @@ pub struct SledStore {
     totals: sled::Tree,
     samples: sled::Tree,
     executions: sled::Tree,
+    idempotency: sled::Tree,
 }
 
 fn hour_key(hour: CalendarHour) -> [u8; 5] {
@@ -109,6 +116,7 @@ impl SledStore {
             totals: db.open_tree("totals")?,
             samples: db.open_tree("samples")?,
             executions: db.open_tree("executions")?,
+            idempotency: db.open_tree("idempotency")?,
             db,
         })
     }
@@ -172,6 +180,27 @@ impl ReservoirStore for SledStore {
         Ok(records)
     }
 
+    fn put_idempotency(&mut self, record: &IdempotencyRecord) -> Result<()> {
+        let value = serde_json::to_vec(record).expect("idempotency records serialise");
+        self.idempotency.insert(record.key(), value)?;
+        Ok(())
+    }
+
+    fn idempotency_records(&mut self, since_unix_s: f64) -> Result<Vec<IdempotencyRecord>> {
+        let mut kept = Vec::new();
+        for row in self.idempotency.iter() {
+            let (key, value) = row?;
+            let record: IdempotencyRecord = serde_json::from_slice(&value).map_err(|_| Error::CorruptStore("idempotency record"))?;
+            if record.finished_unix_s >= since_unix_s {
+                kept.push(record);
+            } else {
+                self.idempotency.remove(key)?;
+            }
+        }
+        kept.sort_by(|a, b| a.finished_unix_s.total_cmp(&b.finished_unix_s));
+        Ok(kept)
+    }
+
     fn flush(&self) -> Result<()> {
         self.db.flush()?;
         Ok(())
@@ -193,6 +222,11 @@ pub struct ArrivalUpdate {
 #[derive(Message)]
 #[rtype(result = "Result<u64>")]
 pub struct ExecutionUpdate(pub ExecutionRecord);
+
+/// Writes a finished query's idempotency record.
+#[derive(Message)]
+#[rtype(result = "Result<()>")]
+pub struct IdempotencyUpdate(pub IdempotencyRecord);
 
 /// Makes everything recorded so far durable.
 #[derive(Message)]
@@ -342,6 +376,15 @@ impl Handler<ExecutionUpdate> for ReservoirActor {
         self.executions += 1;
         self.written(Ok(()))?;
         Ok(sequence)
+    }
+}
+
+impl Handler<IdempotencyUpdate> for ReservoirActor {
+    type Result = Result<()>;
+
+    fn handle(&mut self, message: IdempotencyUpdate, _ctx: &mut Self::Context) -> Result<()> {
+        let result = self.store()?.put_idempotency(&message.0);
+        self.written(result)
     }
 }
 

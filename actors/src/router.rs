@@ -38,12 +38,13 @@ use crate::autoscaler::{PoolSnapshot, ScaleEvent, ScaleNotice};
 use crate::backend::{Backend, CancelReason, ClusterUpdate, Completion, Execution, ExecuteError, ResultRows};
 use crate::clock::VirtualClock;
 use crate::provider::Provider;
-use crate::reservoir::{ArrivalUpdate, ExecutionUpdate, ReservoirActor};
+use crate::idempotency::{IdempotencyRecord, IdempotencyTable, RequestDigest};
+use crate::reservoir::{ArrivalUpdate, ExecutionUpdate, IdempotencyUpdate, ReservoirActor};
 use crate::tracker::{Cancel, ClusterTracker, Dispatch, Release, TrackerSetup};
 use crate::{Error, Result};
 
 /// How a submitted query ended.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SubmitStatus {
     /// It ran to completion.
@@ -55,7 +56,7 @@ pub enum SubmitStatus {
 }
 
 /// The reply to a submission.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct SubmitOutcome {
     /// The client's query id (or the node's, if the client gave none).
     pub client_query_id: String,
@@ -127,6 +128,11 @@ pub struct Submit {
     pub pool: PoolId,
     /// The client's idempotency key; empty for none.
     pub client_query_id: String,
+    /// The tenant that sent it (empty without tenants): its idempotency
+    /// records are its own.
+    pub tenant: String,
+    /// What a retry of `client_query_id` must repeat.
+    pub digest: RequestDigest,
     /// Template or fingerprint.
     pub template: TemplateId,
     /// Its SQL text, when the client sent text.
@@ -291,6 +297,8 @@ struct InFlight {
     explanation: String,
     predicted: Option<Duration>,
     client_supplied: bool,
+    tenant: String,
+    digest: RequestDigest,
     waiters: Vec<oneshot::Sender<SubmitOutcome>>,
 }
 
@@ -303,9 +311,8 @@ struct PoolRuntime {
     view: Pool,
     in_flight: HashMap<QueryId, InFlight>,
     in_flight_max: usize,
-    by_client_id: HashMap<String, QueryId>,
-    done: HashMap<String, SubmitOutcome>,
-    done_order: VecDeque<String>,
+    by_client_id: HashMap<(String, String), QueryId>,
+    done: IdempotencyTable,
     recent: VecDeque<SubmitOutcome>,
     stats: PoolStats,
     autoscaler: Option<Recipient<ScaleNotice>>,
@@ -397,7 +404,6 @@ pub struct RouterShard {
     reservoir: Option<Addr<ReservoirActor>>,
     decisions: VecDeque<DecisionRecord>,
     decisions_max: usize,
-    idempotency_max: usize,
     next_query: u64,
     draining: bool,
     reservoir_updates_dropped: u64,
@@ -418,6 +424,8 @@ pub struct RouterLimits {
     pub decisions_max: usize,
     /// Finished client query ids remembered per pool for retries.
     pub idempotency_max: usize,
+    /// How long a finished query's record answers retries, seconds.
+    pub idempotency_retention_s: f64,
     /// The actor's mailbox capacity.
     pub mailbox_capacity: usize,
 }
@@ -463,8 +471,7 @@ impl RouterShard {
                     in_flight: HashMap::new(),
                     in_flight_max: setup.in_flight_max,
                     by_client_id: HashMap::new(),
-                    done: HashMap::new(),
-                    done_order: VecDeque::new(),
+                    done: IdempotencyTable::new(limits.idempotency_max, limits.idempotency_retention_s),
                     recent: VecDeque::new(),
                     stats: PoolStats::default(),
                     autoscaler: None,
@@ -484,12 +491,22 @@ impl RouterShard {
             decisions_max: limits.decisions_max,
             tracker_mailbox_capacity: limits.mailbox_capacity,
             billing: limits.billing.clone(),
-            idempotency_max: limits.idempotency_max,
             next_query: 0,
             draining: false,
             reservoir_updates_dropped: 0,
             scale_notices_dropped: 0,
             mailbox_capacity: limits.mailbox_capacity,
+        }
+    }
+
+    /// Loads idempotency records kept from before a restart (oldest first
+    /// within a pool); records of pools it does not own are skipped.
+    pub fn restore_idempotency(&mut self, records: Vec<IdempotencyRecord>) {
+        let now = crate::clock::unix_now_s();
+        for record in records {
+            if let Some(pool) = self.pools.get_mut(&record.pool) {
+                pool.done.insert(record, now);
+            }
         }
     }
 
@@ -692,15 +709,24 @@ impl Handler<Submit> for RouterShard {
         let now = self.clock.now();
         let pool = self.pools.get_mut(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.clone()))?;
 
-        // Retries of a known client id: the same reply, never a second run.
+        // Retries of a known client id: the same reply, never a second
+        // run, and never another request's reply.
         if !message.client_query_id.is_empty() {
-            if let Some(outcome) = pool.done.get(&message.client_query_id) {
+            let mismatch = |field: &'static str| Error::IdempotencyMismatch { client_query_id: message.client_query_id.clone(), field };
+            if let Some(record) = pool.done.get(&message.tenant, &message.client_query_id, crate::clock::unix_now_s()) {
+                if let Some(field) = record.digest.mismatch(&message.digest) {
+                    return Err(mismatch(field));
+                }
                 pool.stats.deduplicated += 1;
-                return Ok(resolved(outcome.query, outcome.clone()));
+                return Ok(resolved(record.outcome.query, record.outcome.clone()));
             }
-            if let Some(&query) = pool.by_client_id.get(&message.client_query_id) {
+            if let Some(&query) = pool.by_client_id.get(&(message.tenant.clone(), message.client_query_id.clone())) {
+                let flight = pool.in_flight.get_mut(&query).expect("client ids map to in-flight queries");
+                if let Some(field) = flight.digest.mismatch(&message.digest) {
+                    return Err(mismatch(field));
+                }
                 let (sender, receiver) = oneshot::channel();
-                pool.in_flight.get_mut(&query).expect("client ids map to in-flight queries").waiters.push(sender);
+                flight.waiters.push(sender);
                 pool.stats.deduplicated += 1;
                 return Ok(Submitted { query, reply: receiver });
             }
@@ -787,7 +813,7 @@ impl Handler<Submit> for RouterShard {
             view.running.push(RunningQuery { id, template: query.template, slo: query.slo, arrival: now, dispatched: now });
         }
         if client_supplied {
-            pool.by_client_id.insert(client_query_id.clone(), id);
+            pool.by_client_id.insert((message.tenant.clone(), client_query_id.clone()), id);
         }
         pool.in_flight.insert(
             id,
@@ -802,6 +828,8 @@ impl Handler<Submit> for RouterShard {
                 explanation,
                 predicted,
                 client_supplied,
+                tenant: message.tenant,
+                digest: message.digest,
                 waiters: vec![sender],
             },
         );
@@ -861,7 +889,6 @@ impl Handler<CompletionUpdate> for RouterShard {
 
     fn handle(&mut self, message: CompletionUpdate, _ctx: &mut Self::Context) {
         let now = self.clock.now();
-        let idempotency_max = self.idempotency_max;
         let recent_max = self.decisions_max;
         let Some(pool) = self.pools.get_mut(&message.pool) else { return };
         let Some(flight) = pool.in_flight.remove(&message.query) else { return };
@@ -945,14 +972,22 @@ impl Handler<CompletionUpdate> for RouterShard {
             }
         };
         if flight.client_supplied {
-            pool.by_client_id.remove(&flight.client_query_id);
-            pool.done.insert(flight.client_query_id.clone(), outcome.without_rows());
-            pool.done_order.push_back(flight.client_query_id);
-            while pool.done_order.len() > idempotency_max {
-                if let Some(old) = pool.done_order.pop_front() {
-                    pool.done.remove(&old);
-                }
+            pool.by_client_id.remove(&(flight.tenant.clone(), flight.client_query_id.clone()));
+            let finished_unix_s = crate::clock::unix_now_s();
+            let record = IdempotencyRecord {
+                pool: message.pool.clone(),
+                tenant: flight.tenant.clone(),
+                client_query_id: flight.client_query_id.clone(),
+                digest: flight.digest,
+                finished_unix_s,
+                outcome: outcome.without_rows(),
+            };
+            if let Some(reservoir) = &self.reservoir
+                && reservoir.try_send(IdempotencyUpdate(record.clone())).is_err()
+            {
+                self.reservoir_updates_dropped += 1;
             }
+            pool.done.insert(record, finished_unix_s);
         }
         if pool.recent.len() == recent_max {
             pool.recent.pop_back();

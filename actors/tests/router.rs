@@ -3,6 +3,7 @@
 use actix::{Actor, Addr};
 use slogate_actors::Error;
 use slogate_actors::clock::VirtualClock;
+use slogate_actors::idempotency::RequestDigest;
 use slogate_actors::provider::EmulatedProvider;
 use slogate_actors::reservoir::{Flush, GetRecentExecutions, ReservoirActor, SledStore};
 use slogate_actors::router::{Drain, FailInFlight, GetDecisions, GetState, PoolSetup, RouterLimits, RouterShard, Submit, SubmitStatus};
@@ -40,13 +41,22 @@ async fn node_logging_to(in_flight_max: usize, cluster_count: usize, reservoir: 
         billing: slogate_core::billing::BillingConfig::default(),
         decisions_max: 100,
         idempotency_max: 1_000,
+        idempotency_retention_s: 86_400.0,
         mailbox_capacity: 4_096,
     };
     RouterShard::new(clock, vec![pool], reservoir, limits).start()
 }
 
 fn submit(id: &str, template: u32) -> Submit {
-    Submit { pool: PoolId::default(), client_query_id: id.into(), template: TemplateId(template), sql: None, slo: Slo { latency: Duration::from_secs(120) } }
+    Submit {
+        pool: PoolId::default(),
+        client_query_id: id.into(),
+        tenant: String::new(),
+        digest: RequestDigest { template: TemplateId(template), slo_ms: 120_000, sql: 0, rest: 0 },
+        template: TemplateId(template),
+        sql: None,
+        slo: Slo { latency: Duration::from_secs(120) },
+    }
 }
 
 #[actix_rt::test]
@@ -84,6 +94,25 @@ async fn a_retried_query_id_runs_once_and_gets_the_same_reply() {
     assert_eq!(first, retry_after);
     let stats = router.send(GetState).await.unwrap().pools[0].stats.clone();
     assert_eq!((stats.accepted, stats.deduplicated), (1, 2));
+}
+
+#[actix_rt::test]
+async fn a_retry_with_other_content_is_refused_and_tenants_do_not_share_ids() {
+    tokio::time::pause();
+    let router = node(1_000).await;
+    let first = router.send(submit("same", 4)).await.unwrap().unwrap();
+    // In flight and after: another template under the same id is refused.
+    let changed = router.send(submit("same", 5)).await.unwrap().unwrap_err();
+    assert!(matches!(changed, Error::IdempotencyMismatch { field: "template", .. }), "{changed:?}");
+    first.reply.await.unwrap();
+    let slower = Submit { digest: RequestDigest { slo_ms: 1, ..submit("same", 4).digest }, ..submit("same", 4) };
+    let refused = router.send(slower).await.unwrap().unwrap_err();
+    assert!(refused.to_string().contains("different slo_ms"), "{refused}");
+    // Another tenant's "same" is another query.
+    let other = Submit { tenant: "b".into(), ..submit("same", 5) };
+    router.send(other).await.unwrap().unwrap().reply.await.unwrap();
+    let stats = router.send(GetState).await.unwrap().pools[0].stats.clone();
+    assert_eq!((stats.accepted, stats.deduplicated), (2, 0));
 }
 
 #[actix_rt::test]

@@ -17,6 +17,11 @@ use tokio_stream::StreamExt;
 
 /// A node whose `[limits]` section is `limits`.
 fn node(name: &str, limits: &str) -> NodeProcess {
+    NodeProcess::start(&node_config(name, limits))
+}
+
+/// A fresh data directory and a config for it; returns the config's path.
+fn node_config(name: &str, limits: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("slogate-hostile-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -26,7 +31,7 @@ fn node(name: &str, limits: &str) -> NodeProcess {
         dir.join("data").display()
     );
     std::fs::write(&path, text).unwrap();
-    NodeProcess::start(&path)
+    path
 }
 
 fn request(id: &str, template: u32, slo_ms: u64) -> SubmitRequest {
@@ -287,4 +292,29 @@ async fn the_admin_api_answers_every_error_as_json() {
         assert!(body["code"].as_str().is_some(), "{name}: {body}");
     }
     assert!(json(&cases[1].1.1)["error"].as_str().unwrap().contains("allowed: GET"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_a_crash_is_answered_from_the_durable_record_and_a_changed_retry_is_refused() {
+    use slogate_integration::{http_get, json};
+    let config = node_config("idempotency", "");
+    let node = NodeProcess::start(&config);
+    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let first = client.submit(request("durable-1", 4, 600_000)).await.unwrap().into_inner();
+    assert_eq!(first.status(), QueryStatus::Completed);
+    // The Reservoir flushes at least once a second; then a crash.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    node.kill();
+
+    let node = NodeProcess::start(&config);
+    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let retry = client.submit(request("durable-1", 4, 600_000)).await.unwrap().into_inner();
+    assert_eq!((retry.status(), retry.latency_ms, retry.target.as_str()), (first.status(), first.latency_ms, first.target.as_str()));
+    let changed = client.submit(request("durable-1", 5, 600_000)).await.unwrap_err();
+    assert_eq!(changed.code(), tonic::Code::AlreadyExists, "{changed:?}");
+    assert!(changed.message().contains("different template"), "{changed:?}");
+    let admin = node.admin_addr;
+    let (_, body) = tokio::task::spawn_blocking(move || http_get(admin, "/v1/pools/default")).await.unwrap();
+    let stats = &json(&body)["stats"];
+    assert_eq!((stats["accepted"].as_u64(), stats["deduplicated"].as_u64()), (Some(0), Some(1)), "{stats}");
 }

@@ -21,6 +21,8 @@ pub enum ErrorKind {
     Conflict,
     /// An admin path does not take this method.
     MethodNotAllowed,
+    /// A retried id came with different content.
+    AlreadyExists,
     /// A request body is larger than the node reads.
     TooLarge,
     /// A bug or a backend failure.
@@ -37,6 +39,7 @@ pub fn status_codes(kind: ErrorKind) -> (tonic::Code, u16) {
         ErrorKind::Unauthenticated => (tonic::Code::Unauthenticated, 401),
         ErrorKind::Conflict => (tonic::Code::Aborted, 409),
         ErrorKind::MethodNotAllowed => (tonic::Code::Unimplemented, 405),
+        ErrorKind::AlreadyExists => (tonic::Code::AlreadyExists, 409),
         ErrorKind::TooLarge => (tonic::Code::OutOfRange, 413),
         ErrorKind::Internal => (tonic::Code::Internal, 500),
     }
@@ -117,6 +120,9 @@ pub enum GatewayError {
     /// Work in progress conflicts with the request.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// A query id already names a request with other content.
+    #[error("{0}")]
+    AlreadyExists(String),
     /// No admin route has this path.
     #[error("no route for {method} {path}")]
     NoRoute {
@@ -161,6 +167,7 @@ impl GatewayError {
             ShuttingDown | Unavailable(_) => ErrorKind::Unavailable,
             Unauthenticated => ErrorKind::Unauthenticated,
             Conflict(_) => ErrorKind::Conflict,
+            AlreadyExists(_) => ErrorKind::AlreadyExists,
             Internal(_) => ErrorKind::Internal,
         }
     }
@@ -200,7 +207,7 @@ mod tests {
     #[test]
     fn grpc_and_http_agree_on_every_kind() {
         use ErrorKind::*;
-        for kind in [InvalidArgument, NotFound, ResourceExhausted, Unavailable, Unauthenticated, Conflict, MethodNotAllowed, TooLarge, Internal] {
+        for kind in [InvalidArgument, NotFound, ResourceExhausted, Unavailable, Unauthenticated, Conflict, MethodNotAllowed, AlreadyExists, TooLarge, Internal] {
             let (grpc, http) = status_codes(kind);
             let expected_http = match grpc {
                 tonic::Code::InvalidArgument => 400,
@@ -208,7 +215,7 @@ mod tests {
                 tonic::Code::NotFound => 404,
                 tonic::Code::ResourceExhausted => 429,
                 tonic::Code::Unavailable => 503,
-                tonic::Code::Aborted => 409,
+                tonic::Code::Aborted | tonic::Code::AlreadyExists => 409,
                 tonic::Code::Unimplemented => 405,
                 tonic::Code::OutOfRange => 413,
                 _ => 500,

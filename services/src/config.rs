@@ -111,6 +111,9 @@ pub struct LimitsSection {
     pub decisions_kept: usize,
     /// Finished client query ids remembered per pool for retries.
     pub idempotency_kept: usize,
+    /// How long a finished query answers retries of its id, wall-clock
+    /// hours (its record is kept on disk that long).
+    pub idempotency_retention_h: f64,
     /// How long shutdown waits for in-flight queries, seconds.
     pub shutdown_grace_s: u64,
     /// After the grace period, how long connections get to close before
@@ -783,6 +786,7 @@ impl Default for LimitsSection {
             mailbox_capacity: 65_536,
             decisions_kept: 1_000,
             idempotency_kept: 100_000,
+            idempotency_retention_h: 24.0,
             shutdown_grace_s: 30,
             shutdown_close_s: 5,
             grpc_connections_max: 1_024,
@@ -944,6 +948,10 @@ impl NodeConfig {
             if value == 0 {
                 return Err(invalid(key, "must be at least 1"));
             }
+        }
+        let retention = limits.idempotency_retention_h;
+        if !(retention.is_finite() && retention > 0.0) {
+            return Err(invalid("limits.idempotency_retention_h", format!("must be a positive number of hours, got {retention}")));
         }
         if limits.slo_ms_max == 0 {
             return Err(invalid("limits.slo_ms_max", "must be at least 1"));

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use actix::Addr;
 use slogate_actors::metrics::Histogram;
 use slogate_actors::backend::ResultRows;
+use slogate_actors::idempotency::{RequestDigest, fnv1a};
 use slogate_actors::router::{ClientGone, RouterShard, Submit, SubmitOutcome, SubmitStatus};
 use slogate_proto::GatewayError;
 use slogate_proto::v1::gateway_server::Gateway;
@@ -28,6 +29,7 @@ pub fn gateway_error(error: slogate_actors::Error) -> GatewayError {
         A::Backend(reason) => GatewayError::Unavailable(reason),
         A::Unsupported(reason) => GatewayError::Conflict(reason),
         A::TuningInProgress(pool) => GatewayError::Conflict(format!("pool `{pool}` is already being tuned")),
+        mismatch @ A::IdempotencyMismatch { .. } => GatewayError::AlreadyExists(mismatch.to_string()),
         other @ (A::Storage(_) | A::CorruptStore(_)) => GatewayError::Internal(other.to_string()),
     }
 }
@@ -47,6 +49,7 @@ pub struct GatewayService {
 struct Validated {
     spec: slogate_proto::validate::SubmitSpec,
     sql: Option<Arc<str>>,
+    digest: RequestDigest,
 }
 
 impl GatewayService {
@@ -68,11 +71,22 @@ impl GatewayService {
     /// labels and anything else are dropped here.
     fn validate(&self, request: SubmitRequest) -> Result<Validated, GatewayError> {
         let spec = validate_submit(&request, &self.limits)?;
+        let mut rest: Vec<&[u8]> = vec![&request.payload];
+        for (key, value) in &spec.labels {
+            rest.extend([key.as_bytes(), value.as_bytes()]);
+        }
+        let rest = fnv1a(&rest);
         let sql = match request.query {
             Some(submit_request::Query::Sql(text)) => Some(Arc::from(text)),
             _ => None,
         };
-        Ok(Validated { spec, sql })
+        let digest = RequestDigest {
+            template: spec.template,
+            slo_ms: request.slo_ms,
+            sql: sql.as_deref().map_or(0, |text: &str| fnv1a(&[text.as_bytes()])),
+            rest,
+        };
+        Ok(Validated { spec, sql, digest })
     }
 
     async fn run(&self, query: Validated) -> Result<SubmitOutcome, GatewayError> {
@@ -83,11 +97,19 @@ impl GatewayService {
     }
 
     async fn route_and_wait(&self, query: Validated) -> Result<SubmitOutcome, GatewayError> {
-        let Validated { spec, sql } = query;
+        let Validated { spec, sql, digest } = query;
         let pool = spec.pool.clone();
         let submitted = self
             .router
-            .send(Submit { pool: spec.pool, client_query_id: spec.client_query_id, template: spec.template, sql, slo: spec.slo })
+            .send(Submit {
+                pool: spec.pool,
+                client_query_id: spec.client_query_id,
+                tenant: String::new(),
+                digest,
+                template: spec.template,
+                sql,
+                slo: spec.slo,
+            })
             .await
             .map_err(|e| match e {
                 actix::MailboxError::Closed => GatewayError::ShuttingDown,

@@ -87,7 +87,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     let mailbox = file.limits.mailbox_capacity;
 
     std::fs::create_dir_all(&config.data_dir).map_err(|e| io(&format!("cannot create data dir {}", config.data_dir.display()), e))?;
-    let store = SledStore::open(&config.data_dir.join("reservoir"))
+    let mut store = SledStore::open(&config.data_dir.join("reservoir"))
         .map_err(|e| Error::Node(format!("cannot open the reservoir in {}: {e}", config.data_dir.display())))?;
     // Learned policies warm up on the execution log; they keep learning
     // from completions online.
@@ -125,6 +125,15 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             provisioned: provisioned_billing,
         });
     }
+    // Retries after a restart are answered from the records kept on disk.
+    let retention_s = file.limits.idempotency_retention_h * 3_600.0;
+    let idempotency = {
+        use slogate_actors::reservoir::ReservoirStore;
+        store
+            .idempotency_records(slogate_actors::clock::unix_now_s() - retention_s)
+            .map_err(|e| Error::Node(format!("cannot read the idempotency records: {e}")))?
+    };
+    tracing::info!(message = "Idempotency records loaded.", records = idempotency.len());
     let reservoir_config = ReservoirConfig { arrival_samples_per_hour_max: file.reservoir.arrival_samples_per_hour_max, seed: file.node.seed };
     let reservoir = ReservoirActor::new(reservoir_config, Box::new(store), file.reservoir.flush_every, mailbox)
         .map_err(|e| Error::Node(format!("cannot load the reservoir: {e}")))?
@@ -134,9 +143,11 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         billing: slogate_core::billing::BillingConfig::default(),
         decisions_max: file.limits.decisions_kept,
         idempotency_max: file.limits.idempotency_kept,
+        idempotency_retention_s: retention_s,
         mailbox_capacity: mailbox,
     };
-    let router = RouterShard::new(clock, pools, Some(reservoir.clone()), limits);
+    let mut router = RouterShard::new(clock, pools, Some(reservoir.clone()), limits);
+    router.restore_idempotency(idempotency);
     let histograms = admin::Histograms { decision_time: router.decision_time(), added_latency: Arc::default() };
     let router = router.start();
 
