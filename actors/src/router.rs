@@ -210,6 +210,8 @@ pub struct FailInFlight {
 pub struct GetDecisions {
     /// At most this many.
     pub limit: usize,
+    /// Only this tenant's, if set.
+    pub tenant: Option<String>,
 }
 
 /// Reads the observable state.
@@ -230,6 +232,18 @@ pub struct GetRecentOutcomes {
     pub pool: PoolId,
     /// At most this many.
     pub limit: usize,
+    /// Only this tenant's, if set.
+    pub tenant: Option<String>,
+}
+
+/// The node ids of a tenant's queries in flight in a pool.
+#[derive(Message)]
+#[rtype(result = "Vec<QueryId>")]
+pub struct GetTenantInFlight {
+    /// The pool.
+    pub pool: PoolId,
+    /// The tenant.
+    pub tenant: String,
 }
 
 #[derive(Message)]
@@ -251,6 +265,9 @@ pub struct DecisionRecord {
     pub query: QueryId,
     /// The client's query id.
     pub client_query_id: String,
+    /// The tenant that sent it (empty without tenants).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub tenant: String,
     /// The template.
     pub template: TemplateId,
     /// When, in the node's virtual time (seconds since start).
@@ -313,7 +330,8 @@ struct PoolRuntime {
     in_flight_max: usize,
     by_client_id: HashMap<(String, String), QueryId>,
     done: IdempotencyTable,
-    recent: VecDeque<SubmitOutcome>,
+    /// Recent outcomes, newest first, with their tenants.
+    recent: VecDeque<(String, SubmitOutcome)>,
     stats: PoolStats,
     autoscaler: Option<Recipient<ScaleNotice>>,
     elastic: bool,
@@ -765,6 +783,7 @@ impl Handler<Submit> for RouterShard {
             pool: message.pool.clone(),
             query: id,
             client_query_id: client_query_id.clone(),
+            tenant: message.tenant.clone(),
             template: query.template,
             at_s: now.as_secs_f64(),
             target,
@@ -992,7 +1011,7 @@ impl Handler<CompletionUpdate> for RouterShard {
         if pool.recent.len() == recent_max {
             pool.recent.pop_back();
         }
-        pool.recent.push_front(outcome.clone());
+        pool.recent.push_front((flight.tenant.clone(), outcome.clone()));
         for waiter in flight.waiters {
             // A caller that went away no longer needs the reply.
             let _ = waiter.send(outcome.clone());
@@ -1051,7 +1070,8 @@ impl Handler<GetDecisions> for RouterShard {
     type Result = MessageResult<GetDecisions>;
 
     fn handle(&mut self, message: GetDecisions, _ctx: &mut Self::Context) -> Self::Result {
-        MessageResult(self.decisions.iter().take(message.limit).cloned().collect())
+        let decisions = self.decisions.iter().filter(|d| message.tenant.as_ref().is_none_or(|t| *t == d.tenant));
+        MessageResult(decisions.take(message.limit).cloned().collect())
     }
 }
 
@@ -1070,8 +1090,24 @@ impl Handler<GetRecentOutcomes> for RouterShard {
     type Result = MessageResult<GetRecentOutcomes>;
 
     fn handle(&mut self, message: GetRecentOutcomes, _ctx: &mut Self::Context) -> Self::Result {
-        let recent = self.pools.get(&message.pool).map(|p| p.recent.iter().take(message.limit).cloned().collect());
+        let recent = self.pools.get(&message.pool).map(|p| {
+            p.recent
+                .iter()
+                .filter(|(tenant, _)| message.tenant.as_ref().is_none_or(|t| t == tenant))
+                .take(message.limit)
+                .map(|(_, outcome)| outcome.clone())
+                .collect()
+        });
         MessageResult(recent.unwrap_or_default())
+    }
+}
+
+impl Handler<GetTenantInFlight> for RouterShard {
+    type Result = MessageResult<GetTenantInFlight>;
+
+    fn handle(&mut self, message: GetTenantInFlight, _ctx: &mut Self::Context) -> Self::Result {
+        let ids = self.pools.get(&message.pool).map(|p| p.in_flight.iter().filter(|(_, f)| f.tenant == message.tenant).map(|(id, _)| *id).collect());
+        MessageResult(ids.unwrap_or_default())
     }
 }
 

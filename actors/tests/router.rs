@@ -79,7 +79,7 @@ async fn every_accepted_query_gets_exactly_one_outcome() {
     assert_eq!(pool.stats.completed + pool.stats.timed_out, 100);
     assert_eq!(pool.in_flight, 0);
     assert!(pool.clusters.iter().all(|c| c.running.is_empty()));
-    assert_eq!(router.send(GetDecisions { limit: 10 }).await.unwrap().len(), 10);
+    assert_eq!(router.send(GetDecisions { limit: 10, tenant: None }).await.unwrap().len(), 10);
 }
 
 #[actix_rt::test]

@@ -17,17 +17,17 @@ use tokio_stream::StreamExt;
 
 /// A node whose `[limits]` section is `limits`.
 fn node(name: &str, limits: &str) -> NodeProcess {
-    NodeProcess::start(&node_config(name, limits))
+    NodeProcess::start(&node_config(name, limits, ""))
 }
 
 /// A fresh data directory and a config for it; returns the config's path.
-fn node_config(name: &str, limits: &str) -> std::path::PathBuf {
+fn node_config(name: &str, limits: &str, extra: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("slogate-hostile-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("node.toml");
     let text = format!(
-        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\nadmin_token = \"t0ken\"\n[limits]\n{limits}\n[[pool]]\nname = \"default\"\nclusters = [16, 16]\n",
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\nadmin_token = \"t0ken\"\n[limits]\n{limits}\n[[pool]]\nname = \"default\"\nclusters = [16, 16]\n{extra}",
         dir.join("data").display()
     );
     std::fs::write(&path, text).unwrap();
@@ -297,7 +297,7 @@ async fn the_admin_api_answers_every_error_as_json() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_a_crash_is_answered_from_the_durable_record_and_a_changed_retry_is_refused() {
     use slogate_integration::{http_get, json};
-    let config = node_config("idempotency", "");
+    let config = node_config("idempotency", "", "");
     let node = NodeProcess::start(&config);
     let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
     let first = client.submit(request("durable-1", 4, 600_000)).await.unwrap().into_inner();
@@ -317,4 +317,72 @@ async fn a_retry_after_a_crash_is_answered_from_the_durable_record_and_a_changed
     let (_, body) = tokio::task::spawn_blocking(move || http_get(admin, "/v1/pools/default")).await.unwrap();
     let stats = &json(&body)["stats"];
     assert_eq!((stats["accepted"].as_u64(), stats["deduplicated"].as_u64()), (Some(0), Some(1)), "{stats}");
+}
+
+fn as_tenant<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_need_their_token_keep_their_own_ids_and_replies_and_are_throttled_with_a_hint() {
+    use slogate::node::tenants::token_digest_hex;
+    use slogate_integration::{http, json};
+    let tenants = format!(
+        "[[pool]]\nname = \"batch\"\nclusters = [8]\n[[tenant]]\nname = \"dash\"\ntoken_sha256 = \"{}\"\npools = [\"default\"]\nqueries_per_s_max = 1.0\nburst = 3.0\n[[tenant]]\nname = \"etl\"\ntoken_sha256 = \"{}\"\npools = [\"*\"]\n",
+        token_digest_hex("token-dash"),
+        token_digest_hex("token-etl")
+    );
+    let node = NodeProcess::start(&node_config("tenants", "", &tenants));
+    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+
+    let anonymous = client.submit(request("anon", 4, 600_000)).await.unwrap_err();
+    assert_eq!(anonymous.code(), tonic::Code::Unauthenticated);
+    let wrong = client.submit(as_tenant(request("anon", 4, 600_000), "token-dask")).await.unwrap_err();
+    assert_eq!(wrong.code(), tonic::Code::Unauthenticated);
+    let other_pool = client.submit(as_tenant(SubmitRequest { pool: "batch".into(), ..request("p", 4, 600_000) }, "token-dash")).await.unwrap_err();
+    assert_eq!(other_pool.code(), tonic::Code::PermissionDenied, "{other_pool:?}");
+
+    // The same id from two tenants is two queries, each with its own reply.
+    let dash = client.submit(as_tenant(request("shared", 4, 600_000), "token-dash")).await.unwrap().into_inner();
+    let etl = client.submit(as_tenant(request("shared", 40, 600_000), "token-etl")).await.unwrap().into_inner();
+    assert_eq!((dash.status(), etl.status()), (QueryStatus::Completed, QueryStatus::Completed));
+    let etl_again = client.submit(as_tenant(request("shared", 40, 600_000), "token-etl")).await.unwrap().into_inner();
+    assert_eq!((etl_again.latency_ms, &etl_again.target), (etl.latency_ms, &etl.target));
+    // etl cannot read dash's reply by replaying its id and content.
+    let replay = client.submit(as_tenant(request("shared", 4, 600_000), "token-etl")).await.unwrap_err();
+    assert_eq!(replay.code(), tonic::Code::AlreadyExists, "{replay:?}");
+
+    // dash: burst 3, then 1 per second; the refusal says when to retry.
+    let mut throttled = None;
+    for i in 0..6 {
+        if let Err(status) = client.submit(as_tenant(request(&format!("burst{i}"), 4, 600_000), "token-dash")).await {
+            throttled = Some(status);
+            break;
+        }
+    }
+    let throttled = throttled.expect("a burst past the tenant's rate is refused");
+    assert_eq!(throttled.code(), tonic::Code::ResourceExhausted, "{throttled:?}");
+    let hint: u64 = throttled.metadata().get("grpc-retry-pushback-ms").expect("a retry hint").to_str().unwrap().parse().unwrap();
+    assert!((1..=1_000).contains(&hint), "hint {hint} ms");
+
+    // The admin API shows a tenant only its own decisions, and nothing
+    // without a token.
+    let admin = node.admin_addr;
+    let (mine, none, all) = tokio::task::spawn_blocking(move || {
+        (
+            http(admin, "GET", "/v1/decisions", Some("token-dash"), ""),
+            http(admin, "GET", "/v1/decisions", None, ""),
+            http(admin, "GET", "/v1/decisions", Some("t0ken"), ""),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!((mine.0, none.0, all.0), (200, 401, 200), "{mine:?} {none:?}");
+    let mine = json(&mine.1);
+    let mine = mine.as_array().unwrap();
+    assert!(!mine.is_empty() && mine.iter().all(|d| d["tenant"] == "dash"), "{mine:?}");
+    let all = json(&all.1);
+    assert!(all.as_array().unwrap().iter().any(|d| d["tenant"] == "etl"));
 }

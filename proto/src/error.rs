@@ -23,6 +23,8 @@ pub enum ErrorKind {
     MethodNotAllowed,
     /// A retried id came with different content.
     AlreadyExists,
+    /// The caller is known but may not do this.
+    PermissionDenied,
     /// A request body is larger than the node reads.
     TooLarge,
     /// A bug or a backend failure.
@@ -40,6 +42,7 @@ pub fn status_codes(kind: ErrorKind) -> (tonic::Code, u16) {
         ErrorKind::Conflict => (tonic::Code::Aborted, 409),
         ErrorKind::MethodNotAllowed => (tonic::Code::Unimplemented, 405),
         ErrorKind::AlreadyExists => (tonic::Code::AlreadyExists, 409),
+        ErrorKind::PermissionDenied => (tonic::Code::PermissionDenied, 403),
         ErrorKind::TooLarge => (tonic::Code::OutOfRange, 413),
         ErrorKind::Internal => (tonic::Code::Internal, 500),
     }
@@ -120,6 +123,19 @@ pub enum GatewayError {
     /// Work in progress conflicts with the request.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// The tenant may not use this pool.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+    /// A tenant's rate or in-flight limit.
+    #[error("tenant `{tenant}` is throttled: {reason}; retry in {retry_after_ms} ms")]
+    TenantLimit {
+        /// The tenant.
+        tenant: String,
+        /// Which limit.
+        reason: String,
+        /// When a retry may pass.
+        retry_after_ms: u64,
+    },
     /// A query id already names a request with other content.
     #[error("{0}")]
     AlreadyExists(String),
@@ -163,7 +179,8 @@ impl GatewayError {
             UnknownPool(_) | UnknownCluster(_) | NoTuner(_) | NoRoute { .. } => ErrorKind::NotFound,
             MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
             BodyTooLarge { .. } => ErrorKind::TooLarge,
-            AdmissionLimit { .. } => ErrorKind::ResourceExhausted,
+            AdmissionLimit { .. } | TenantLimit { .. } => ErrorKind::ResourceExhausted,
+            PermissionDenied(_) => ErrorKind::PermissionDenied,
             ShuttingDown | Unavailable(_) => ErrorKind::Unavailable,
             Unauthenticated => ErrorKind::Unauthenticated,
             Conflict(_) => ErrorKind::Conflict,
@@ -207,11 +224,12 @@ mod tests {
     #[test]
     fn grpc_and_http_agree_on_every_kind() {
         use ErrorKind::*;
-        for kind in [InvalidArgument, NotFound, ResourceExhausted, Unavailable, Unauthenticated, Conflict, MethodNotAllowed, AlreadyExists, TooLarge, Internal] {
+        for kind in [InvalidArgument, NotFound, ResourceExhausted, Unavailable, Unauthenticated, Conflict, MethodNotAllowed, AlreadyExists, PermissionDenied, TooLarge, Internal] {
             let (grpc, http) = status_codes(kind);
             let expected_http = match grpc {
                 tonic::Code::InvalidArgument => 400,
                 tonic::Code::Unauthenticated => 401,
+                tonic::Code::PermissionDenied => 403,
                 tonic::Code::NotFound => 404,
                 tonic::Code::ResourceExhausted => 429,
                 tonic::Code::Unavailable => 503,

@@ -65,6 +65,39 @@ pub struct ConfigV1 {
     pub reservoir: ReservoirSection,
     /// The pools this node serves.
     pub pool: Vec<PoolSection>,
+    /// Tenants: with one or more, every gRPC call needs a tenant's token.
+    #[serde(default)]
+    pub tenant: Vec<TenantSection>,
+}
+
+/// `[[tenant]]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantSection {
+    /// Its name (ASCII letters, digits, `-`, `_`, `.`).
+    pub name: String,
+    /// SHA-256 of its bearer token, 64 hex digits
+    /// (`printf %s TOKEN | sha256sum`); the token itself is never stored.
+    pub token_sha256: String,
+    /// The pools it may use; `["*"]` for all.
+    pub pools: Vec<String>,
+    /// Queries admitted per second at most, on average (0: no limit).
+    #[serde(default)]
+    pub queries_per_s_max: f64,
+    /// Queries admitted at once above the rate.
+    #[serde(default = "default_burst")]
+    pub burst: f64,
+    /// Queries in progress at most.
+    #[serde(default = "default_tenant_in_flight")]
+    pub in_flight_max: usize,
+}
+
+fn default_burst() -> f64 {
+    100.0
+}
+
+fn default_tenant_in_flight() -> usize {
+    1_000
 }
 
 /// `[node]`.
@@ -833,6 +866,7 @@ impl Default for ConfigV1 {
                 elastic: ElasticSection::default(),
                 tune: TuneSection::default(),
             }],
+            tenant: Vec::new(),
         }
     }
 }
@@ -961,6 +995,36 @@ impl NodeConfig {
         }
         if file.pool.is_empty() {
             return Err(invalid("pool", "at least one [[pool]] is required"));
+        }
+        let mut tenant_names = std::collections::HashSet::new();
+        let mut digests = std::collections::HashSet::new();
+        for (i, tenant) in file.tenant.iter().enumerate() {
+            let key = |field: &str| format!("tenant[{i}].{field}");
+            if let Err(error) = slogate_proto::validate::check_pool_name(&tenant.name, 64) {
+                return Err(invalid(&key("name"), error.to_string().replace("pool", "tenant name")));
+            }
+            if !tenant_names.insert(tenant.name.as_str()) {
+                return Err(invalid(&key("name"), format!("`{}` is repeated", tenant.name)));
+            }
+            let digest = &tenant.token_sha256;
+            if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(invalid(&key("token_sha256"), "must be 64 hex digits: the SHA-256 of the token (`printf %s TOKEN | sha256sum`)"));
+            }
+            if !digests.insert(digest.to_ascii_lowercase()) {
+                return Err(invalid(&key("token_sha256"), "another tenant has the same token"));
+            }
+            if tenant.pools.is_empty() {
+                return Err(invalid(&key("pools"), "needs one or more pool names, or [\"*\"] for all"));
+            }
+            for pool in tenant.pools.iter().filter(|p| *p != "*") {
+                if !file.pool.iter().any(|p| &p.name == pool) {
+                    return Err(invalid(&key("pools"), format!("`{pool}` is not a configured pool")));
+                }
+            }
+            let rate = tenant.queries_per_s_max;
+            if !(rate.is_finite() && rate >= 0.0) || !(tenant.burst.is_finite() && tenant.burst >= 1.0) || tenant.in_flight_max == 0 {
+                return Err(invalid(&key("queries_per_s_max"), "the rate must be ≥ 0, burst ≥ 1 and in_flight_max ≥ 1"));
+            }
         }
         let mut names = std::collections::HashSet::new();
         for (i, pool) in file.pool.iter().enumerate() {

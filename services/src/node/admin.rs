@@ -44,6 +44,8 @@ pub struct AdminState {
     pub tuners: Vec<(PoolId, Addr<tuner::TunerActor>)>,
     /// Calls refused for a missing or wrong token.
     pub auth_failures: Arc<std::sync::atomic::AtomicU64>,
+    /// The tenants, whose tokens read their own queries and decisions.
+    pub tenants: Arc<super::tenants::Tenants>,
 }
 
 /// The largest request body the admin API reads, bytes.
@@ -197,6 +199,39 @@ fn authorised(request: &HttpRequest, state: &AdminState, write: bool) -> Result<
     }
 }
 
+/// Who reads queries and decisions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Viewer {
+    /// The operator: everything.
+    All,
+    /// A tenant: its own only.
+    Tenant(String),
+}
+
+impl Viewer {
+    fn tenant(&self) -> Option<String> {
+        match self {
+            Viewer::All => None,
+            Viewer::Tenant(name) => Some(name.clone()),
+        }
+    }
+}
+
+/// Who may read queries and decisions: the admin token reads all, a
+/// tenant's token its own; with tenants configured, nothing without one.
+fn viewer(request: &HttpRequest, state: &AdminState) -> Result<Viewer, GatewayError> {
+    let presented = super::tenants::bearer(request.headers().get("authorization").and_then(|v| v.to_str().ok()));
+    match presented {
+        Some(token) if !state.token.is_empty() && tokens_match(token, &state.token) => Ok(Viewer::All),
+        Some(token) => match state.tenants.find(token) {
+            Some(tenant) => Ok(Viewer::Tenant(tenant.name.clone())),
+            None => authorised(request, state, true).map(|()| Viewer::All),
+        },
+        None if state.tenants.enabled() => authorised(request, state, true).map(|()| Viewer::All),
+        None => authorised(request, state, false).map(|()| Viewer::All),
+    }
+}
+
 fn mailbox(_: actix::MailboxError) -> GatewayError {
     GatewayError::Unavailable("an actor is not answering".into())
 }
@@ -299,24 +334,32 @@ async fn queries(request: HttpRequest, state: web::Data<AdminState>, path: web::
         Err(e) => return error_response(&GatewayError::InvalidArgument(format!("query string: {e}"))),
     };
     let result = async {
-        authorised(&request, &state, false)?;
+        let viewer = viewer(&request, &state)?;
         let limit = params.limit.unwrap_or(100).min(10_000);
         let which = params.state.as_deref().unwrap_or("running");
         let router = state.router.send(router::GetState).await.map_err(mailbox)?;
         let pool = router.pools.into_iter().find(|p| p.id.0 == name).ok_or_else(|| GatewayError::UnknownPool(name.clone()))?;
         match which {
             "running" => {
+                let mine: Option<std::collections::HashSet<slogate_core::model::QueryId>> = match viewer.tenant() {
+                    Some(tenant) => Some(
+                        state.router.send(router::GetTenantInFlight { pool: pool.id.clone(), tenant }).await.map_err(mailbox)?.into_iter().collect(),
+                    ),
+                    None => None,
+                };
                 let running: Vec<serde_json::Value> = pool
                     .clusters
                     .iter()
                     .filter(|c| c.state != ClusterState::Gone)
-                    .flat_map(|c| c.running.iter().map(move |q| serde_json::json!({"cluster": c.id, "query": q})))
+                    .flat_map(|c| c.running.iter().map(move |q| (c.id, q)))
+                    .filter(|(_, q)| mine.as_ref().is_none_or(|mine| mine.contains(&q.id)))
+                    .map(|(cluster, q)| serde_json::json!({"cluster": cluster, "query": q}))
                     .take(limit)
                     .collect();
                 Ok(serde_json::json!({"state": "running", "queries": running}))
             }
             "done" => {
-                let done = state.router.send(router::GetRecentOutcomes { pool: pool.id, limit }).await.map_err(mailbox)?;
+                let done = state.router.send(router::GetRecentOutcomes { pool: pool.id, limit, tenant: viewer.tenant() }).await.map_err(mailbox)?;
                 Ok(serde_json::json!({"state": "done", "queries": done}))
             }
             other => Err(GatewayError::InvalidArgument(format!("state must be `running` or `done`, got `{other}`"))),
@@ -471,13 +514,16 @@ async fn decisions(request: HttpRequest, state: web::Data<AdminState>) -> HttpRe
     };
     let limit = params.limit.unwrap_or(100).min(10_000);
     let result = async {
-        authorised(&request, &state, false)?;
+        let viewer = viewer(&request, &state)?;
         match params.kind.as_deref().unwrap_or("routing") {
             "routing" => {
-                let decisions = state.router.send(router::GetDecisions { limit }).await.map_err(mailbox)?;
+                let decisions = state.router.send(router::GetDecisions { limit, tenant: viewer.tenant() }).await.map_err(mailbox)?;
                 Ok(serde_json::to_value(decisions).expect("decisions serialise"))
             }
             "scaling" => {
+                if viewer != Viewer::All {
+                    return Err(GatewayError::PermissionDenied("scaling decisions are the operator's: use the admin token".into()));
+                }
                 let mut all = Vec::new();
                 for (pool, actor) in &state.autoscalers {
                     for decision in actor.send(autoscaler::GetScaleDecisions { limit }).await.map_err(mailbox)? {
@@ -545,6 +591,23 @@ async fn metrics(request: HttpRequest, state: web::Data<AdminState>) -> HttpResp
         "Each query's time in slogate outside the backend.",
         "",
     );
+    if state.tenants.enabled() {
+        writeln!(out, "# HELP slogate_tenant_in_flight Queries in progress per tenant.\n# TYPE slogate_tenant_in_flight gauge").expect("write to String");
+        for tenant in state.tenants.iter() {
+            writeln!(out, "slogate_tenant_in_flight{{tenant=\"{}\"}} {}", tenant.name, tenant.in_flight()).expect("write to String");
+        }
+        writeln!(out, "# HELP slogate_tenant_throttled_total Submissions refused by a tenant's rate or in-flight limit.\n# TYPE slogate_tenant_throttled_total counter")
+            .expect("write to String");
+        for tenant in state.tenants.iter() {
+            writeln!(out, "slogate_tenant_throttled_total{{tenant=\"{}\"}} {}", tenant.name, tenant.throttled.load(Ordering::Relaxed)).expect("write to String");
+        }
+    }
+    writeln!(
+        out,
+        "# HELP slogate_grpc_auth_failures_total gRPC calls refused for a missing or unknown tenant token.\n# TYPE slogate_grpc_auth_failures_total counter\nslogate_grpc_auth_failures_total {}",
+        state.tenants.failures.load(Ordering::Relaxed)
+    )
+    .expect("write to String");
     let failures = state.auth_failures.load(Ordering::Relaxed);
     writeln!(
         out,

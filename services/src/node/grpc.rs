@@ -9,6 +9,9 @@ use actix::Addr;
 use slogate_actors::metrics::Histogram;
 use slogate_actors::backend::ResultRows;
 use slogate_actors::idempotency::{RequestDigest, fnv1a};
+
+use super::tenants::{InFlightSlot, Tenant, Tenants, bearer, retry_after};
+use super::transport::ConnectionInfo;
 use slogate_actors::router::{ClientGone, RouterShard, Submit, SubmitOutcome, SubmitStatus};
 use slogate_proto::GatewayError;
 use slogate_proto::v1::gateway_server::Gateway;
@@ -43,6 +46,7 @@ pub struct GatewayService {
     stream_in_flight_max: usize,
     /// Turns true when the node starts to shut down: streams stop reading.
     closing: tokio::sync::watch::Receiver<bool>,
+    tenants: Arc<Tenants>,
 }
 
 /// A request once validated: only what the query needs from here on.
@@ -50,6 +54,9 @@ struct Validated {
     spec: slogate_proto::validate::SubmitSpec,
     sql: Option<Arc<str>>,
     digest: RequestDigest,
+    tenant: String,
+    /// The tenant's in-flight slot, held until the query is answered.
+    _slot: Option<InFlightSlot>,
 }
 
 impl GatewayService {
@@ -63,14 +70,25 @@ impl GatewayService {
         added_latency: Arc<Histogram>,
         stream_in_flight_max: usize,
         closing: tokio::sync::watch::Receiver<bool>,
+        tenants: Arc<Tenants>,
     ) -> Self {
-        GatewayService { router, limits, added_latency, stream_in_flight_max: stream_in_flight_max.max(1), closing }
+        GatewayService { router, limits, added_latency, stream_in_flight_max: stream_in_flight_max.max(1), closing, tenants }
+    }
+
+    /// The calling tenant, from the call's `authorization` metadata.
+    fn caller<T>(&self, request: &Request<T>) -> Result<Option<Arc<Tenant>>, Status> {
+        let header = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
+        let peer = request.extensions().get::<ConnectionInfo>().map(|c| c.remote.to_string()).unwrap_or_default();
+        self.tenants.authenticate(bearer(header), &peer).map_err(|e| status_of(&e))
     }
 
     /// Checks `request` and keeps only what the query needs: the payload,
     /// labels and anything else are dropped here.
-    fn validate(&self, request: SubmitRequest) -> Result<Validated, GatewayError> {
+    /// Checks `request` from `tenant` (and admits it under the tenant's
+    /// limits), keeping only what the query needs.
+    fn validate(&self, request: SubmitRequest, tenant: Option<&Arc<Tenant>>) -> Result<Validated, GatewayError> {
         let spec = validate_submit(&request, &self.limits)?;
+        let slot = tenant.map(|t| t.admit(&spec.pool.0, std::time::Instant::now())).transpose()?;
         let mut rest: Vec<&[u8]> = vec![&request.payload];
         for (key, value) in &spec.labels {
             rest.extend([key.as_bytes(), value.as_bytes()]);
@@ -86,7 +104,7 @@ impl GatewayService {
             sql: sql.as_deref().map_or(0, |text: &str| fnv1a(&[text.as_bytes()])),
             rest,
         };
-        Ok(Validated { spec, sql, digest })
+        Ok(Validated { spec, sql, digest, tenant: tenant.map(|t| t.name.clone()).unwrap_or_default(), _slot: slot })
     }
 
     async fn run(&self, query: Validated) -> Result<SubmitOutcome, GatewayError> {
@@ -97,14 +115,14 @@ impl GatewayService {
     }
 
     async fn route_and_wait(&self, query: Validated) -> Result<SubmitOutcome, GatewayError> {
-        let Validated { spec, sql, digest } = query;
+        let Validated { spec, sql, digest, tenant, _slot } = query;
         let pool = spec.pool.clone();
         let submitted = self
             .router
             .send(Submit {
                 pool: spec.pool,
                 client_query_id: spec.client_query_id,
-                tenant: String::new(),
+                tenant,
                 digest,
                 template: spec.template,
                 sql,
@@ -179,6 +197,18 @@ fn response(outcome: SubmitOutcome) -> SubmitResponse {
     }
 }
 
+/// The gRPC status for `error`, with `grpc-retry-pushback-ms` when a
+/// tenant's limit says when to retry.
+fn status_of(error: &GatewayError) -> Status {
+    let mut status = error.to_status();
+    if let Some(wait) = retry_after(error)
+        && let Ok(value) = wait.as_millis().to_string().parse()
+    {
+        status.metadata_mut().insert("grpc-retry-pushback-ms", value);
+    }
+    status
+}
+
 fn rejected(query_id: String, error: &GatewayError) -> SubmitResponse {
     SubmitResponse {
         query_id,
@@ -192,8 +222,9 @@ fn rejected(query_id: String, error: &GatewayError) -> SubmitResponse {
 #[tonic::async_trait]
 impl Gateway for GatewayService {
     async fn submit(&self, request: Request<SubmitRequest>) -> Result<Response<SubmitResponse>, Status> {
-        let query = self.validate(request.into_inner())?;
-        let outcome = self.run(query).await?;
+        let tenant = self.caller(&request)?;
+        let query = self.validate(request.into_inner(), tenant.as_ref()).map_err(|e| status_of(&e))?;
+        let outcome = self.run(query).await.map_err(|e| status_of(&e))?;
         Ok(Response::new(response(outcome)))
     }
 
@@ -207,6 +238,7 @@ impl Gateway for GatewayService {
     /// queries already accepted are still answered, and the error (or
     /// UNAVAILABLE) comes last.
     async fn submit_stream(&self, request: Request<Streaming<SubmitRequest>>) -> Result<Response<Self::SubmitStreamStream>, Status> {
+        let tenant = self.caller(&request)?;
         let mut requests = request.into_inner();
         let (sender, receiver) = tokio::sync::mpsc::channel(self.stream_in_flight_max);
         let service = self.clone();
@@ -222,7 +254,7 @@ impl Gateway for GatewayService {
                             let query_id = request.query_id.clone();
                             let service = service.clone();
                             let sender = sender.clone();
-                            let query = service.validate(request);
+                            let query = service.validate(request, tenant.as_ref());
                             tasks.spawn(async move {
                                 let reply = match query {
                                     Ok(query) => match service.run(query).await {

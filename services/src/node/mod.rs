@@ -20,6 +20,7 @@
 
 pub mod admin;
 pub mod grpc;
+pub mod tenants;
 pub mod transport;
 
 use std::net::SocketAddr;
@@ -195,6 +196,13 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     let grpc_addr = listener.local_addr().map_err(|e| io("gRPC address", e))?;
     let (health, health_service) = slogate_proto::health_service();
     let (closing, closing_seen) = tokio::sync::watch::channel(false);
+    let tenants = Arc::new(tenants::Tenants::new(&file.tenant));
+    if !tenants.enabled() && !config.grpc_addr.ip().is_loopback() {
+        tracing::warn!(
+            message = "gRPC listens beyond loopback with no [[tenant]]: anyone who reaches it can submit queries.",
+            grpc_addr = %config.grpc_addr
+        );
+    }
     let gateway = GatewayServer::new(grpc::GatewayService::new(
         router.clone(),
         Limits {
@@ -209,6 +217,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         histograms.added_latency.clone(),
         file.limits.stream_in_flight_max,
         closing_seen,
+        tenants.clone(),
     ))
     .max_decoding_message_size(file.limits.grpc_message_bytes_max);
     health.set_serving::<GatewayServer<grpc::GatewayService>>().await;
@@ -255,6 +264,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         autoscalers,
         tuners,
         auth_failures: Arc::default(),
+        tenants,
     };
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new().app_data(actix_web::web::Data::new(admin_state.clone())).configure(admin::routes)
