@@ -386,3 +386,41 @@ async fn tenants_need_their_token_keep_their_own_ids_and_replies_and_are_throttl
     let all = json(&all.1);
     assert!(all.as_array().unwrap().iter().any(|d| d["tenant"] == "etl"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_serves_grpc_and_the_admin_api_and_plaintext_gets_nothing() {
+    let dir = std::env::temp_dir().join(format!("slogate-hostile-tls-certs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = slogate::backend::local_postgres::make_certificates(&dir).expect("openssl makes a CA and a certificate (the CI installs it)");
+    let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
+    let node_section = format!("tls_cert_path = \"{}\"\ntls_key_path = \"{}\"\n", cert.display(), key.display());
+    // The [node] keys go before [limits]: splice them in.
+    let config = node_config("tls", "", "");
+    let text = std::fs::read_to_string(&config).unwrap().replace("[limits]\n", &format!("{node_section}[limits]\n"));
+    std::fs::write(&config, text).unwrap();
+    let node = NodeProcess::start(&config);
+
+    let pem = std::fs::read(&ca).unwrap();
+    let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(&pem)).domain_name("127.0.0.1");
+    let channel = tonic::transport::Endpoint::from_shared(format!("https://{}", node.grpc_addr)).unwrap().tls_config(tls).unwrap().connect().await.unwrap();
+    let reply = GatewayClient::new(channel).submit(request("over-tls", 4, 600_000)).await.unwrap().into_inner();
+    assert_eq!(reply.status(), QueryStatus::Completed);
+
+    let plain = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await?;
+        client.submit(request("plain", 4, 600_000)).await.map_err(Into::<Box<dyn std::error::Error + Send + Sync>>::into)?;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+    })
+    .await;
+    assert!(!matches!(plain, Ok(Ok(()))), "a plaintext call went through a TLS port");
+
+    let admin = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(&ca)
+        .arg(format!("https://{}/healthz", node.admin_addr))
+        .output()
+        .expect("curl runs (the CI installs it)");
+    assert!(admin.status.success(), "{}", String::from_utf8_lossy(&admin.stderr));
+    assert!(String::from_utf8_lossy(&admin.stdout).contains("ok"), "{}", String::from_utf8_lossy(&admin.stdout));
+}

@@ -126,6 +126,11 @@ pub struct NodeSection {
     /// (its reservoir's hours, its tuner's target day, its planned
     /// spinups' times of day) pass that much faster.
     pub calendar: String,
+    /// PEM certificate chain for TLS on gRPC and the admin API; with
+    /// `tls_key_path`. Unset: plaintext.
+    pub tls_cert_path: Option<PathBuf>,
+    /// PEM private key for `tls_cert_path`.
+    pub tls_key_path: Option<PathBuf>,
 }
 
 /// `[limits]`.
@@ -806,6 +811,8 @@ impl Default for NodeSection {
             reads_require_token: false,
             seed: 1,
             calendar: "wall".into(),
+            tls_cert_path: None,
+            tls_key_path: None,
         }
     }
 }
@@ -961,6 +968,17 @@ impl NodeConfig {
         }
         if !["wall", "midnight"].contains(&file.node.calendar.as_str()) {
             return Err(invalid("node.calendar", format!("must be \"wall\" or \"midnight\", got \"{}\"", file.node.calendar)));
+        }
+        match (&file.node.tls_cert_path, &file.node.tls_key_path) {
+            (None, None) => {}
+            (Some(cert), Some(key)) => {
+                for (name, path) in [("node.tls_cert_path", cert), ("node.tls_key_path", key)] {
+                    if !path.is_file() {
+                        return Err(invalid(name, format!("`{}` is not a readable file", path.display())));
+                    }
+                }
+            }
+            _ => return Err(invalid("node.tls_cert_path", "TLS needs both tls_cert_path and tls_key_path")),
         }
         let limits = &file.limits;
         for (key, value) in [

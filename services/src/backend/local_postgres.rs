@@ -223,8 +223,9 @@ impl LocalPostgres {
 }
 
 /// A throwaway CA and a certificate for `127.0.0.1` it signed, in `dir`
-/// (`ca.crt`, `server.crt`, `server.key`); returns the CA's path.
-fn make_certificates(dir: &Path) -> Result<PathBuf> {
+/// (`ca.crt`, `server.crt`, `server.key`); returns the CA's path. The TLS
+/// tests of the node use it too.
+pub fn make_certificates(dir: &Path) -> Result<PathBuf> {
     let openssl = |args: &[&str]| -> Result<()> {
         let output = Command::new("openssl")
             .args(args)

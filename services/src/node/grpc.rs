@@ -11,7 +11,7 @@ use slogate_actors::backend::ResultRows;
 use slogate_actors::idempotency::{RequestDigest, fnv1a};
 
 use super::tenants::{InFlightSlot, Tenant, Tenants, bearer, retry_after};
-use super::transport::ConnectionInfo;
+use super::transport::connection_info;
 use slogate_actors::router::{ClientGone, RouterShard, Submit, SubmitOutcome, SubmitStatus};
 use slogate_proto::GatewayError;
 use slogate_proto::v1::gateway_server::Gateway;
@@ -78,7 +78,7 @@ impl GatewayService {
     /// The calling tenant, from the call's `authorization` metadata.
     fn caller<T>(&self, request: &Request<T>) -> Result<Option<Arc<Tenant>>, Status> {
         let header = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
-        let peer = request.extensions().get::<ConnectionInfo>().map(|c| c.remote.to_string()).unwrap_or_default();
+        let peer = connection_info(request.extensions()).map(|c| c.remote.to_string()).unwrap_or_default();
         self.tenants.authenticate(bearer(header), &peer).map_err(|e| status_of(&e))
     }
 

@@ -230,7 +230,17 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     };
     let incoming = transport::incoming(listener, transport_limits, connections.clone());
     let keepalive = (file.limits.grpc_keepalive_interval_s > 0).then(|| std::time::Duration::from_secs(file.limits.grpc_keepalive_interval_s));
-    let server = tonic::transport::Server::builder()
+    let tls = load_tls(file)?;
+    let mut builder = tonic::transport::Server::builder();
+    if let Some((cert, key)) = &tls {
+        let identity = tonic::transport::Identity::from_pem(cert, key);
+        builder = builder
+            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+            .map_err(|e| Error::Config(format!("node.tls_cert_path: {e}")))?;
+    } else if !config.grpc_addr.ip().is_loopback() || !config.admin_addr.ip().is_loopback() {
+        tracing::warn!(message = "Listening beyond loopback without TLS: tokens and queries travel in the clear.");
+    }
+    let server = builder
         .max_concurrent_streams(file.limits.grpc_streams_per_connection_max)
         .concurrency_limit_per_connection(file.limits.grpc_in_flight_per_connection_max)
         .http2_keepalive_interval(keepalive)
@@ -270,8 +280,11 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         actix_web::App::new().app_data(actix_web::web::Data::new(admin_state.clone())).configure(admin::routes)
     })
     .workers(1)
-    .disable_signals()
-    .bind(config.admin_addr)
+    .disable_signals();
+    let server = match &tls {
+        Some((cert, key)) => server.bind_rustls_0_23(config.admin_addr, admin_tls(cert, key)?),
+        None => server.bind(config.admin_addr),
+    }
     .map_err(|e| io(&format!("cannot bind the admin API on {}", config.admin_addr), e))?;
     let admin_addr = server.addrs()[0];
     let server = server.run();
@@ -294,6 +307,30 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         close_deadline: std::time::Duration::from_secs(file.limits.shutdown_close_s),
         arbiters,
     })
+}
+
+/// The PEM certificate chain and key, when TLS is configured.
+fn load_tls(file: &crate::config::ConfigV1) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    let (Some(cert), Some(key)) = (&file.node.tls_cert_path, &file.node.tls_key_path) else { return Ok(None) };
+    let read = |key: &str, path: &std::path::Path| std::fs::read(path).map_err(|e| Error::Config(format!("{key}: cannot read {}: {e}", path.display())));
+    Ok(Some((read("node.tls_cert_path", cert)?, read("node.tls_key_path", key)?)))
+}
+
+/// The admin API's rustls configuration from the PEM `cert` chain and `key`.
+fn admin_tls(cert: &[u8], key: &[u8]) -> Result<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_slice_iter(cert)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::Config(format!("node.tls_cert_path: not a PEM certificate chain: {e}")))?;
+    if chain.is_empty() {
+        return Err(Error::Config("node.tls_cert_path: no certificate in the file".into()));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| Error::Config(format!("node.tls_key_path: not a PEM private key: {e}")))?;
+    rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .and_then(|builder| builder.with_no_client_auth().with_single_cert(chain, key))
+        .map_err(|e| Error::Config(format!("node.tls_cert_path: the certificate and key do not make a TLS configuration: {e}")))
 }
 
 /// What runs a pool's queries and holds its clusters.

@@ -35,6 +35,12 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::{Instant, Sleep};
+use tonic::transport::server::TlsConnectInfo;
+
+/// A connection's info from a request's extensions, over TLS or not.
+pub fn connection_info(extensions: &tonic::Extensions) -> Option<&ConnectionInfo> {
+    extensions.get::<ConnectionInfo>().or_else(|| extensions.get::<TlsConnectInfo<ConnectionInfo>>().map(TlsConnectInfo::get_ref))
+}
 
 /// The listener's limits (`[limits]` in the node's config).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -301,7 +307,9 @@ where
     }
 
     fn call(&mut self, request: http::Request<RequestBody>) -> Self::Future {
-        let guard = request.extensions().get::<ConnectionInfo>().map(|info| info.activity.open());
+        let extensions = request.extensions();
+        let info = extensions.get::<ConnectionInfo>().or_else(|| extensions.get::<TlsConnectInfo<ConnectionInfo>>().map(TlsConnectInfo::get_ref));
+        let guard = info.map(|info| info.activity.open());
         let response = self.inner.call(request);
         Box::pin(async move {
             let response = response.await?;
