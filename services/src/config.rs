@@ -911,6 +911,29 @@ fn invalid(key: &str, reason: impl std::fmt::Display) -> Error {
     Error::Config(format!("`{key}`: {reason}"))
 }
 
+/// A parse error with the key and line it happened at: serde's message
+/// alone ("invalid type: string, expected usize") does not say where.
+fn located(toml_text: &str, error: &toml::de::Error) -> Error {
+    let Some(span) = error.span() else { return Error::Config(error.message().to_owned()) };
+    let before = &toml_text[..span.start.min(toml_text.len())];
+    let line_number = before.matches('\n').count() + 1;
+    let line = toml_text.lines().nth(line_number - 1).unwrap_or_default();
+    let table = before
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_owned());
+    let key = line.split_once('=').map(|(k, _)| k.trim().to_owned()).filter(|k| !k.is_empty() && !k.starts_with('['));
+    let name = match (table, key) {
+        (Some(table), Some(key)) => format!("{table}.{key}"),
+        (None, Some(key)) => key,
+        (Some(table), None) => table,
+        (None, None) => return Error::Config(format!("line {line_number}: {}", error.message())),
+    };
+    invalid(&name, format!("line {line_number}: {}", error.message()))
+}
+
 impl NodeConfig {
     /// Parses `toml_text` (empty for the embedded defaults), applies `env`
     /// and `overrides`, and validates.
@@ -924,9 +947,20 @@ impl NodeConfig {
                 Some(other) => return Err(invalid("version", format!("unsupported version \"{other}\" (this build reads \"1\")"))),
                 None => return Err(invalid("version", "missing; write version = \"1\" at the top")),
             }
-            match toml::from_str::<ConfigFile>(toml_text).map_err(|e| Error::Config(e.message().to_owned()))? {
-                ConfigFile::V1(v1) => v1,
+            // Version 1: the rest is a `ConfigV1`. Read it from the text with
+            // the version line blanked (same offsets), so that an error's
+            // span still points into the operator's file.
+            #[derive(Deserialize)]
+            struct Version {
+                version: toml::Spanned<String>,
             }
+            let version: Version = toml::from_str(toml_text).map_err(|e| Error::Config(e.message().to_owned()))?;
+            let span = version.version.span();
+            let line_start = toml_text[..span.start].rfind('\n').map_or(0, |i| i + 1);
+            let line_end = toml_text[span.end..].find('\n').map_or(toml_text.len(), |i| span.end + i);
+            let mut rest = toml_text.to_owned();
+            rest.replace_range(line_start..line_end, &" ".repeat(line_end - line_start));
+            toml::from_str::<ConfigV1>(&rest).map_err(|e| located(toml_text, &e))?
         };
         let node = &mut file.node;
         if let Some(v) = env.get("SLOGATE_GRPC_ADDR") {
@@ -1158,6 +1192,25 @@ mod tests {
 
     fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn a_wrong_type_names_its_key_and_line() {
+        let file = "version = \"1\"\n[limits]\nin_flight_per_pool_max = \"many\"\n";
+        let error = NodeConfig::load(file, &env(&[]), &Overrides::default()).unwrap_err().to_string();
+        assert!(error.contains("`limits.in_flight_per_pool_max`") && error.contains("line 3"), "{error}");
+        let pool = "version = \"1\"\n[[pool]]\nname = \"a\"\nclusters = \"big\"\n";
+        let error = NodeConfig::load(pool, &env(&[]), &Overrides::default()).unwrap_err().to_string();
+        assert!(error.contains("`pool.clusters`") && error.contains("line 4"), "{error}");
+    }
+
+    #[test]
+    fn pool_names_that_could_escape_a_label_or_a_path_are_refused() {
+        for name in ["../etc", "a\\\"b", "x y", ""] {
+            let file = format!("version = \"1\"\n[[pool]]\nname = \"{name}\"\nclusters = [16]\n");
+            let error = NodeConfig::load(&file, &env(&[]), &Overrides::default()).unwrap_err().to_string();
+            assert!(error.contains("pool[0].name"), "{name:?}: {error}");
+        }
     }
 
     #[test]
