@@ -1074,8 +1074,14 @@ impl NodeConfig {
                 }
             }
             let rate = tenant.queries_per_s_max;
-            if !(rate.is_finite() && rate >= 0.0) || !(tenant.burst.is_finite() && tenant.burst >= 1.0) || tenant.in_flight_max == 0 {
-                return Err(invalid(&key("queries_per_s_max"), "the rate must be ≥ 0, burst ≥ 1 and in_flight_max ≥ 1"));
+            if !(rate.is_finite() && rate >= 0.0) {
+                return Err(invalid(&key("queries_per_s_max"), "must be a finite number ≥ 0"));
+            }
+            if !(tenant.burst.is_finite() && tenant.burst >= 1.0) {
+                return Err(invalid(&key("burst"), "must be a finite number ≥ 1"));
+            }
+            if tenant.in_flight_max == 0 {
+                return Err(invalid(&key("in_flight_max"), "must be ≥ 1"));
             }
         }
         let mut names = std::collections::HashSet::new();
