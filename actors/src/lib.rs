@@ -76,6 +76,15 @@ pub enum Error {
     /// Stored bytes do not decode: the data directory is damaged.
     #[error("corrupt store: bad {0}")]
     CorruptStore(&'static str),
+    /// The store holds less than its manifest says it should (or cannot be
+    /// opened at all): data was lost since the last flush that succeeded.
+    #[error("the reservoir in {dir} is damaged: {reason}; start with `slogate serve --repair` to keep what is left (the repair logs what it drops)")]
+    DamagedStore {
+        /// The store's directory.
+        dir: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// No pool of that name on this shard.
     #[error("unknown pool `{0}`")]
     UnknownPool(String),

@@ -9,7 +9,22 @@
 //! | `counts` | day (i32 BE, sign-flipped), hour (u8), template (u32 BE) | count (u64 BE) |
 //! | `totals` | day, hour | arrivals in the hour (u64 BE) |
 //! | `samples` | day, hour, slot (u32 BE) | offset in seconds (u16 BE) |
-//! | `executions` | sequence number (u64 BE) | JSON [`ExecutionRecord`] |
+//! | `executions` | sequence number (u64 BE) | logged time, then JSON [`ExecutionRecord`] |
+//! | `idempotency` | tenant, pool and client query id | JSON [`IdempotencyRecord`] |
+//!
+//! An execution row's value is the time it was logged (f64 bits, BE)
+//! followed by the JSON record; the log keeps the newest
+//! [`Retention::executions_kept_max`] rows, none older than
+//! [`Retention::execution_age_max_s`], pruned in batches every 5 s.
+//!
+//! **Damage detection.** Next to sled's files the store keeps a manifest
+//! (`slogate-manifest.json`, checksummed, written atomically) with the rows
+//! of each tree at the last flush. Rows only grow between flushes, and a
+//! deletion lowers the manifest before it happens, so the manifest is a
+//! lower bound of what an intact store holds. [`SledStore::open_with`]
+//! compares: fewer rows, a missing or unreadable manifest for a store with
+//! rows, or a store sled cannot open is [`Error::DamagedStore`] unless
+//! [`StoreOptions::repair`] is set, and a repair reports what it dropped.
 //!
 //! Writes are applied as they come and flushed to disk every
 //! `flush_every` updates, at least once a second while anything is
@@ -43,8 +58,13 @@ pub struct StoredTables {
 pub trait ReservoirStore: Send {
     /// Persists one arrival's changes.
     fn apply(&mut self, update: &ReservoirUpdate) -> Result<()>;
-    /// Appends an execution to the log; returns its sequence number.
-    fn append_execution(&mut self, record: &ExecutionRecord) -> Result<u64>;
+    /// Appends an execution, logged at `logged_unix_s`, to the log;
+    /// returns its sequence number.
+    fn append_execution(&mut self, record: &ExecutionRecord, logged_unix_s: f64) -> Result<u64>;
+    /// Deletes the oldest logged executions beyond the newest `kept_max`
+    /// and those logged before `logged_before_unix_s`, at most `batch_max`
+    /// of them; returns how many it deleted.
+    fn prune_executions(&mut self, kept_max: u64, logged_before_unix_s: f64, batch_max: usize) -> Result<u64>;
     /// Reads every stored row.
     fn load(&self) -> Result<StoredTables>;
     /// Reads the last `limit` logged executions, oldest first (by
@@ -59,15 +79,105 @@ pub trait ReservoirStore: Send {
     fn flush(&self) -> Result<()>;
 }
 
-/// The sled-backed store.
+/// How [`SledStore::open_with`] opens a store.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoreOptions {
+    /// sled's page cache, bytes (sled's own default is 1 GiB).
+    pub cache_bytes: u64,
+    /// Open a damaged store anyway, keeping what is left and saying what
+    /// was dropped ([`SledStore::repair_report`]), instead of failing.
+    pub repair: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions { cache_bytes: 64 << 20, repair: false }
+    }
+}
+
+/// Rows per tree: what the manifest promises and what a store holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RowCounts {
+    /// `counts` rows.
+    pub counts: u64,
+    /// `totals` rows.
+    pub totals: u64,
+    /// `samples` rows.
+    pub samples: u64,
+    /// `executions` rows.
+    pub executions: u64,
+    /// `idempotency` rows.
+    pub idempotency: u64,
+}
+
+impl RowCounts {
+    fn named(&self) -> [(&'static str, u64); 5] {
+        [
+            ("counts", self.counts),
+            ("totals", self.totals),
+            ("samples", self.samples),
+            ("executions", self.executions),
+            ("idempotency", self.idempotency),
+        ]
+    }
+
+    fn checksum(&self) -> u64 {
+        let text = self.named().iter().map(|(name, rows)| format!("{name}={rows};")).collect::<String>();
+        crate::idempotency::fnv1a(&[MANIFEST_FORMAT.as_bytes(), text.as_bytes()])
+    }
+}
+
+/// What a repair found and dropped.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RepairReport {
+    /// What was wrong.
+    pub damage: String,
+    /// Rows the manifest promised, per tree (zero where it was unreadable).
+    pub expected: RowCounts,
+    /// Rows kept, per tree.
+    pub kept: RowCounts,
+    /// Rows that did not decode and were deleted, per tree.
+    pub undecodable_deleted: RowCounts,
+    /// Where an unopenable store was moved before starting empty.
+    pub moved_to: Option<String>,
+}
+
+/// The manifest: the rows the store held at its last successful flush.
+/// Rows only grow between flushes, and deletions lower the manifest before
+/// they happen, so a store with fewer rows than its manifest lost data.
+#[derive(Debug, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Manifest {
+    format: String,
+    rows: RowCounts,
+    /// FNV-1a of the format and rows, hex: a torn or edited manifest is
+    /// damage too.
+    checksum: String,
+}
+
+const MANIFEST_FORMAT: &str = "slogate-reservoir-1";
+const MANIFEST_FILE: &str = "slogate-manifest.json";
+
+/// The sled-backed store. See the module docs.
 pub struct SledStore {
     db: sled::Db,
+    dir: std::path::PathBuf,
     counts: sled::Tree,
     totals: sled::Tree,
     samples: sled::Tree,
     executions: sled::Tree,
     idempotency: sled::Tree,
+    rows: RowCounts,
+    /// When the manifest was last written: flushes rewrite it at most
+    /// once per [`MANIFEST_INTERVAL`] (a stale manifest is still a valid
+    /// lower bound, it only detects less).
+    manifest_written: std::cell::Cell<Option<std::time::Instant>>,
+    repair_report: Option<RepairReport>,
 }
+
+/// The longest a flush leaves the manifest behind.
+const MANIFEST_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn hour_key(hour: CalendarHour) -> [u8; 5] {
     // Flip the sign bit so negative days sort before positive ones.
@@ -85,40 +195,234 @@ fn u64_value(bytes: &[u8]) -> Result<u64> {
     Ok(u64::from_be_bytes(bytes.try_into().map_err(|_| Error::CorruptStore("u64 value"))?))
 }
 
+fn template_suffix(key: &[u8], what: &'static str) -> Result<u32> {
+    Ok(u32::from_be_bytes(key.get(5..9).and_then(|b| b.try_into().ok()).ok_or(Error::CorruptStore(what))?))
+}
+
+/// An execution row's value: the time it was logged (f64 bits, BE), then
+/// the record as JSON. Rows written before the time was kept are JSON
+/// alone; they age out by count only.
+fn execution_value(record: &ExecutionRecord, logged_unix_s: f64) -> Vec<u8> {
+    let mut value = logged_unix_s.to_bits().to_be_bytes().to_vec();
+    serde_json::to_writer(&mut value, record).expect("execution records serialise");
+    value
+}
+
+fn parse_execution(value: &[u8]) -> Result<(Option<f64>, ExecutionRecord)> {
+    let bad = |_| Error::CorruptStore("execution record");
+    if value.first() == Some(&b'{') {
+        return Ok((None, serde_json::from_slice(value).map_err(bad)?));
+    }
+    let time: [u8; 8] = value.get(..8).and_then(|b| b.try_into().ok()).ok_or(Error::CorruptStore("execution record"))?;
+    Ok((Some(f64::from_bits(u64::from_be_bytes(time))), serde_json::from_slice(&value[8..]).map_err(bad)?))
+}
+
 /// How long [`SledStore::open`] waits for a previous owner (this process's
 /// last node, or one that just died) to release the store's file lock.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-fn open_when_unlocked(dir: &Path) -> Result<sled::Db> {
+fn open_when_unlocked(dir: &Path, cache_bytes: u64) -> std::result::Result<sled::Db, sled::Error> {
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     loop {
-        match sled::Config::new().path(dir).flush_every_ms(None).open() {
-            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") && std::time::Instant::now() < deadline => {
+        // No background flusher: the actor flushes (every N updates, at
+        // least once a second, and on shutdown), and without the flusher
+        // thread the file lock is released the moment the store is dropped.
+        let config = sled::Config::new().path(dir).cache_capacity(cache_bytes).flush_every_ms(None);
+        // sled 0.34 can panic instead of failing on some damaged logs
+        // ("tried to serialize Uninitialized" while it rewrites a snapshot).
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open())).unwrap_or_else(|panic| {
+            let reason = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
+            Err(sled::Error::Unsupported(format!("sled panicked opening it: {}", reason.unwrap_or_else(|| "no message".into()))))
+        });
+        match opened {
+            Err(sled::Error::Io(e)) if is_lock_error(&e) && std::time::Instant::now() < deadline => {
                 // sled's IO threads let go of a closed store shortly after
                 // it is dropped.
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
-            result => return Ok(result?),
+            result => return result,
         }
     }
 }
 
+fn is_lock_error(error: &std::io::Error) -> bool {
+    error.to_string().contains("could not acquire lock")
+}
+
 impl SledStore {
-    /// Opens (or creates) the store in `dir`, waiting up to 5 s for a
-    /// previous owner to release it.
+    /// Opens (or creates) the store in `dir` with the default
+    /// [`StoreOptions`]: damage is an error.
     pub fn open(dir: &Path) -> Result<SledStore> {
-        // No background flusher: the actor flushes (every N updates, at least
-        // once a second, and on shutdown), and without the flusher thread
-        // the file lock is released the moment the store is dropped.
-        let db = open_when_unlocked(dir)?;
-        Ok(SledStore {
+        SledStore::open_with(dir, &StoreOptions::default())
+    }
+
+    /// Opens (or creates) the store in `dir`, waiting up to 5 s for a
+    /// previous owner to release it, and checks it against its manifest.
+    /// A store with fewer rows than its last flush promised, an unreadable
+    /// manifest, a manifest missing from a store that holds rows, or a
+    /// store sled cannot open is [`Error::DamagedStore`], unless
+    /// `options.repair`, which keeps what is left, deletes rows that do not
+    /// decode, and reports it.
+    pub fn open_with(dir: &Path, options: &StoreOptions) -> Result<SledStore> {
+        let damaged = |reason: String| Error::DamagedStore { dir: dir.display().to_string(), reason };
+        let (db, moved_to) = match open_when_unlocked(dir, options.cache_bytes) {
+            Ok(db) => (db, None),
+            Err(sled::Error::Io(e)) if is_lock_error(&e) => return Err(sled::Error::Io(e).into()),
+            Err(e) if !options.repair => return Err(damaged(format!("sled cannot open it ({e})"))),
+            Err(e) => {
+                let aside = dir.with_extension(format!("damaged-{}", crate::clock::unix_now_s() as u64));
+                std::fs::rename(dir, &aside).map_err(|io| damaged(format!("sled cannot open it ({e}), nor can it be moved aside ({io})")))?;
+                let db = open_when_unlocked(dir, options.cache_bytes)?;
+                (db, Some((e.to_string(), aside.display().to_string())))
+            }
+        };
+        let mut store = SledStore {
             counts: db.open_tree("counts")?,
             totals: db.open_tree("totals")?,
             samples: db.open_tree("samples")?,
             executions: db.open_tree("executions")?,
             idempotency: db.open_tree("idempotency")?,
+            dir: dir.to_path_buf(),
             db,
+            rows: RowCounts::default(),
+            manifest_written: std::cell::Cell::new(None),
+            repair_report: None,
+        };
+        store.rows = store.count_rows();
+        let expected = match moved_to {
+            Some((error, aside)) => {
+                store.repair_report = Some(RepairReport {
+                    damage: format!("sled could not open the store: {error}"),
+                    expected: RowCounts::default(),
+                    kept: RowCounts::default(),
+                    undecodable_deleted: RowCounts::default(),
+                    moved_to: Some(aside),
+                });
+                store.write_manifest(store.rows)?;
+                return Ok(store);
+            }
+            None => store.read_manifest(),
+        };
+        let damage = match expected {
+            Ok(Some(expected)) => {
+                let short: Vec<String> = expected
+                    .named()
+                    .iter()
+                    .zip(store.rows.named())
+                    .filter(|((_, promised), (_, found))| found < promised)
+                    .map(|((name, promised), (_, found))| format!("{name}: {found} rows where the last flush left {promised}"))
+                    .collect();
+                if short.is_empty() { None } else { Some((short.join(", "), expected)) }
+            }
+            Ok(None) if store.rows == RowCounts::default() => None,
+            Ok(None) => Some((format!("its manifest ({MANIFEST_FILE}) is missing but it holds rows"), RowCounts::default())),
+            Err(reason) => Some((reason, RowCounts::default())),
+        };
+        match damage {
+            None => {}
+            Some((reason, _)) if !options.repair => return Err(damaged(reason)),
+            Some((reason, expected)) => {
+                let undecodable_deleted = store.delete_undecodable()?;
+                store.rows = store.count_rows();
+                store.repair_report = Some(RepairReport { damage: reason, expected, kept: store.rows, undecodable_deleted, moved_to: None });
+            }
+        }
+        store.db.flush()?;
+        store.write_manifest(store.rows)?;
+        Ok(store)
+    }
+
+    /// What [`StoreOptions::repair`] found and dropped; `None` when the
+    /// store was intact.
+    pub fn repair_report(&self) -> Option<&RepairReport> {
+        self.repair_report.as_ref()
+    }
+
+    /// Rows held now, per tree.
+    pub fn rows(&self) -> RowCounts {
+        self.rows
+    }
+
+    fn count_rows(&self) -> RowCounts {
+        RowCounts {
+            counts: self.counts.len() as u64,
+            totals: self.totals.len() as u64,
+            samples: self.samples.len() as u64,
+            executions: self.executions.len() as u64,
+            idempotency: self.idempotency.len() as u64,
+        }
+    }
+
+    fn manifest_path(&self) -> std::path::PathBuf {
+        self.dir.join(MANIFEST_FILE)
+    }
+
+    /// `Ok(None)`: no manifest. `Err`: one that cannot be trusted.
+    fn read_manifest(&self) -> std::result::Result<Option<RowCounts>, String> {
+        let text = match std::fs::read(self.manifest_path()) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("its manifest cannot be read ({e})")),
+        };
+        let manifest: Manifest = serde_json::from_slice(&text).map_err(|e| format!("its manifest does not parse ({e})"))?;
+        if manifest.format != MANIFEST_FORMAT {
+            return Err(format!("its manifest has format `{}`, expected `{MANIFEST_FORMAT}`", manifest.format));
+        }
+        if manifest.checksum != format!("{:016x}", manifest.rows.checksum()) {
+            return Err("its manifest's checksum does not match its contents".into());
+        }
+        Ok(Some(manifest.rows))
+    }
+
+    /// Writes the manifest atomically: a temporary file, synced, renamed
+    /// over the old one.
+    fn write_manifest(&self, rows: RowCounts) -> Result<()> {
+        let manifest = Manifest { format: MANIFEST_FORMAT.into(), rows, checksum: format!("{:016x}", rows.checksum()) };
+        let path = self.manifest_path();
+        let temporary = path.with_extension("json.tmp");
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut file = std::fs::File::create(&temporary)?;
+            file.write_all(&serde_json::to_vec_pretty(&manifest).expect("manifests serialise"))?;
+            file.sync_all()?;
+            std::fs::rename(&temporary, &path)?;
+            std::fs::File::open(&self.dir)?.sync_all()
+        };
+        write().map_err(|e| Error::Storage(sled::Error::Io(e)))?;
+        self.manifest_written.set(Some(std::time::Instant::now()));
+        Ok(())
+    }
+
+    /// Deletes the rows of every tree that do not decode; returns how many
+    /// per tree.
+    fn delete_undecodable(&mut self) -> Result<RowCounts> {
+        fn sweep(tree: &sled::Tree, decodes: impl Fn(&[u8], &[u8]) -> bool) -> Result<u64> {
+            let mut deleted = 0;
+            for row in tree.iter() {
+                let (key, value) = row?;
+                if !decodes(&key, &value) {
+                    tree.remove(key)?;
+                    deleted += 1;
+                }
+            }
+            Ok(deleted)
+        }
+        Ok(RowCounts {
+            counts: sweep(&self.counts, |k, v| parse_hour(k).is_ok() && template_suffix(k, "count key").is_ok() && u64_value(v).is_ok())?,
+            totals: sweep(&self.totals, |k, v| parse_hour(k).is_ok() && u64_value(v).is_ok())?,
+            samples: sweep(&self.samples, |k, v| parse_hour(k).is_ok() && template_suffix(k, "sample key").is_ok() && v.len() == 2)?,
+            executions: sweep(&self.executions, |k, v| k.len() == 8 && parse_execution(v).is_ok())?,
+            idempotency: sweep(&self.idempotency, |_, v| serde_json::from_slice::<IdempotencyRecord>(v).is_ok())?,
         })
+    }
+}
+
+impl Drop for SledStore {
+    fn drop(&mut self) {
+        // Best effort: what was written is made durable and promised.
+        if self.db.flush().is_ok() {
+            let _ = self.write_manifest(self.rows);
+        }
     }
 }
 
@@ -127,28 +431,65 @@ impl ReservoirStore for SledStore {
         let hour = hour_key(update.hour);
         let mut count_key = hour.to_vec();
         count_key.extend_from_slice(&update.template.0.to_be_bytes());
-        self.counts.insert(count_key, &update.count.to_be_bytes())?;
-        self.totals.insert(hour, &update.arrivals_total.to_be_bytes())?;
+        if self.counts.insert(count_key, &update.count.to_be_bytes())?.is_none() {
+            self.rows.counts += 1;
+        }
+        if self.totals.insert(hour, &update.arrivals_total.to_be_bytes())?.is_none() {
+            self.rows.totals += 1;
+        }
         if let Some((slot, offset)) = update.sample {
             let mut sample_key = hour.to_vec();
             sample_key.extend_from_slice(&slot.to_be_bytes());
-            self.samples.insert(sample_key, &offset.to_be_bytes())?;
+            if self.samples.insert(sample_key, &offset.to_be_bytes())?.is_none() {
+                self.rows.samples += 1;
+            }
         }
         Ok(())
     }
 
-    fn append_execution(&mut self, record: &ExecutionRecord) -> Result<u64> {
+    fn append_execution(&mut self, record: &ExecutionRecord, logged_unix_s: f64) -> Result<u64> {
         let sequence = self.db.generate_id()?;
-        let value = serde_json::to_vec(record).expect("execution records serialise");
-        self.executions.insert(sequence.to_be_bytes(), value)?;
+        if self.executions.insert(sequence.to_be_bytes(), execution_value(record, logged_unix_s))?.is_none() {
+            self.rows.executions += 1;
+        }
         Ok(sequence)
+    }
+
+    fn prune_executions(&mut self, kept_max: u64, logged_before_unix_s: f64, batch_max: usize) -> Result<u64> {
+        let over = self.rows.executions.saturating_sub(kept_max);
+        let mut doomed = Vec::new();
+        for row in self.executions.iter() {
+            if doomed.len() >= batch_max {
+                break;
+            }
+            let (key, value) = row?;
+            let too_old = matches!(parse_execution(&value), Ok((Some(logged), _)) if logged < logged_before_unix_s);
+            if (doomed.len() as u64) < over || too_old {
+                doomed.push(key);
+            } else {
+                break;
+            }
+        }
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        // Lower the promise before deleting, so a crash in between is not
+        // mistaken for lost data.
+        let deleted = doomed.len() as u64;
+        self.write_manifest(RowCounts { executions: self.rows.executions - deleted, ..self.rows })?;
+        for key in doomed {
+            self.executions.remove(key)?;
+        }
+        self.rows.executions -= deleted;
+        self.flush()?;
+        Ok(deleted)
     }
 
     fn load(&self) -> Result<StoredTables> {
         let mut tables = StoredTables::default();
         for row in self.counts.iter() {
             let (key, value) = row?;
-            let template = u32::from_be_bytes(key.get(5..9).and_then(|b| b.try_into().ok()).ok_or(Error::CorruptStore("count key"))?);
+            let template = template_suffix(&key, "count key")?;
             tables.counts.push(((parse_hour(&key)?, TemplateId(template)), u64_value(&value)?));
         }
         for row in self.totals.iter() {
@@ -157,11 +498,11 @@ impl ReservoirStore for SledStore {
         }
         for row in self.samples.iter() {
             let (key, value) = row?;
-            let slot = u32::from_be_bytes(key.get(5..9).and_then(|b| b.try_into().ok()).ok_or(Error::CorruptStore("sample key"))?);
+            let slot = template_suffix(&key, "sample key")?;
             let offset = u16::from_be_bytes(value.as_ref().try_into().map_err(|_| Error::CorruptStore("sample value"))?);
             tables.samples.push(((parse_hour(&key)?, slot), offset));
         }
-        tables.executions = self.executions.len() as u64;
+        tables.executions = self.rows.executions;
         Ok(tables)
     }
 
@@ -173,7 +514,7 @@ impl ReservoirStore for SledStore {
             .take(limit)
             .map(|row| {
                 let (_, value) = row?;
-                serde_json::from_slice(&value).map_err(|_| Error::CorruptStore("execution record"))
+                Ok(parse_execution(&value)?.1)
             })
             .collect::<Result<Vec<ExecutionRecord>>>()?;
         records.reverse();
@@ -182,20 +523,32 @@ impl ReservoirStore for SledStore {
 
     fn put_idempotency(&mut self, record: &IdempotencyRecord) -> Result<()> {
         let value = serde_json::to_vec(record).expect("idempotency records serialise");
-        self.idempotency.insert(record.key(), value)?;
+        if self.idempotency.insert(record.key(), value)?.is_none() {
+            self.rows.idempotency += 1;
+        }
         Ok(())
     }
 
     fn idempotency_records(&mut self, since_unix_s: f64) -> Result<Vec<IdempotencyRecord>> {
         let mut kept = Vec::new();
+        let mut expired = Vec::new();
         for row in self.idempotency.iter() {
             let (key, value) = row?;
             let record: IdempotencyRecord = serde_json::from_slice(&value).map_err(|_| Error::CorruptStore("idempotency record"))?;
             if record.finished_unix_s >= since_unix_s {
                 kept.push(record);
             } else {
+                expired.push(key);
+            }
+        }
+        if !expired.is_empty() {
+            let deleted = expired.len() as u64;
+            self.write_manifest(RowCounts { idempotency: self.rows.idempotency - deleted, ..self.rows })?;
+            for key in expired {
                 self.idempotency.remove(key)?;
             }
+            self.rows.idempotency -= deleted;
+            self.flush()?;
         }
         kept.sort_by(|a, b| a.finished_unix_s.total_cmp(&b.finished_unix_s));
         Ok(kept)
@@ -203,6 +556,9 @@ impl ReservoirStore for SledStore {
 
     fn flush(&self) -> Result<()> {
         self.db.flush()?;
+        if self.manifest_written.get().is_none_or(|at| at.elapsed() >= MANIFEST_INTERVAL) {
+            self.write_manifest(self.rows)?;
+        }
         Ok(())
     }
 }
@@ -276,10 +632,34 @@ pub struct ReservoirState {
     pub unflushed: u64,
     /// Storage errors since start.
     pub storage_errors: u64,
+    /// Executions deleted by the retention since start.
+    pub executions_pruned: u64,
 }
 
 /// The longest unflushed writes wait.
 const FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How often the execution log is pruned to its [`Retention`].
+const PRUNE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Rows deleted per prune at most, so one prune never stalls the actor
+/// for long; a backlog drains over several.
+const PRUNE_BATCH_MAX: usize = 20_000;
+
+/// How much of the execution log is kept.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Retention {
+    /// The newest this many executions.
+    pub executions_kept_max: u64,
+    /// Executions logged longer ago than this are deleted, seconds.
+    pub execution_age_max_s: f64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention { executions_kept_max: 1_000_000, execution_age_max_s: 30.0 * 86_400.0 }
+    }
+}
 
 /// The actor. See the module docs.
 pub struct ReservoirActor {
@@ -291,6 +671,8 @@ pub struct ReservoirActor {
     unflushed: u64,
     executions: u64,
     storage_errors: u64,
+    retention: Retention,
+    executions_pruned: u64,
 }
 
 impl ReservoirActor {
@@ -307,7 +689,29 @@ impl ReservoirActor {
             unflushed: 0,
             executions: stored.executions,
             storage_errors: 0,
+            retention: Retention::default(),
+            executions_pruned: 0,
         })
+    }
+
+    /// Keeps the execution log to `retention` (default:
+    /// [`Retention::default`]).
+    pub fn with_retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// Deletes one batch of executions beyond the retention.
+    fn prune(&mut self) {
+        let retention = self.retention;
+        let cutoff_unix_s = crate::clock::unix_now_s() - retention.execution_age_max_s;
+        match self.store().and_then(|store| store.prune_executions(retention.executions_kept_max, cutoff_unix_s, PRUNE_BATCH_MAX)) {
+            Ok(deleted) => {
+                self.executions = self.executions.saturating_sub(deleted);
+                self.executions_pruned += deleted;
+            }
+            Err(_) => self.storage_errors += 1,
+        }
     }
 
     fn store(&mut self) -> Result<&mut Box<dyn ReservoirStore>> {
@@ -341,6 +745,8 @@ impl Actor for ReservoirActor {
                 }
             }
         });
+        self.prune();
+        ctx.run_interval(PRUNE_INTERVAL, |actor, _ctx| actor.prune());
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
@@ -365,7 +771,7 @@ impl Handler<ExecutionUpdate> for ReservoirActor {
     type Result = Result<u64>;
 
     fn handle(&mut self, message: ExecutionUpdate, _ctx: &mut Self::Context) -> Result<u64> {
-        let sequence = self.store()?.append_execution(&message.0);
+        let sequence = self.store()?.append_execution(&message.0, crate::clock::unix_now_s());
         let sequence = match sequence {
             Ok(sequence) => sequence,
             Err(e) => {
@@ -448,6 +854,7 @@ impl Handler<GetState> for ReservoirActor {
             executions: self.executions,
             unflushed: self.unflushed,
             storage_errors: self.storage_errors,
+            executions_pruned: self.executions_pruned,
         })
     }
 }

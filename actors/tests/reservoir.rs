@@ -95,3 +95,133 @@ async fn unflushed_updates_are_flushed_within_a_second() {
     actor.send(Shutdown).await.unwrap().unwrap();
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Writes `executions` executions and some arrivals, flushed, and closes
+/// the store.
+fn fill(dir: &std::path::Path, executions: u64) {
+    let mut store = SledStore::open(dir).unwrap();
+    let mut reservoir = slogate_core::reservoir::Reservoir::new(ReservoirConfig::default());
+    for i in 0..200 {
+        store.apply(&reservoir.handle_arrival(MONDAY_1PM + i * 7, TemplateId((i % 5) as u32 + 1))).unwrap();
+    }
+    for i in 0..executions {
+        store.append_execution(&record(i), 1_000.0 + i as f64).unwrap();
+    }
+    store.flush().unwrap();
+}
+
+/// Removes sled's snapshots and cuts its log file to `fraction` of its
+/// length: what a full disk or a bad copy leaves.
+fn truncate_log(dir: &std::path::Path, fraction: f64) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("snap.")) {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let log = dir.join("db");
+    let length = std::fs::metadata(&log).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&log).unwrap().set_len((length as f64 * fraction) as u64).unwrap();
+}
+
+#[test]
+fn a_store_reopens_intact_and_its_manifest_matches_its_rows() {
+    let dir = scratch("intact");
+    fill(&dir, 3_000);
+    let store = SledStore::open(&dir).unwrap();
+    assert!(store.repair_report().is_none());
+    assert_eq!(store.rows().executions, 3_000);
+    assert_eq!(store.recent_executions(10_000).unwrap().len(), 3_000);
+}
+
+#[test]
+fn a_truncated_store_is_a_clear_error_naming_what_was_lost() {
+    let dir = scratch("truncated");
+    fill(&dir, 20_000);
+    truncate_log(&dir, 0.5);
+    let error = SledStore::open(&dir).err().expect("a truncated store must not open silently");
+    let message = error.to_string();
+    assert!(matches!(error, slogate_actors::Error::DamagedStore { .. }), "{message}");
+    assert!(message.contains("--repair"), "the error says how to go on: {message}");
+}
+
+#[test]
+fn a_repair_keeps_what_is_left_says_what_it_dropped_and_the_store_then_opens_cleanly() {
+    let dir = scratch("repair");
+    fill(&dir, 20_000);
+    truncate_log(&dir, 0.5);
+    let options = slogate_actors::reservoir::StoreOptions { repair: true, ..Default::default() };
+    let store = SledStore::open_with(&dir, &options).unwrap();
+    let report = store.repair_report().expect("damage is reported").clone();
+    assert!(!report.damage.is_empty());
+    let kept = report.kept;
+    if report.moved_to.is_none() {
+        assert_eq!(report.expected.executions, 20_000, "{report:?}");
+        assert!(kept.executions < 20_000, "{report:?}");
+    }
+    assert_eq!(store.rows(), kept);
+    drop(store);
+    let store = SledStore::open(&dir).expect("a repaired store opens without --repair");
+    assert!(store.repair_report().is_none());
+    assert_eq!(store.rows(), kept);
+}
+
+#[test]
+fn a_missing_or_edited_manifest_is_damage() {
+    let dir = scratch("manifest");
+    fill(&dir, 100);
+    let manifest = dir.join("slogate-manifest.json");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, text.replace("100", "99")).unwrap();
+    let error = SledStore::open(&dir).err().expect("an edited manifest is damage").to_string();
+    assert!(error.contains("checksum"), "{error}");
+    std::fs::remove_file(&manifest).unwrap();
+    let error = SledStore::open(&dir).err().expect("a missing manifest is damage").to_string();
+    assert!(error.contains("missing"), "{error}");
+}
+
+#[test]
+fn pruning_keeps_the_newest_executions_and_none_older_than_the_cutoff() {
+    let dir = scratch("prune");
+    fill(&dir, 1_000);
+    let mut store = SledStore::open(&dir).unwrap();
+    // By count, in batches.
+    assert_eq!(store.prune_executions(800, 0.0, 150).unwrap(), 150);
+    assert_eq!(store.prune_executions(800, 0.0, 150).unwrap(), 50);
+    assert_eq!(store.prune_executions(800, 0.0, 150).unwrap(), 0);
+    let kept = store.recent_executions(10_000).unwrap();
+    assert_eq!(kept, (200..1_000).map(record).collect::<Vec<_>>());
+    // By age: execution i was logged at 1000 + i.
+    assert_eq!(store.prune_executions(10_000, 1_900.0, 10_000).unwrap(), 700);
+    assert_eq!(store.recent_executions(10_000).unwrap(), (900..1_000).map(record).collect::<Vec<_>>());
+    drop(store);
+    let store = SledStore::open(&dir).expect("pruning keeps the manifest truthful");
+    assert_eq!(store.rows().executions, 100);
+}
+
+#[actix_rt::test]
+async fn the_actor_prunes_the_log_to_its_retention() {
+    let dir = scratch("retention");
+    let retention = slogate_actors::reservoir::Retention { executions_kept_max: 50, execution_age_max_s: 86_400.0 };
+    let actor = ReservoirActor::new(ReservoirConfig::default(), Box::new(SledStore::open(&dir).unwrap()), 1_000, 256)
+        .unwrap()
+        .with_retention(retention)
+        .start();
+    for i in 0..120 {
+        actor.send(ExecutionUpdate(record(i))).await.unwrap().unwrap();
+    }
+    // The actor prunes every 5 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let state = actor.send(GetState).await.unwrap();
+        if state.executions == 50 {
+            assert_eq!(state.executions_pruned, 70);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not pruned: {state:?}");
+        actix_rt::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let recent = actor.send(GetRecentExecutions { limit: 1_000 }).await.unwrap().unwrap();
+    assert_eq!(recent, (70..120).map(record).collect::<Vec<_>>());
+    actor.send(Shutdown).await.unwrap().unwrap();
+}

@@ -55,6 +55,7 @@ pub struct NodeProcess {
     /// Its admin API address.
     pub admin_addr: SocketAddr,
     log: mpsc::Receiver<String>,
+    logged_at_start: Vec<String>,
 }
 
 impl NodeProcess {
@@ -65,9 +66,19 @@ impl NodeProcess {
     ///
     /// If it does not start in time.
     pub fn start(config: &Path) -> NodeProcess {
+        NodeProcess::start_with(config, &[])
+    }
+
+    /// [`NodeProcess::start`] with more `slogate serve` flags.
+    ///
+    /// # Panics
+    ///
+    /// If it does not start in time.
+    pub fn start_with(config: &Path, flags: &[&str]) -> NodeProcess {
         let mut child = Command::new(slogate_binary())
             .args(["serve", "--config"])
             .arg(config)
+            .args(flags)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -81,18 +92,25 @@ impl NodeProcess {
                 }
             }
         });
+        let mut logged = Vec::new();
         let line = loop {
-            let line = log.recv_timeout(Duration::from_secs(60)).expect("the node logs its addresses within 60 s");
+            let line = log.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| panic!("the node logs its addresses within 60 s; it logged {logged:?}"));
             if line.contains("grpc_addr=") && line.contains("admin_addr=") {
                 break line;
             }
+            logged.push(line);
         };
         let field = |name: &str| -> SocketAddr {
             let start = line.find(name).expect("address field") + name.len();
             line[start..].split_whitespace().next().expect("address").parse().expect("socket address")
         };
         let (grpc_addr, admin_addr) = (field("grpc_addr="), field("admin_addr="));
-        NodeProcess { child, grpc_addr, admin_addr, log }
+        NodeProcess { child, grpc_addr, admin_addr, log, logged_at_start: logged }
+    }
+
+    /// What it logged before it logged its addresses.
+    pub fn logged_at_start(&self) -> &[String] {
+        &self.logged_at_start
     }
 
     /// The process id.

@@ -424,3 +424,101 @@ async fn tls_serves_grpc_and_the_admin_api_and_plaintext_gets_nothing() {
     assert!(admin.status.success(), "{}", String::from_utf8_lossy(&admin.stderr));
     assert!(String::from_utf8_lossy(&admin.stdout).contains("ok"), "{}", String::from_utf8_lossy(&admin.stdout));
 }
+
+/// `slogate serve` on `config` with `flags`, run until it exits (at most
+/// 60 s); returns its exit code and what it wrote to stderr.
+fn serve_until_exit(config: &std::path::Path, flags: &[&str]) -> (Option<i32>, String) {
+    let mut child = std::process::Command::new(slogate_integration::slogate_binary())
+        .args(["serve", "--config"])
+        .arg(config)
+        .args(flags)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(started.elapsed() < Duration::from_secs(60), "slogate serve on a damaged store did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    (child.wait().unwrap().code(), stderr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_under_load_keeps_the_reservoir_to_its_last_flush_and_a_damaged_store_is_a_clear_error_until_repaired() {
+    use slogate_integration::{http_get, json};
+    let config = node_config("crash", "", "");
+    let data = config.parent().unwrap().join("data").join("reservoir");
+    let node = NodeProcess::start(&config);
+    let admin = node.admin_addr;
+    let executions = move || json(&http_get(admin, "/v1/actors").1)["reservoir"]["executions"].as_u64().unwrap();
+    let submit_many = |prefix: &'static str, count: usize| {
+        let addr = node.grpc_addr;
+        tokio::spawn(async move {
+            let client = GatewayClient::connect(format!("http://{addr}")).await.unwrap();
+            let calls: Vec<_> = (0..count)
+                .map(|i| {
+                    let mut client = client.clone();
+                    tokio::spawn(async move { client.submit(request(&format!("{prefix}-{i}"), 1 + (i % 5) as u32, 600_000)).await })
+                })
+                .collect();
+            let mut answers = Vec::with_capacity(count);
+            for call in calls {
+                answers.push(call.await.unwrap());
+            }
+            answers
+        })
+    };
+    // Phase 1: a burst, answered, then one flush interval.
+    let answers = submit_many("before", 400).await.unwrap();
+    let completed = answers.iter().filter(|a| a.as_ref().is_ok_and(|r| r.get_ref().status() == QueryStatus::Completed)).count();
+    assert_eq!(completed, 400);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let flushed = tokio::task::spawn_blocking(executions).await.unwrap();
+    assert!(flushed >= 400, "{flushed}");
+    // Phase 2: kill -9 with queries in flight.
+    let in_flight = submit_many("during", 2_000);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    node.kill();
+    let _ = in_flight.await;
+
+    let node = NodeProcess::start(&config);
+    let admin = node.admin_addr;
+    let after = tokio::task::spawn_blocking(move || json(&http_get(admin, "/v1/actors").1)["reservoir"]["executions"].as_u64().unwrap())
+        .await
+        .unwrap();
+    assert!(after >= flushed, "the log lost flushed executions: {after} < {flushed}");
+    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let first = answers[7].as_ref().unwrap().get_ref().clone();
+    let retry = client.submit(request("before-7", 1 + 7 % 5, 600_000)).await.unwrap().into_inner();
+    assert_eq!((retry.status(), retry.latency_ms, retry.target.clone()), (first.status(), first.latency_ms, first.target.clone()));
+    assert!(node.terminate().iter().all(|l| !l.contains("ERROR")));
+
+    // Damage: sled's snapshots gone and its log cut in half.
+    for entry in std::fs::read_dir(&data).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("snap.")) {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let log = data.join("db");
+    let length = std::fs::metadata(&log).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&log).unwrap().set_len(length / 2).unwrap();
+    let (code, stderr) = tokio::task::spawn_blocking({
+        let config = config.clone();
+        move || serve_until_exit(&config, &[])
+    })
+    .await
+    .unwrap();
+    assert_ne!(code, Some(0), "a damaged store must not start: {stderr}");
+    assert!(stderr.contains("damaged") && stderr.contains("--repair"), "{stderr}");
+
+    let node = NodeProcess::start_with(&config, &["--repair"]);
+    assert!(node.logged_at_start().iter().any(|l| l.contains("Reservoir repaired")), "{:?}", node.logged_at_start());
+    node.terminate();
+    let node = NodeProcess::start(&config);
+    assert!(node.logged_at_start().iter().all(|l| !l.contains("repaired")));
+    node.terminate();
+}

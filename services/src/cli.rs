@@ -99,6 +99,11 @@ struct ServeArgs {
     /// embedded emulated warehouse to make one.
     #[arg(long)]
     warm_from: Option<PathBuf>,
+    /// Open a damaged reservoir anyway: keep what is left, delete rows that
+    /// do not decode, and log what was dropped. Without it, damage found at
+    /// start is an error.
+    #[arg(long)]
+    repair: bool,
     /// Print the embedded default configuration and exit.
     #[arg(long)]
     print_default_config: bool,
@@ -517,6 +522,7 @@ fn run_serve(args: &ServeArgs) -> Result<()> {
         admin_addr: args.admin_addr.clone(),
         data_dir: args.data_dir.clone(),
         warm_from: args.warm_from.clone(),
+        repair: args.repair,
     };
     let config = crate::config::NodeConfig::load(&text, &crate::config::Environment, &overrides)?;
     init_logging();

@@ -197,6 +197,13 @@ pub struct ReservoirSection {
     pub arrival_samples_per_hour_max: u32,
     /// Updates between flushes to disk.
     pub flush_every: u64,
+    /// The execution log keeps at most this many executions (about 300 B
+    /// each), the newest.
+    pub executions_kept_max: u64,
+    /// Executions logged longer ago than this are deleted, hours.
+    pub execution_retention_h: f64,
+    /// sled's page cache, MiB.
+    pub cache_mb: u64,
 }
 
 /// `[[pool]]`.
@@ -850,7 +857,13 @@ impl Default for LimitsSection {
 
 impl Default for ReservoirSection {
     fn default() -> Self {
-        ReservoirSection { arrival_samples_per_hour_max: 4_096, flush_every: 256 }
+        ReservoirSection {
+            arrival_samples_per_hour_max: 4_096,
+            flush_every: 256,
+            executions_kept_max: 1_000_000,
+            execution_retention_h: 720.0,
+            cache_mb: 64,
+        }
     }
 }
 
@@ -889,6 +902,8 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     /// `--warm-from`.
     pub warm_from: Option<PathBuf>,
+    /// `--repair`.
+    pub repair: bool,
 }
 
 /// The validated configuration a node runs with.
@@ -903,6 +918,9 @@ pub struct NodeConfig {
     /// An execution log or a trace the learned policies warm up on besides
     /// the node's own log (`slogate serve --warm-from`).
     pub warm_from: Option<PathBuf>,
+    /// Open a damaged reservoir anyway, keeping what is left
+    /// (`slogate serve --repair`).
+    pub repair: bool,
     /// Everything else, as validated.
     pub file: ConfigV1,
 }
@@ -989,6 +1007,7 @@ impl NodeConfig {
         }
         let mut config = Self::validate(file)?;
         config.warm_from = overrides.warm_from.clone();
+        config.repair = overrides.repair;
         Ok(config)
     }
 
@@ -1044,6 +1063,15 @@ impl NodeConfig {
         }
         if file.reservoir.arrival_samples_per_hour_max == 0 || file.reservoir.flush_every == 0 {
             return Err(invalid("reservoir", "arrival_samples_per_hour_max and flush_every must be at least 1"));
+        }
+        if file.reservoir.executions_kept_max == 0 {
+            return Err(invalid("reservoir.executions_kept_max", "must be ≥ 1"));
+        }
+        if !(file.reservoir.execution_retention_h.is_finite() && file.reservoir.execution_retention_h > 0.0) {
+            return Err(invalid("reservoir.execution_retention_h", "must be a finite number of hours > 0"));
+        }
+        if !(1..=65_536).contains(&file.reservoir.cache_mb) {
+            return Err(invalid("reservoir.cache_mb", "must be between 1 and 65536 MiB"));
         }
         if file.pool.is_empty() {
             return Err(invalid("pool", "at least one [[pool]] is required"));
@@ -1134,7 +1162,7 @@ impl NodeConfig {
                 ));
             }
         }
-        Ok(NodeConfig { grpc_addr, admin_addr, data_dir: file.node.data_dir.clone(), warm_from: None, file })
+        Ok(NodeConfig { grpc_addr, admin_addr, data_dir: file.node.data_dir.clone(), warm_from: None, repair: false, file })
     }
 
     /// A postgres pool runs on its declared endpoints in real time: no

@@ -33,7 +33,7 @@ pub fn gateway_error(error: slogate_actors::Error) -> GatewayError {
         A::Unsupported(reason) => GatewayError::Conflict(reason),
         A::TuningInProgress(pool) => GatewayError::Conflict(format!("pool `{pool}` is already being tuned")),
         mismatch @ A::IdempotencyMismatch { .. } => GatewayError::AlreadyExists(mismatch.to_string()),
-        other @ (A::Storage(_) | A::CorruptStore(_)) => GatewayError::Internal(other.to_string()),
+        other @ (A::Storage(_) | A::CorruptStore(_) | A::DamagedStore { .. }) => GatewayError::Internal(other.to_string()),
     }
 }
 

@@ -88,8 +88,23 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     let mailbox = file.limits.mailbox_capacity;
 
     std::fs::create_dir_all(&config.data_dir).map_err(|e| io(&format!("cannot create data dir {}", config.data_dir.display()), e))?;
-    let mut store = SledStore::open(&config.data_dir.join("reservoir"))
-        .map_err(|e| Error::Node(format!("cannot open the reservoir in {}: {e}", config.data_dir.display())))?;
+    let store_options = slogate_actors::reservoir::StoreOptions { cache_bytes: file.reservoir.cache_mb << 20, repair: config.repair };
+    let mut store = SledStore::open_with(&config.data_dir.join("reservoir"), &store_options).map_err(|e| match e {
+        damaged @ slogate_actors::Error::DamagedStore { .. } => Error::Node(damaged.to_string()),
+        e => Error::Node(format!("cannot open the reservoir in {}: {e}", config.data_dir.display())),
+    })?;
+    match store.repair_report() {
+        Some(report) => tracing::warn!(
+            message = "Reservoir repaired: started with what was left.",
+            damage = %report.damage,
+            expected = ?report.expected,
+            kept = ?report.kept,
+            undecodable_deleted = ?report.undecodable_deleted,
+            moved_to = report.moved_to.as_deref().unwrap_or("-"),
+        ),
+        None if config.repair => tracing::info!(message = "--repair: the reservoir is intact; nothing dropped."),
+        None => {}
+    }
     // Learned policies warm up on the execution log; they keep learning
     // from completions online.
     let mut history = warm_up_log(&store)?;
@@ -136,8 +151,13 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     };
     tracing::info!(message = "Idempotency records loaded.", records = idempotency.len());
     let reservoir_config = ReservoirConfig { arrival_samples_per_hour_max: file.reservoir.arrival_samples_per_hour_max, seed: file.node.seed };
+    let retention = slogate_actors::reservoir::Retention {
+        executions_kept_max: file.reservoir.executions_kept_max,
+        execution_age_max_s: file.reservoir.execution_retention_h * 3_600.0,
+    };
     let reservoir = ReservoirActor::new(reservoir_config, Box::new(store), file.reservoir.flush_every, mailbox)
         .map_err(|e| Error::Node(format!("cannot load the reservoir: {e}")))?
+        .with_retention(retention)
         .start();
 
     let limits = RouterLimits {
