@@ -339,6 +339,8 @@ struct PoolRuntime {
     /// The latest SLO each template was submitted with (the tuner gives
     /// forecast queries these).
     slos: std::collections::BTreeMap<slogate_core::model::TemplateId, slogate_core::time::Duration>,
+    /// The templates in `slos`, least recently seen first out.
+    slo_templates: slogate_core::recency::RecentKeys<slogate_core::model::TemplateId>,
 }
 
 impl PoolRuntime {
@@ -382,6 +384,9 @@ pub struct PoolStats {
     pub failed: u64,
     /// SLO violations (timeouts and failures included).
     pub violations: u64,
+    /// Templates whose last SLO was forgotten to keep at most
+    /// `templates_max` (least recently seen first).
+    pub templates_evicted: u64,
 }
 
 /// One pool's observable state.
@@ -446,6 +451,9 @@ pub struct RouterLimits {
     pub idempotency_retention_s: f64,
     /// The actor's mailbox capacity.
     pub mailbox_capacity: usize,
+    /// Templates whose last SLO is kept per pool (clients choose
+    /// templates, so this bounds the map).
+    pub templates_max: usize,
 }
 
 impl RouterShard {
@@ -496,6 +504,7 @@ impl RouterShard {
                     elastic: setup.elastic,
                     provisioned: setup.provisioned,
                     slos: std::collections::BTreeMap::new(),
+                    slo_templates: slogate_core::recency::RecentKeys::new(limits.templates_max),
                 };
                 (setup.id, runtime)
             })
@@ -763,6 +772,10 @@ impl Handler<Submit> for RouterShard {
         let (template, sql) = pool.catalog.resolve(message.template, message.sql);
         let query = Query { id, pool: message.pool.clone(), template, slo: message.slo, arrival: now };
         pool.stats.accepted += 1;
+        if let Some(forgotten) = pool.slo_templates.touch(&query.template) {
+            pool.slos.remove(&forgotten);
+            pool.stats.templates_evicted += 1;
+        }
         pool.slos.insert(query.template, query.slo.latency);
         if let Some(reservoir) = &self.reservoir {
             let unix_secs = self.clock.calendar_now_s().floor() as i64;

@@ -32,7 +32,7 @@ const MONDAY_1PM: i64 = 1_716_814_800;
 #[actix_rt::test]
 async fn counts_and_executions_survive_a_restart() {
     let dir = scratch("restart");
-    let config = ReservoirConfig { arrival_samples_per_hour_max: 8, seed: 1 };
+    let config = ReservoirConfig { arrival_samples_per_hour_max: 8, seed: 1, ..ReservoirConfig::default() };
     {
         let actor = ReservoirActor::new(config.clone(), Box::new(SledStore::open(&dir).unwrap()), 1_000, 64).unwrap().start();
         for i in 0..30 {
@@ -72,7 +72,7 @@ fn execution_records_logged_before_queueing_was_recorded_read_zero_queueing() {
 async fn arrival_samples_stay_within_the_bound() {
     let dir = scratch("bound");
     let store = SledStore::open(&dir).unwrap();
-    let actor = ReservoirActor::new(ReservoirConfig { arrival_samples_per_hour_max: 16, seed: 2 }, Box::new(store), 10, 64).unwrap().start();
+    let actor = ReservoirActor::new(ReservoirConfig { arrival_samples_per_hour_max: 16, seed: 2, ..ReservoirConfig::default() }, Box::new(store), 10, 64).unwrap().start();
     for i in 0..500 {
         actor.send(ArrivalUpdate { unix_secs: MONDAY_1PM + i * 7, template: TemplateId(1) }).await.unwrap().unwrap();
     }

@@ -6,7 +6,7 @@ use slogate_actors::clock::VirtualClock;
 use slogate_actors::idempotency::RequestDigest;
 use slogate_actors::provider::EmulatedProvider;
 use slogate_actors::reservoir::{Flush, GetRecentExecutions, ReservoirActor, SledStore};
-use slogate_actors::router::{Drain, FailInFlight, GetDecisions, GetState, PoolSetup, RouterLimits, RouterShard, Submit, SubmitStatus};
+use slogate_actors::router::{Drain, FailInFlight, GetDecisions, GetSloBook, GetState, PoolSetup, RouterLimits, RouterShard, Submit, SubmitStatus};
 use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse};
 use slogate_core::model::{ClusterState, PoolId, Rpu, Slo, TemplateId};
 use slogate_core::route::BaselinePolicy;
@@ -43,6 +43,7 @@ async fn node_logging_to(in_flight_max: usize, cluster_count: usize, reservoir: 
         idempotency_max: 1_000,
         idempotency_retention_s: 86_400.0,
         mailbox_capacity: 4_096,
+        templates_max: 3,
     };
     RouterShard::new(clock, vec![pool], reservoir, limits).start()
 }
@@ -80,6 +81,23 @@ async fn every_accepted_query_gets_exactly_one_outcome() {
     assert_eq!(pool.in_flight, 0);
     assert!(pool.clusters.iter().all(|c| c.running.is_empty()));
     assert_eq!(router.send(GetDecisions { limit: 10, tenant: None }).await.unwrap().len(), 10);
+}
+
+#[actix_rt::test]
+async fn the_slo_book_keeps_the_most_recently_seen_templates_and_counts_what_it_forgets() {
+    tokio::time::pause();
+    let router = node(1_000).await;
+    let mut replies = Vec::new();
+    // The node keeps 3 templates; 1 is seen again before 5 and 6 arrive.
+    for (i, template) in [1, 2, 3, 1, 5, 6].into_iter().enumerate() {
+        replies.push(router.send(submit(&format!("t{i}"), template)).await.unwrap().unwrap());
+    }
+    let book = router.send(GetSloBook { pool: PoolId::default() }).await.unwrap().unwrap();
+    assert_eq!(book.keys().map(|t| t.0).collect::<Vec<_>>(), vec![1, 5, 6]);
+    assert_eq!(router.send(GetState).await.unwrap().pools[0].stats.templates_evicted, 2);
+    for reply in replies {
+        reply.reply.await.unwrap();
+    }
 }
 
 #[actix_rt::test]

@@ -37,6 +37,8 @@
 //! depends on this one: no decision component here can read its
 //! parameters, by construction.
 //! - [`stats`]: medians, percentiles, overlap counting.
+//! - [`recency`]: bounded sets of client-chosen keys, least recently seen
+//!   evicted first.
 //! - [`invariants`]: checks shared by production asserts and simulations.
 //!
 //! # Example
@@ -81,6 +83,7 @@ pub mod invariants;
 pub mod model;
 pub mod objective;
 pub mod predict;
+pub mod recency;
 pub mod reservoir;
 pub mod route;
 pub mod scale;

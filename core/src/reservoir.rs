@@ -22,6 +22,9 @@
 //!   keeps every offset while under it.
 //! - (C) Offsets lie in `0..3600`.
 //! - (D) Same seed and inputs, same tables.
+//! - (E) An hour keeps at most `templates_per_hour_max` template rows, plus
+//!   one [`OTHER_TEMPLATES`] row for the arrivals of any templates beyond
+//!   them, so (A) still holds whatever templates clients send.
 
 use std::collections::BTreeMap;
 
@@ -101,13 +104,21 @@ pub struct ReservoirConfig {
     pub arrival_samples_per_hour_max: u32,
     /// Seeds the sampling.
     pub seed: u64,
+    /// The most templates counted apart per hour; arrivals of further new
+    /// templates in that hour are counted under [`OTHER_TEMPLATES`]
+    /// (clients choose templates, so this bounds the table).
+    pub templates_per_hour_max: u32,
 }
 
 impl Default for ReservoirConfig {
     fn default() -> Self {
-        ReservoirConfig { arrival_samples_per_hour_max: 4_096, seed: 0 }
+        ReservoirConfig { arrival_samples_per_hour_max: 4_096, seed: 0, templates_per_hour_max: 10_000 }
     }
 }
+
+/// The count-table row of the templates beyond an hour's
+/// `templates_per_hour_max`.
+pub const OTHER_TEMPLATES: TemplateId = TemplateId(u32::MAX);
 
 /// One finished execution, as the predictor will train on it: what ran,
 /// where, next to how many queries, and how long it took.
@@ -175,6 +186,9 @@ pub struct ReservoirUpdate {
 struct HourArrivals {
     total: u64,
     samples: Vec<u16>,
+    /// Templates with a row of their own in the count table.
+    #[serde(default)]
+    templates: u32,
 }
 
 /// The two tables. See the module docs.
@@ -196,11 +210,19 @@ impl Reservoir {
     /// Records an arrival of `template` at `unix_secs` (wall-clock UTC).
     pub fn handle_arrival(&mut self, unix_secs: i64, template: TemplateId) -> ReservoirUpdate {
         let (hour, offset_s) = CalendarHour::from_unix_secs(unix_secs);
+        let arrivals = self.arrivals.entry(hour).or_default();
+        let template = if self.counts.contains_key(&(hour, template)) || template == OTHER_TEMPLATES {
+            template
+        } else if arrivals.templates < self.config.templates_per_hour_max.max(1) {
+            arrivals.templates += 1;
+            template
+        } else {
+            OTHER_TEMPLATES
+        };
         let count = self.counts.entry((hour, template)).or_insert(0);
         *count += 1;
         let count = *count;
         let bound = self.config.arrival_samples_per_hour_max as usize;
-        let arrivals = self.arrivals.entry(hour).or_default();
         arrivals.total += 1;
         let sample = if arrivals.samples.len() < bound {
             arrivals.samples.push(offset_s);
@@ -224,7 +246,13 @@ impl Reservoir {
         totals: impl IntoIterator<Item = (CalendarHour, u64)>,
         samples: impl IntoIterator<Item = ((CalendarHour, u32), u16)>,
     ) {
-        self.counts.extend(counts);
+        for ((hour, template), count) in counts {
+            if template != OTHER_TEMPLATES && self.counts.insert((hour, template), count).is_none() {
+                self.arrivals.entry(hour).or_default().templates += 1;
+            } else if template == OTHER_TEMPLATES {
+                self.counts.insert((hour, template), count);
+            }
+        }
         for (hour, total) in totals {
             self.arrivals.entry(hour).or_default().total = total;
         }
@@ -282,7 +310,7 @@ mod tests {
 
     #[test]
     fn restore_rebuilds_the_same_tables() {
-        let mut original = Reservoir::new(ReservoirConfig { arrival_samples_per_hour_max: 3, seed: 1 });
+        let mut original = Reservoir::new(ReservoirConfig { arrival_samples_per_hour_max: 3, seed: 1, ..ReservoirConfig::default() });
         let mut counts = BTreeMap::new();
         let mut totals = BTreeMap::new();
         let mut samples = BTreeMap::new();
@@ -294,7 +322,7 @@ mod tests {
                 samples.insert((update.hour, slot), offset);
             }
         }
-        let mut restored = Reservoir::new(ReservoirConfig { arrival_samples_per_hour_max: 3, seed: 1 });
+        let mut restored = Reservoir::new(ReservoirConfig { arrival_samples_per_hour_max: 3, seed: 1, ..ReservoirConfig::default() });
         restored.restore(counts, totals, samples);
         for hour in original.hours() {
             assert_eq!(original.arrivals_in(hour), restored.arrivals_in(hour));
@@ -304,8 +332,8 @@ mod tests {
 
     proptest! {
         #[test]
-        fn counts_are_exact_and_samples_bounded(arrivals in prop::collection::vec((0i64..20_000, 1u32..6), 0..400), bound in 1u32..64) {
-            let mut reservoir = Reservoir::new(ReservoirConfig { arrival_samples_per_hour_max: bound, seed: 3 });
+        fn counts_are_exact_and_samples_and_templates_bounded(arrivals in prop::collection::vec((0i64..20_000, 1u32..6), 0..400), bound in 1u32..64, templates_max in 1u32..8) {
+            let mut reservoir = Reservoir::new(ReservoirConfig { arrival_samples_per_hour_max: bound, seed: 3, templates_per_hour_max: templates_max });
             for &(at, template) in &arrivals {
                 reservoir.handle_arrival(1_700_000_000 + at, TemplateId(template));
             }
@@ -317,6 +345,8 @@ mod tests {
                 prop_assert_eq!(counted, total);
                 prop_assert_eq!(samples.len() as u64, total.min(u64::from(bound)));
                 prop_assert!(samples.iter().all(|&s| s < 3_600));
+                let rows = reservoir.counts_in(hour).filter(|&(t, _)| t != OTHER_TEMPLATES).count();
+                prop_assert!(rows <= templates_max as usize);
                 grand_total += total;
             }
             prop_assert_eq!(grand_total, arrivals.len() as u64);

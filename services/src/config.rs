@@ -152,6 +152,10 @@ pub struct LimitsSection {
     /// How long a finished query answers retries of its id, wall-clock
     /// hours (its record is kept on disk that long).
     pub idempotency_retention_h: f64,
+    /// Templates (or SQL fingerprints) whose state a pool keeps; clients
+    /// choose them, so beyond it the least recently seen is forgotten and
+    /// counted (`templates_evicted` in the pool's stats).
+    pub templates_per_pool_max: usize,
     /// How long shutdown waits for in-flight queries, seconds.
     pub shutdown_grace_s: u64,
     /// After the grace period, how long connections get to close before
@@ -834,6 +838,7 @@ impl Default for LimitsSection {
             decisions_kept: 1_000,
             idempotency_kept: 100_000,
             idempotency_retention_h: 24.0,
+            templates_per_pool_max: 10_000,
             shutdown_grace_s: 30,
             shutdown_close_s: 5,
             grpc_connections_max: 1_024,
@@ -1053,6 +1058,9 @@ impl NodeConfig {
             if value == 0 {
                 return Err(invalid(key, "must be at least 1"));
             }
+        }
+        if limits.templates_per_pool_max == 0 {
+            return Err(invalid("limits.templates_per_pool_max", "must be ≥ 1"));
         }
         let retention = limits.idempotency_retention_h;
         if !(retention.is_finite() && retention > 0.0) {

@@ -50,6 +50,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{Rpu, TemplateId};
 use crate::predict::{LatencyPredictor, Observation};
+use crate::recency::RecentKeys;
 use crate::stats::median;
 use crate::time::Duration;
 
@@ -90,6 +91,10 @@ pub struct ConcurrencyConfig {
     pub default_size_exponent: f64,
     /// Isolated latency at 16 RPU assumed before anything is observed.
     pub prior_latency_16: Duration,
+    /// Templates whose lifetime execution counts are kept; the least
+    /// recently seen beyond it is forgotten (the fit itself only holds the
+    /// window's templates).
+    pub templates_max: usize,
 }
 
 impl Default for ConcurrencyConfig {
@@ -105,6 +110,7 @@ impl Default for ConcurrencyConfig {
             min_rows_per_bin: 5.0,
             default_size_exponent: 0.8,
             prior_latency_16: Duration::from_secs(3),
+            templates_max: 10_000,
         }
     }
 }
@@ -221,8 +227,10 @@ pub struct ConcurrencyAware {
     window: VecDeque<Observation>,
     fitted: Option<Fitted>,
     observations: u64,
-    /// Executions learned per template, ever (not only the window's).
+    /// Executions learned per template, ever (not only the window's), for
+    /// the most recently seen `templates_max` templates.
     per_template: HashMap<TemplateId, u64>,
+    templates: RecentKeys<TemplateId>,
 }
 
 /// One execution, indexed densely for the backfitting passes.
@@ -238,7 +246,8 @@ struct Row {
 impl ConcurrencyAware {
     /// An untrained predictor.
     pub fn new(config: ConcurrencyConfig) -> Self {
-        ConcurrencyAware { config, window: VecDeque::new(), fitted: None, observations: 0, per_template: HashMap::new() }
+        let templates = RecentKeys::new(config.templates_max);
+        ConcurrencyAware { config, window: VecDeque::new(), fitted: None, observations: 0, per_template: HashMap::new(), templates }
     }
 
     /// The fitted size-scaling exponent α (`ℓ(s) ∝ s^-α`).
@@ -481,6 +490,9 @@ impl LatencyPredictor for ConcurrencyAware {
         }
         self.window.push_back(*observation);
         self.observations += 1;
+        if let Some(forgotten) = self.templates.touch(&observation.template) {
+            self.per_template.remove(&forgotten);
+        }
         *self.per_template.entry(observation.template).or_default() += 1;
         let refit_every = self.config.refit_every.max(1);
         if (self.observations < refit_every && self.observations.is_power_of_two()) || self.observations % refit_every == 0 {

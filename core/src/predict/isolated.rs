@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::{Rpu, TemplateId};
 use crate::predict::Observation;
 use crate::time::Duration;
+use crate::recency::RecentKeys;
 use crate::stats::median;
 
 /// Estimator settings.
@@ -44,6 +45,9 @@ pub struct IsolatedConfig {
     pub prior_latency_16: Duration,
     /// Observations between refits of α.
     pub refit_every: u64,
+    /// Templates kept; the least recently seen beyond it is forgotten (a
+    /// client chooses templates, so this bounds the memory they take).
+    pub templates_max: usize,
 }
 
 impl Default for IsolatedConfig {
@@ -54,6 +58,7 @@ impl Default for IsolatedConfig {
             default_size_exponent: 0.8,
             prior_latency_16: Duration::from_secs(3),
             refit_every: 64,
+            templates_max: 10_000,
         }
     }
 }
@@ -90,6 +95,8 @@ pub struct IsolatedEstimator {
     samples: HashMap<(TemplateId, Rpu), Samples>,
     /// The sizes each template has samples at, ascending.
     sizes_by_template: HashMap<TemplateId, Vec<Rpu>>,
+    /// The templates with samples, least recently seen first out.
+    templates: RecentKeys<TemplateId>,
     size_exponent: f64,
     observations: u64,
 }
@@ -105,7 +112,18 @@ impl IsolatedEstimator {
     /// An empty estimator.
     pub fn new(config: IsolatedConfig) -> Self {
         let size_exponent = config.default_size_exponent;
-        IsolatedEstimator { config, samples: HashMap::new(), sizes_by_template: HashMap::new(), size_exponent, observations: 0 }
+        let templates = RecentKeys::new(config.templates_max);
+        IsolatedEstimator { config, samples: HashMap::new(), sizes_by_template: HashMap::new(), templates, size_exponent, observations: 0 }
+    }
+
+    /// Templates forgotten to stay within `templates_max`.
+    pub fn templates_evicted(&self) -> u64 {
+        self.templates.evicted()
+    }
+
+    /// Templates with samples now.
+    pub fn templates_held(&self) -> usize {
+        self.sizes_by_template.len()
     }
 
     /// The current size-scaling exponent α.
@@ -117,6 +135,11 @@ impl IsolatedEstimator {
     pub fn observe(&mut self, observation: &Observation) {
         let log_latency = observation.latency.as_secs_f64().max(1e-6).ln();
         let bound = self.config.window.max(1);
+        if let Some(forgotten) = self.templates.touch(&observation.template) {
+            for size in self.sizes_by_template.remove(&forgotten).unwrap_or_default() {
+                self.samples.remove(&(forgotten, size));
+            }
+        }
         let entry = self.samples.entry((observation.template, observation.size)).or_default();
         if observation.censored {
             if observation.neighbours == 0 {
@@ -272,6 +295,18 @@ mod tests {
             }
             let samples = &e.samples[&(TemplateId(1), Rpu(16))];
             prop_assert!(samples.isolated.len() <= 16 && samples.light.len() <= 16);
+        }
+
+        #[test]
+        fn client_chosen_templates_stay_bounded_and_the_recent_ones_keep_their_estimates(templates in prop::collection::vec(0u32..1_000, 1..400)) {
+            let mut e = IsolatedEstimator::new(IsolatedConfig { templates_max: 8, ..IsolatedConfig::default() });
+            for (i, &t) in templates.iter().enumerate() {
+                e.observe(&obs(t, 16 << (i % 2), 0, 1.0 + f64::from(t), false));
+                prop_assert!(e.templates_held() <= 8);
+                prop_assert!(e.samples.len() <= 16);
+            }
+            let last = *templates.last().unwrap();
+            prop_assert!(e.samples.contains_key(&(TemplateId(last), Rpu(16 << ((templates.len() - 1) % 2)))));
         }
     }
 }

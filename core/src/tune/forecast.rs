@@ -302,7 +302,7 @@ mod tests {
             history in prop::collection::vec((1i32..15, 0u8..24, 0i64..3_600, 1u32..5), 1..300),
             seed in 0u64..1_000,
         ) {
-            let mut reservoir = Reservoir::new(ReservoirConfig { arrival_samples_per_hour_max: 16, seed: 1 });
+            let mut reservoir = Reservoir::new(ReservoirConfig { arrival_samples_per_hour_max: 16, seed: 1, ..ReservoirConfig::default() });
             let mut seen = std::collections::BTreeSet::new();
             let mut hours = std::collections::BTreeSet::new();
             for &(back, hour, offset, template) in &history {

@@ -150,7 +150,11 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             .map_err(|e| Error::Node(format!("cannot read the idempotency records: {e}")))?
     };
     tracing::info!(message = "Idempotency records loaded.", records = idempotency.len());
-    let reservoir_config = ReservoirConfig { arrival_samples_per_hour_max: file.reservoir.arrival_samples_per_hour_max, seed: file.node.seed };
+    let reservoir_config = ReservoirConfig {
+        arrival_samples_per_hour_max: file.reservoir.arrival_samples_per_hour_max,
+        seed: file.node.seed,
+        templates_per_hour_max: file.limits.templates_per_pool_max.min(u32::MAX as usize) as u32,
+    };
     let retention = slogate_actors::reservoir::Retention {
         executions_kept_max: file.reservoir.executions_kept_max,
         execution_age_max_s: file.reservoir.execution_retention_h * 3_600.0,
@@ -166,6 +170,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         idempotency_max: file.limits.idempotency_kept,
         idempotency_retention_s: retention_s,
         mailbox_capacity: mailbox,
+        templates_max: file.limits.templates_per_pool_max,
     };
     let mut router = RouterShard::new(clock, pools, Some(reservoir.clone()), limits);
     router.restore_idempotency(idempotency);
