@@ -222,7 +222,7 @@ impl AutoscalerActor {
             let sent = async move {
                 match command {
                     ClusterCommand::SpinUp { size } => router.send(RequestCluster { pool, size }).await.map(|r| r.map(|_| ())),
-                    ClusterCommand::TearDown { cluster } => router.send(ReleaseCluster { pool, cluster }).await,
+                    ClusterCommand::TearDown { cluster } => router.send(ReleaseCluster { pool, cluster, force: true }).await,
                 }
             };
             ctx.spawn(sent.into_actor(self).map(|reply, actor, _ctx| {

@@ -112,6 +112,22 @@ pub enum Error {
     /// A tuning run for the pool is already going.
     #[error("pool `{0}` is already being tuned")]
     TuningInProgress(String),
+    /// The pool has as many clusters as it may have.
+    #[error("pool `{pool}` already has {limit} clusters, its limit (limits.clusters_per_pool_max)")]
+    ClusterLimit {
+        /// The pool.
+        pool: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// Releasing this cluster would leave the pool with no ready cluster.
+    #[error("cluster `{cluster}` is pool `{pool}`'s last ready cluster; releasing it needs force")]
+    LastReadyCluster {
+        /// The pool.
+        pool: String,
+        /// The cluster.
+        cluster: String,
+    },
     /// A retried client query id came with different content.
     #[error("query_id `{client_query_id}` was first submitted with a different {field}; a retry must repeat the request")]
     IdempotencyMismatch {

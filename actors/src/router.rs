@@ -159,6 +159,9 @@ pub struct ReleaseCluster {
     pub pool: PoolId,
     /// The cluster.
     pub cluster: ClusterId,
+    /// Release it even when it is the pool's last ready cluster (its
+    /// queries then wait for a new one or go to the elastic tier).
+    pub force: bool,
 }
 
 /// A fork of a pool's router and the pool as it is, for the size
@@ -433,6 +436,7 @@ pub struct RouterShard {
     scale_notices_dropped: u64,
     mailbox_capacity: usize,
     tracker_mailbox_capacity: usize,
+    clusters_per_pool_max: usize,
     billing: slogate_core::billing::BillingConfig,
 }
 
@@ -454,6 +458,9 @@ pub struct RouterLimits {
     /// Templates whose last SLO is kept per pool (clients choose
     /// templates, so this bounds the map).
     pub templates_max: usize,
+    /// Clusters a pool may have at once (starting, ready, draining or
+    /// unhealthy), whoever asks for one.
+    pub clusters_per_pool_max: usize,
 }
 
 impl RouterShard {
@@ -517,6 +524,7 @@ impl RouterShard {
             decisions: VecDeque::new(),
             decisions_max: limits.decisions_max,
             tracker_mailbox_capacity: limits.mailbox_capacity,
+            clusters_per_pool_max: limits.clusters_per_pool_max.max(1),
             billing: limits.billing.clone(),
             next_query: 0,
             draining: false,
@@ -636,7 +644,11 @@ impl Handler<RequestCluster> for RouterShard {
     type Result = ResponseActFuture<Self, Result<ClusterId>>;
 
     fn handle(&mut self, message: RequestCluster, _ctx: &mut Self::Context) -> Self::Result {
+        let clusters_max = self.clusters_per_pool_max;
         let (provider, backend, provisioned) = match self.pools.get(&message.pool) {
+            Some(pool) if !self.draining && pool.view.clusters.iter().filter(|c| c.state != ClusterState::Gone).count() >= clusters_max => {
+                return Box::pin(fut::ready(Err(Error::ClusterLimit { pool: message.pool.0, limit: clusters_max })));
+            }
             Some(pool) if !self.draining => (pool.provider.clone(), pool.backend.clone(), pool.provisioned.clone()),
             Some(_) => return Box::pin(fut::ready(Err(Error::ShuttingDown))),
             None => return Box::pin(fut::ready(Err(Error::UnknownPool(message.pool.0)))),
@@ -688,6 +700,13 @@ impl Handler<ReleaseCluster> for RouterShard {
         let Some(view) = pool.view.clusters.iter_mut().find(|c| c.id == message.cluster && c.state != ClusterState::Gone) else {
             return Box::pin(fut::ready(Err(Error::UnknownCluster(message.cluster.to_string()))));
         };
+        if view.state == ClusterState::Ready && !message.force {
+            let ready = pool.view.clusters.iter().filter(|c| c.state == ClusterState::Ready).count();
+            if ready == 1 {
+                return Box::pin(fut::ready(Err(Error::LastReadyCluster { pool: message.pool.0, cluster: message.cluster.to_string() })));
+            }
+        }
+        let Some(view) = pool.view.clusters.iter_mut().find(|c| c.id == message.cluster) else { unreachable!("found above") };
         // Stop routing to it at once; the backend drains it.
         let previous = view.state;
         if matches!(view.state, ClusterState::Ready | ClusterState::Starting | ClusterState::Unhealthy) {

@@ -44,6 +44,7 @@ async fn node_logging_to(in_flight_max: usize, cluster_count: usize, reservoir: 
         idempotency_retention_s: 86_400.0,
         mailbox_capacity: 4_096,
         templates_max: 3,
+        clusters_per_pool_max: 3,
     };
     RouterShard::new(clock, vec![pool], reservoir, limits).start()
 }
@@ -173,7 +174,7 @@ async fn a_requested_cluster_starts_then_takes_queries_once_ready() {
     // δ = 300 virtual seconds = 300 ms here.
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     assert_eq!(view(&router.send(GetState).await.unwrap()), ClusterState::Ready);
-    router.send(ReleaseCluster { pool: PoolId::default(), cluster }).await.unwrap().unwrap();
+    router.send(ReleaseCluster { pool: PoolId::default(), cluster, force: false }).await.unwrap().unwrap();
     assert_eq!(view(&router.send(GetState).await.unwrap()), ClusterState::Draining);
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(view(&router.send(GetState).await.unwrap()), ClusterState::Gone);
@@ -204,4 +205,23 @@ async fn the_execution_log_records_queueing_and_whether_a_query_ran_alone() {
     assert!(log[1..].iter().all(|r| !r.ran_alone));
     assert!(log[1..].iter().any(|r| r.queued > Duration::from_secs(1)), "{log:?}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[actix_rt::test]
+async fn a_pool_refuses_clusters_beyond_its_cap_and_keeps_its_last_ready_cluster_unless_forced() {
+    use slogate_actors::router::{ReleaseCluster, RequestCluster};
+    tokio::time::pause();
+    // Two ready clusters; the cap is 3.
+    let router = node(1_000).await;
+    router.send(RequestCluster { pool: PoolId::default(), size: Rpu(16) }).await.unwrap().unwrap();
+    let refused = router.send(RequestCluster { pool: PoolId::default(), size: Rpu(16) }).await.unwrap().unwrap_err();
+    assert!(matches!(refused, Error::ClusterLimit { limit: 3, .. }), "{refused}");
+    let state = router.send(GetState).await.unwrap();
+    let ready: Vec<_> = state.pools[0].clusters.iter().filter(|c| c.state == ClusterState::Ready).map(|c| c.id).collect();
+    assert_eq!(ready.len(), 2);
+    router.send(ReleaseCluster { pool: PoolId::default(), cluster: ready[0], force: false }).await.unwrap().unwrap();
+    let last = router.send(ReleaseCluster { pool: PoolId::default(), cluster: ready[1], force: false }).await.unwrap().unwrap_err();
+    assert!(matches!(last, Error::LastReadyCluster { .. }), "{last}");
+    assert!(last.to_string().contains("force"));
+    router.send(ReleaseCluster { pool: PoolId::default(), cluster: ready[1], force: true }).await.unwrap().unwrap();
 }

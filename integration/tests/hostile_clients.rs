@@ -268,12 +268,17 @@ async fn reflection_answers_both_the_v1_and_the_v1alpha_protocol() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_answers_every_error_as_json() {
     use slogate_integration::{http, json};
-    let node = node("admin", "");
+    let node = node("admin", "clusters_per_pool_max = 2");
     let admin = node.admin_addr;
     let cases = tokio::task::spawn_blocking(move || {
         let big = "x".repeat(100 << 10);
         let token = Some("t0ken");
         vec![
+            ("POST clusters beyond the cap", http(admin, "POST", "/v1/pools/default/clusters", token, r#"{"size": 16}"#)),
+            ("DELETE c0", http(admin, "DELETE", "/v1/pools/default/clusters/c0", token, "")),
+            ("DELETE c1, the last ready", http(admin, "DELETE", "/v1/pools/default/clusters/c1", token, "")),
+            ("DELETE c1?force=maybe", http(admin, "DELETE", "/v1/pools/default/clusters/c1?force=maybe", token, "")),
+            ("DELETE c1?force=true", http(admin, "DELETE", "/v1/pools/default/clusters/c1?force=true", token, "")),
             ("GET /nowhere", http(admin, "GET", "/nowhere", None, "")),
             ("DELETE /v1/pools", http(admin, "DELETE", "/v1/pools", None, "")),
             ("POST clusters [16]", http(admin, "POST", "/v1/pools/default/clusters", token, "[16]")),
@@ -284,14 +289,19 @@ async fn the_admin_api_answers_every_error_as_json() {
     })
     .await
     .unwrap();
-    let expected = [404, 405, 400, 413, 400, 401];
+    let expected = [409, 202, 409, 400, 202, 404, 405, 400, 413, 400, 401];
     for ((name, (status, body)), want) in cases.iter().zip(expected) {
         assert_eq!(*status, want, "{name}: {body}");
+        if want == 202 {
+            continue;
+        }
         let body = json(body);
         assert!(body["error"].as_str().is_some_and(|e| !e.is_empty()), "{name}: {body}");
         assert!(body["code"].as_str().is_some(), "{name}: {body}");
     }
-    assert!(json(&cases[1].1.1)["error"].as_str().unwrap().contains("allowed: GET"));
+    assert!(json(&cases[0].1.1)["error"].as_str().unwrap().contains("clusters_per_pool_max"));
+    assert!(json(&cases[2].1.1)["error"].as_str().unwrap().contains("needs force"));
+    assert!(json(&cases[6].1.1)["error"].as_str().unwrap().contains("allowed: GET"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -156,6 +156,9 @@ pub struct LimitsSection {
     /// choose them, so beyond it the least recently seen is forgotten and
     /// counted (`templates_evicted` in the pool's stats).
     pub templates_per_pool_max: usize,
+    /// Clusters a pool may have at once, whoever asks (the admin API or
+    /// the autoscaler); a request beyond it is refused.
+    pub clusters_per_pool_max: usize,
     /// How long shutdown waits for in-flight queries, seconds.
     pub shutdown_grace_s: u64,
     /// After the grace period, how long connections get to close before
@@ -839,6 +842,7 @@ impl Default for LimitsSection {
             idempotency_kept: 100_000,
             idempotency_retention_h: 24.0,
             templates_per_pool_max: 10_000,
+            clusters_per_pool_max: 64,
             shutdown_grace_s: 30,
             shutdown_close_s: 5,
             grpc_connections_max: 1_024,
@@ -1058,6 +1062,9 @@ impl NodeConfig {
             if value == 0 {
                 return Err(invalid(key, "must be at least 1"));
             }
+        }
+        if limits.clusters_per_pool_max == 0 {
+            return Err(invalid("limits.clusters_per_pool_max", "must be ≥ 1"));
         }
         if limits.templates_per_pool_max == 0 {
             return Err(invalid("limits.templates_per_pool_max", "must be ≥ 1"));

@@ -471,12 +471,24 @@ async fn add_cluster(request: HttpRequest, state: web::Data<AdminState>, path: w
     }
 }
 
+/// `DELETE /v1/pools/{pool}/clusters/{cluster}` parameters.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RemoveClusterQuery {
+    /// Release the pool's last ready cluster too.
+    #[serde(default)]
+    force: bool,
+}
+
 async fn remove_cluster(request: HttpRequest, state: web::Data<AdminState>, path: web::Path<(String, String)>) -> HttpResponse {
     let (pool, cluster) = path.into_inner();
     let result = async {
         authorised(&request, &state, true)?;
         let cluster = parse_cluster_id(&cluster)?;
-        state.router.send(router::ReleaseCluster { pool: PoolId(pool), cluster }).await.map_err(mailbox)?.map_err(router_error)?;
+        let query = web::Query::<RemoveClusterQuery>::from_query(request.query_string())
+            .map_err(|e| GatewayError::InvalidArgument(format!("query string: {e} (the only parameter is force=true|false)")))?;
+        let release = router::ReleaseCluster { pool: PoolId(pool), cluster, force: query.force };
+        state.router.send(release).await.map_err(mailbox)?.map_err(router_error)?;
         Ok(cluster)
     }
     .await;

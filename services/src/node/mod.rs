@@ -171,6 +171,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         idempotency_retention_s: retention_s,
         mailbox_capacity: mailbox,
         templates_max: file.limits.templates_per_pool_max,
+        clusters_per_pool_max: file.limits.clusters_per_pool_max,
     };
     let mut router = RouterShard::new(clock, pools, Some(reservoir.clone()), limits);
     router.restore_idempotency(idempotency);
