@@ -23,7 +23,7 @@ use slogate_core::model::WarehouseEvent;
 use slogate_world::{World, WorldConfig};
 use tokio::sync::oneshot;
 
-use crate::backend::{Backend, BackendState, CancelReason, ClusterUpdate, Completion, Execution, ExecuteError, LocalFuture};
+use crate::backend::{Backend, BackendState, CancelReason, ClusterUpdate, Completion, Execution, ExecuteError, Failure, LocalFuture};
 use crate::clock::VirtualClock;
 
 /// Requests a cluster; it is ready at once when `warm`, else after δ.
@@ -45,8 +45,8 @@ pub struct Execute {
     pub query: Query,
     /// Where.
     pub cluster: ClusterId,
-    /// Receives the report.
-    pub reply: oneshot::Sender<ExecutionReport>,
+    /// Receives the report, or the failure of a cancel.
+    pub reply: oneshot::Sender<Result<ExecutionReport, Failure>>,
 }
 
 /// Runs a query on the elastic tier; the report arrives on `reply`.
@@ -55,8 +55,8 @@ pub struct Execute {
 pub struct ExecuteElastic {
     /// The query (its id keys the reply).
     pub query: Query,
-    /// Receives the report.
-    pub reply: oneshot::Sender<ExecutionReport>,
+    /// Receives the report, or the failure of a cancel.
+    pub reply: oneshot::Sender<Result<ExecutionReport, Failure>>,
 }
 
 /// Drains and releases a cluster.
@@ -119,7 +119,7 @@ pub struct WarehouseState {
 pub struct EmulatedWarehouse {
     world: World,
     clock: VirtualClock,
-    pending: HashMap<QueryId, oneshot::Sender<ExecutionReport>>,
+    pending: HashMap<QueryId, oneshot::Sender<Result<ExecutionReport, Failure>>>,
     watchers: Vec<(PoolId, Recipient<ClusterUpdate>)>,
     timer_generation: u64,
     finished: u64,
@@ -154,7 +154,7 @@ impl EmulatedWarehouse {
                     if let Some(reply) = self.pending.remove(&report.query) {
                         // The dispatcher may have gone away; the report is
                         // then nobody's to read.
-                        let _ = reply.send(report);
+                        let _ = reply.send(Ok(report));
                     }
                     continue;
                 }
@@ -242,6 +242,33 @@ impl Handler<ExecuteElastic> for EmulatedWarehouse {
     }
 }
 
+/// Stops a running or queued query, as a cancel on the server does; its
+/// execution ends as a [`Failure`] with the reason.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CancelQuery {
+    /// The query.
+    pub query: QueryId,
+    /// Why.
+    pub reason: CancelReason,
+}
+
+impl Handler<CancelQuery> for EmulatedWarehouse {
+    type Result = ();
+
+    fn handle(&mut self, message: CancelQuery, ctx: &mut Self::Context) {
+        let now = self.now();
+        if let Some(started) = self.world.cancel(now, message.query)
+            && let Some(reply) = self.pending.remove(&message.query)
+        {
+            self.finished += 1;
+            let failure = Failure { reason: message.reason.explanation().into(), sqlstate: None, started, finished: now };
+            let _ = reply.send(Err(failure));
+        }
+        self.pump(ctx);
+    }
+}
+
 impl Handler<TearDown> for EmulatedWarehouse {
     type Result = Result<(), ExecuteError>;
 
@@ -312,14 +339,18 @@ impl Backend for Addr<EmulatedWarehouse> {
                 Target::Cluster(cluster) => warehouse.send(Execute { query, cluster, reply }).await.map_err(not_answering)??,
                 Target::Elastic => warehouse.send(ExecuteElastic { query, reply }).await.map_err(not_answering)??,
             }
-            let report = report.await.map_err(|_| ExecuteError::Unavailable("the emulated warehouse dropped the query".into()))?;
-            Ok(Completion::Ran { report, result: None })
+            match report.await.map_err(|_| ExecuteError::Unavailable("the emulated warehouse dropped the query".into()))? {
+                Ok(report) => Ok(Completion::Ran { report, result: None }),
+                Err(failure) => Ok(Completion::Failed(failure)),
+            }
         })
     }
 
-    /// The emulated warehouse has no server to stop: a cancelled query runs
-    /// to its end and its report goes to nobody who waits for it.
-    fn cancel(&self, _query: QueryId, _reason: CancelReason) {}
+    /// Stops the query in the world: it frees its share of the cluster at
+    /// once, and its execution ends as a failure with the reason.
+    fn cancel(&self, query: QueryId, reason: CancelReason) {
+        self.do_send(CancelQuery { query, reason });
+    }
 
     fn watch_clusters(&self, pool: PoolId, recipient: Recipient<ClusterUpdate>) {
         self.do_send(WatchClusters { pool, recipient });

@@ -33,7 +33,7 @@ async fn a_lone_query_reports_its_isolated_latency_in_virtual_time() {
     let cluster = warehouse.send(AddCluster { size: Rpu(16), warm: true }).await.unwrap();
     let (reply, report) = oneshot::channel();
     warehouse.send(Execute { query: query(1, 4), cluster, reply }).await.unwrap().unwrap();
-    let report = report.await.unwrap();
+    let report = report.await.unwrap().unwrap();
     assert_eq!(report.outcome, ExecutionOutcome::Completed);
     // Virtual time advances in whole real microseconds × 1000 here, so the
     // finish can land up to one compressed tick late.
@@ -58,7 +58,7 @@ async fn concurrent_queries_all_finish_and_share_the_cluster() {
     }
     let mut finished = Vec::new();
     for report in reports {
-        finished.push(report.await.unwrap());
+        finished.push(report.await.unwrap().unwrap());
     }
     assert_eq!(finished.len(), 20);
     assert!(finished.iter().all(|r| r.latency() > alone), "sharing slows every query down");
@@ -92,7 +92,7 @@ async fn a_requested_cluster_becomes_ready_after_the_spinup_delay() {
     assert_eq!(warehouse.send(GetState).await.unwrap().clusters[0].state, ClusterState::Starting);
     let (reply, report) = oneshot::channel();
     warehouse.send(Execute { query: query(1, 3), cluster, reply }).await.unwrap().unwrap();
-    let report = report.await.unwrap();
+    let report = report.await.unwrap().unwrap();
     assert!(report.started.unwrap() >= Instant::ZERO + delay);
     assert_eq!(warehouse.send(GetState).await.unwrap().clusters[0].state, ClusterState::Ready);
 }

@@ -532,3 +532,39 @@ async fn kill_9_under_load_keeps_the_reservoir_to_its_last_flush_and_a_damaged_s
     assert!(node.logged_at_start().iter().all(|l| !l.contains("repaired")));
     node.terminate();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_or_whose_deadline_passes_has_its_query_cancelled_on_the_emulated_warehouse() {
+    use slogate_integration::{http_get, json};
+    // Real time: a TPC-DS template runs for seconds on the emulated warehouse.
+    let config = node_config("disconnect", "", "");
+    let text = std::fs::read_to_string(&config).unwrap().replace("time_compression = 20000.0", "time_compression = 1.0");
+    std::fs::write(&config, text).unwrap();
+    let node = NodeProcess::start(&config);
+    let admin = node.admin_addr;
+    let pool = move || json(&http_get(admin, "/v1/pools/default").1);
+    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+
+    let mut with_deadline = tonic::Request::new(request("deadline", 4, 600_000));
+    with_deadline.set_timeout(Duration::from_millis(300));
+    let status = client.submit(with_deadline).await.unwrap_err();
+    assert!(matches!(status.code(), tonic::Code::DeadlineExceeded | tonic::Code::Cancelled), "{status:?}");
+    let mut dropping = client.clone();
+    let call = tokio::spawn(async move { dropping.submit(request("dropped", 4, 600_000)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    call.abort();
+
+    // Both are cancelled on the warehouse long before they would finish.
+    let started = std::time::Instant::now();
+    let settled = loop {
+        let state = tokio::task::spawn_blocking(pool).await.unwrap();
+        if state["in_flight"].as_u64() == Some(0) {
+            break state;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "still in flight 5 s after the clients left: {state}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(settled["stats"]["failed"].as_u64(), Some(2), "{settled}");
+    assert_eq!(settled["stats"]["completed"].as_u64(), Some(0), "{settled}");
+    assert!(settled["clusters"].as_array().unwrap().iter().all(|c| c["running"].as_array().unwrap().is_empty()), "{settled}");
+}

@@ -487,6 +487,49 @@ impl World {
         Self::process(&self.config, c, now, &mut self.events);
     }
 
+    /// Stops `query` at `now` wherever it is, as a cancel on the server
+    /// does: it leaves its cluster (the others speed up) or the elastic
+    /// tier, is billed up to `now`, and gets no report. Returns
+    /// `Some(started)` (`None` inside while it was still queued), or `None`
+    /// when it is not running here (it finished, or never came).
+    pub fn cancel(&mut self, now: Instant, query: QueryId) -> Option<Option<Instant>> {
+        self.advance(now);
+        for c in &mut self.clusters {
+            let holds = c.executing.iter().any(|e| e.query == query) || c.queue.iter().any(|w| w.query == query);
+            if !holds {
+                continue;
+            }
+            // Bring the others' progress to now before the rate changes.
+            Self::process(&self.config, c, now, &mut self.events);
+            let started = if let Some(i) = c.executing.iter().position(|e| e.query == query) {
+                Some(c.executing.swap_remove(i).started)
+            } else if let Some(i) = c.queue.iter().position(|w| w.query == query) {
+                c.queue.remove(i);
+                None
+            } else {
+                // It finished at `now`; its report is already out.
+                return None;
+            };
+            if c.state != ClusterState::Starting {
+                c.billing.handle_query_end(now);
+            }
+            Self::process(&self.config, c, now, &mut self.events);
+            return Some(started);
+        }
+        if let Some(i) = self.elastic.waiting.iter().position(|w| w.0 == query) {
+            self.elastic.waiting.remove(i);
+            return Some(None);
+        }
+        let i = self.elastic.running.iter().position(|r| r.1 == query)?;
+        let (_, _, _, _, started) = self.elastic.running.swap_remove(i);
+        if let Some(config) = self.config.elastic.clone() {
+            self.elastic.pool.finish(now, &config);
+            self.elastic.cost_usd += config.invocation_cost_usd(now - started);
+            self.start_elastic(now);
+        }
+        Some(Some(started))
+    }
+
     /// Gives the warehouse an elastic tier (before any query runs).
     pub fn set_elastic(&mut self, elastic: ElasticConfig) {
         self.config.elastic = Some(elastic);
@@ -910,6 +953,31 @@ mod tests {
         let latency = reports[0].latency();
         assert!(latency.as_micros().abs_diff(expected.as_micros()) <= 2, "{latency} vs {expected}");
         assert_eq!(reports[0].outcome, ExecutionOutcome::Completed);
+    }
+
+    #[test]
+    fn a_cancelled_query_leaves_without_a_report_and_its_neighbours_finish_sooner() {
+        let config = quiet_config();
+        let together = {
+            let mut world = World::new(config.clone());
+            let c = world.add_cluster(Instant::ZERO, Rpu(16), true);
+            for id in 0..4 {
+                world.dispatch(Instant::ZERO, &query(id, 4, 0.0), c);
+            }
+            drain(&mut world).iter().map(|r| r.finished).max().unwrap()
+        };
+        let mut world = World::new(config);
+        let c = world.add_cluster(Instant::ZERO, Rpu(16), true);
+        for id in 0..4 {
+            world.dispatch(Instant::ZERO, &query(id, 4, 0.0), c);
+        }
+        let at = Instant::ZERO + Duration::from_millis(100);
+        assert_eq!(world.cancel(at, QueryId(0)), Some(Some(Instant::ZERO)));
+        assert_eq!(world.cancel(at, QueryId(0)), None, "a query is cancelled once");
+        let reports = drain(&mut world);
+        assert_eq!(reports.iter().map(|r| r.query.0).collect::<std::collections::BTreeSet<_>>(), (1..4).collect());
+        assert!(reports.iter().all(|r| r.finished < together), "three share the cluster faster than four");
+        assert_eq!(world.cancel(together, QueryId(1)), None, "a finished query is not running");
     }
 
     #[test]
