@@ -136,7 +136,7 @@ fn object_body<T: serde::de::DeserializeOwned>(body: &[u8], example: &str) -> Re
 }
 
 /// A cluster id from a path: `c3` or `3`, ASCII digits only.
-fn parse_cluster_id(text: &str) -> Result<slogate_core::model::ClusterId, GatewayError> {
+pub fn parse_cluster_id(text: &str) -> Result<slogate_core::model::ClusterId, GatewayError> {
     let digits = text.strip_prefix('c').unwrap_or(text);
     let malformed = || GatewayError::InvalidArgument(format!("cluster id must look like `c3` or `3`, got `{}`", clipped(text)));
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
@@ -322,6 +322,7 @@ async fn pool(request: HttpRequest, state: web::Data<AdminState>, path: web::Pat
 
 /// `?state=running|done&limit=N`.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct QueriesQuery {
     state: Option<String>,
     limit: Option<usize>,
@@ -443,6 +444,16 @@ struct NewCluster {
     size: u32,
 }
 
+/// The size a `POST /v1/pools/{pool}/clusters` body asks for: a JSON
+/// object `{"size": N}` with N in 1–1024 RPU.
+pub fn parse_new_cluster(body: &[u8]) -> Result<slogate_core::model::Rpu, GatewayError> {
+    let new: NewCluster = object_body(body, r#"{"size": 16}"#)?;
+    if new.size == 0 || new.size > 1_024 {
+        return Err(GatewayError::InvalidArgument(format!("size must be 1–1024 RPU, got {}", new.size)));
+    }
+    Ok(slogate_core::model::Rpu(new.size))
+}
+
 fn router_error(error: slogate_actors::Error) -> GatewayError {
     super::grpc::gateway_error(error)
 }
@@ -452,13 +463,10 @@ async fn add_cluster(request: HttpRequest, state: web::Data<AdminState>, path: w
     let result = async {
         authorised(&request, &state, true)?;
         let body = read_body(payload).await?;
-        let new: NewCluster = object_body(&body, r#"{"size": 16}"#)?;
-        if new.size == 0 || new.size > 1_024 {
-            return Err(GatewayError::InvalidArgument(format!("size must be 1–1024 RPU, got {}", new.size)));
-        }
+        let size = parse_new_cluster(&body)?;
         let cluster = state
             .router
-            .send(router::RequestCluster { pool, size: slogate_core::model::Rpu(new.size) })
+            .send(router::RequestCluster { pool, size })
             .await
             .map_err(mailbox)?
             .map_err(router_error)?;
