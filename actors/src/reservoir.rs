@@ -173,6 +173,10 @@ pub struct SledStore {
     /// once per [`MANIFEST_INTERVAL`] (a stale manifest is still a valid
     /// lower bound, it only detects less).
     manifest_written: std::cell::Cell<Option<std::time::Instant>>,
+    /// Whether the store passed its check (or was repaired): until then
+    /// nothing may rewrite the manifest, or a damaged store dropped on its
+    /// way to the error would bless itself for the next open.
+    checked: bool,
     repair_report: Option<RepairReport>,
 }
 
@@ -286,6 +290,7 @@ impl SledStore {
             db,
             rows: RowCounts::default(),
             manifest_written: std::cell::Cell::new(None),
+            checked: false,
             repair_report: None,
         };
         store.rows = store.count_rows();
@@ -298,6 +303,7 @@ impl SledStore {
                     undecodable_deleted: RowCounts::default(),
                     moved_to: Some(aside),
                 });
+                store.checked = true;
                 store.write_manifest(store.rows)?;
                 return Ok(store);
             }
@@ -327,6 +333,7 @@ impl SledStore {
                 store.repair_report = Some(RepairReport { damage: reason, expected, kept: store.rows, undecodable_deleted, moved_to: None });
             }
         }
+        store.checked = true;
         store.db.flush()?;
         store.write_manifest(store.rows)?;
         Ok(store)
@@ -377,6 +384,9 @@ impl SledStore {
     /// Writes the manifest atomically: a temporary file, synced, renamed
     /// over the old one.
     fn write_manifest(&self, rows: RowCounts) -> Result<()> {
+        if !self.checked {
+            return Ok(());
+        }
         let manifest = Manifest { format: MANIFEST_FORMAT.into(), rows, checksum: format!("{:016x}", rows.checksum()) };
         let path = self.manifest_path();
         let temporary = path.with_extension("json.tmp");
@@ -420,7 +430,7 @@ impl SledStore {
 impl Drop for SledStore {
     fn drop(&mut self) {
         // Best effort: what was written is made durable and promised.
-        if self.db.flush().is_ok() {
+        if self.checked && self.db.flush().is_ok() {
             let _ = self.write_manifest(self.rows);
         }
     }

@@ -143,6 +143,9 @@ fn a_truncated_store_is_a_clear_error_naming_what_was_lost() {
     let message = error.to_string();
     assert!(matches!(error, slogate_actors::Error::DamagedStore { .. }), "{message}");
     assert!(message.contains("--repair"), "the error says how to go on: {message}");
+    // Failing to open does not bless the damage for the next try.
+    let again = SledStore::open(&dir).err().expect("a damaged store stays damaged until repaired");
+    assert!(matches!(again, slogate_actors::Error::DamagedStore { .. }), "{again}");
 }
 
 #[test]
