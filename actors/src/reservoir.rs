@@ -15,7 +15,9 @@
 //! An execution row's value is the time it was logged (f64 bits, BE)
 //! followed by the JSON record; the log keeps the newest
 //! [`Retention::executions_kept_max`] rows, none older than
-//! [`Retention::execution_age_max_s`], pruned in batches every 5 s.
+//! [`Retention::execution_age_max_s`], pruned in batches every 5 s; the
+//! idempotency records likewise, oldest finish first, through the
+//! `idempotency_by_time` index (finish time in µs BE, then the key).
 //!
 //! **Damage detection.** Next to sled's files the store keeps a manifest
 //! (`slogate-manifest.json`, checksummed, written atomically) with the rows
@@ -75,6 +77,10 @@ pub trait ReservoirStore: Send {
     /// Reads every idempotency record finished at or after
     /// `since_unix_s`, oldest first, and deletes the older ones.
     fn idempotency_records(&mut self, since_unix_s: f64) -> Result<Vec<IdempotencyRecord>>;
+    /// Deletes the idempotency records that finished first beyond the
+    /// newest `kept_max`, and those finished before
+    /// `finished_before_unix_s`, at most `batch_max`; returns how many.
+    fn prune_idempotency(&mut self, kept_max: u64, finished_before_unix_s: f64, batch_max: usize) -> Result<u64>;
     /// Makes everything written so far durable.
     fn flush(&self) -> Result<()>;
 }
@@ -168,6 +174,9 @@ pub struct SledStore {
     samples: sled::Tree,
     executions: sled::Tree,
     idempotency: sled::Tree,
+    /// `idempotency`'s keys by finish time (µs BE, then the key): what
+    /// pruning walks, oldest first.
+    idempotency_by_time: sled::Tree,
     rows: RowCounts,
     /// When the manifest was last written: flushes rewrite it at most
     /// once per [`MANIFEST_INTERVAL`] (a stale manifest is still a valid
@@ -201,6 +210,15 @@ fn u64_value(bytes: &[u8]) -> Result<u64> {
 
 fn template_suffix(key: &[u8], what: &'static str) -> Result<u32> {
     Ok(u32::from_be_bytes(key.get(5..9).and_then(|b| b.try_into().ok()).ok_or(Error::CorruptStore(what))?))
+}
+
+/// An `idempotency_by_time` key: the finish time in whole microseconds
+/// (BE, so keys sort by time), then the record's key.
+fn time_key(finished_unix_s: f64, key: &[u8]) -> Vec<u8> {
+    let micros = (finished_unix_s.max(0.0) * 1e6) as u64;
+    let mut out = micros.to_be_bytes().to_vec();
+    out.extend_from_slice(key);
+    out
 }
 
 /// An execution row's value: the time it was logged (f64 bits, BE), then
@@ -286,6 +304,7 @@ impl SledStore {
             samples: db.open_tree("samples")?,
             executions: db.open_tree("executions")?,
             idempotency: db.open_tree("idempotency")?,
+            idempotency_by_time: db.open_tree("idempotency_by_time")?,
             dir: dir.to_path_buf(),
             db,
             rows: RowCounts::default(),
@@ -334,6 +353,9 @@ impl SledStore {
             }
         }
         store.checked = true;
+        if store.idempotency_by_time.len() as u64 != store.rows.idempotency {
+            store.reindex_idempotency()?;
+        }
         store.db.flush()?;
         store.write_manifest(store.rows)?;
         Ok(store)
@@ -400,6 +422,19 @@ impl SledStore {
         };
         write().map_err(|e| Error::Storage(sled::Error::Io(e)))?;
         self.manifest_written.set(Some(std::time::Instant::now()));
+        Ok(())
+    }
+
+    /// Rebuilds `idempotency_by_time` from the records (a store written
+    /// before the index, or one repaired).
+    fn reindex_idempotency(&mut self) -> Result<()> {
+        self.idempotency_by_time.clear()?;
+        for row in self.idempotency.iter() {
+            let (key, value) = row?;
+            if let Ok(record) = serde_json::from_slice::<IdempotencyRecord>(&value) {
+                self.idempotency_by_time.insert(time_key(record.finished_unix_s, &key), &[])?;
+            }
+        }
         Ok(())
     }
 
@@ -533,10 +568,45 @@ impl ReservoirStore for SledStore {
 
     fn put_idempotency(&mut self, record: &IdempotencyRecord) -> Result<()> {
         let value = serde_json::to_vec(record).expect("idempotency records serialise");
-        if self.idempotency.insert(record.key(), value)?.is_none() {
-            self.rows.idempotency += 1;
+        let key = record.key();
+        match self.idempotency.insert(key.as_slice(), value)? {
+            None => self.rows.idempotency += 1,
+            Some(old) => {
+                if let Ok(old) = serde_json::from_slice::<IdempotencyRecord>(&old) {
+                    self.idempotency_by_time.remove(time_key(old.finished_unix_s, &key))?;
+                }
+            }
         }
+        self.idempotency_by_time.insert(time_key(record.finished_unix_s, &key), &[])?;
         Ok(())
+    }
+
+    fn prune_idempotency(&mut self, kept_max: u64, finished_before_unix_s: f64, batch_max: usize) -> Result<u64> {
+        let over = self.rows.idempotency.saturating_sub(kept_max);
+        let cutoff = time_key(finished_before_unix_s, &[]);
+        let mut doomed = Vec::new();
+        for row in self.idempotency_by_time.iter() {
+            let (index_key, _) = row?;
+            if doomed.len() >= batch_max || ((doomed.len() as u64) >= over && index_key.as_ref() >= cutoff.as_slice()) {
+                break;
+            }
+            doomed.push(index_key);
+        }
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        let records: Vec<Vec<u8>> = doomed.iter().map(|k| k[8..].to_vec()).collect();
+        let present = records.iter().map(|k| self.idempotency.contains_key(k)).collect::<std::result::Result<Vec<bool>, _>>()?;
+        let deleted = present.iter().filter(|&&p| p).count() as u64;
+        // Lower the promise before deleting (see the module docs).
+        self.write_manifest(RowCounts { idempotency: self.rows.idempotency - deleted, ..self.rows })?;
+        for (index_key, record_key) in doomed.into_iter().zip(records) {
+            self.idempotency.remove(record_key)?;
+            self.idempotency_by_time.remove(index_key)?;
+        }
+        self.rows.idempotency -= deleted;
+        self.flush()?;
+        Ok(deleted)
     }
 
     fn idempotency_records(&mut self, since_unix_s: f64) -> Result<Vec<IdempotencyRecord>> {
@@ -548,13 +618,14 @@ impl ReservoirStore for SledStore {
             if record.finished_unix_s >= since_unix_s {
                 kept.push(record);
             } else {
-                expired.push(key);
+                expired.push((key, record.finished_unix_s));
             }
         }
         if !expired.is_empty() {
             let deleted = expired.len() as u64;
             self.write_manifest(RowCounts { idempotency: self.rows.idempotency - deleted, ..self.rows })?;
-            for key in expired {
+            for (key, finished_unix_s) in expired {
+                self.idempotency_by_time.remove(time_key(finished_unix_s, &key))?;
                 self.idempotency.remove(key)?;
             }
             self.rows.idempotency -= deleted;
@@ -644,6 +715,8 @@ pub struct ReservoirState {
     pub storage_errors: u64,
     /// Executions deleted by the retention since start.
     pub executions_pruned: u64,
+    /// Idempotency records deleted by the retention since start.
+    pub idempotency_pruned: u64,
 }
 
 /// The longest unflushed writes wait.
@@ -663,11 +736,21 @@ pub struct Retention {
     pub executions_kept_max: u64,
     /// Executions logged longer ago than this are deleted, seconds.
     pub execution_age_max_s: f64,
+    /// The newest this many idempotency records.
+    pub idempotency_kept_max: u64,
+    /// Idempotency records of queries finished longer ago than this are
+    /// deleted, seconds.
+    pub idempotency_age_max_s: f64,
 }
 
 impl Default for Retention {
     fn default() -> Self {
-        Retention { executions_kept_max: 1_000_000, execution_age_max_s: 30.0 * 86_400.0 }
+        Retention {
+            executions_kept_max: 1_000_000,
+            execution_age_max_s: 30.0 * 86_400.0,
+            idempotency_kept_max: 100_000,
+            idempotency_age_max_s: 86_400.0,
+        }
     }
 }
 
@@ -683,6 +766,7 @@ pub struct ReservoirActor {
     storage_errors: u64,
     retention: Retention,
     executions_pruned: u64,
+    idempotency_pruned: u64,
 }
 
 impl ReservoirActor {
@@ -701,6 +785,7 @@ impl ReservoirActor {
             storage_errors: 0,
             retention: Retention::default(),
             executions_pruned: 0,
+            idempotency_pruned: 0,
         })
     }
 
@@ -720,6 +805,11 @@ impl ReservoirActor {
                 self.executions = self.executions.saturating_sub(deleted);
                 self.executions_pruned += deleted;
             }
+            Err(_) => self.storage_errors += 1,
+        }
+        let finished_before_unix_s = crate::clock::unix_now_s() - retention.idempotency_age_max_s;
+        match self.store().and_then(|store| store.prune_idempotency(retention.idempotency_kept_max, finished_before_unix_s, PRUNE_BATCH_MAX)) {
+            Ok(deleted) => self.idempotency_pruned += deleted,
             Err(_) => self.storage_errors += 1,
         }
     }
@@ -865,6 +955,7 @@ impl Handler<GetState> for ReservoirActor {
             unflushed: self.unflushed,
             storage_errors: self.storage_errors,
             executions_pruned: self.executions_pruned,
+            idempotency_pruned: self.idempotency_pruned,
         })
     }
 }

@@ -205,7 +205,7 @@ fn pruning_keeps_the_newest_executions_and_none_older_than_the_cutoff() {
 #[actix_rt::test]
 async fn the_actor_prunes_the_log_to_its_retention() {
     let dir = scratch("retention");
-    let retention = slogate_actors::reservoir::Retention { executions_kept_max: 50, execution_age_max_s: 86_400.0 };
+    let retention = slogate_actors::reservoir::Retention { executions_kept_max: 50, ..Default::default() };
     let actor = ReservoirActor::new(ReservoirConfig::default(), Box::new(SledStore::open(&dir).unwrap()), 1_000, 256)
         .unwrap()
         .with_retention(retention)
@@ -227,4 +227,52 @@ async fn the_actor_prunes_the_log_to_its_retention() {
     let recent = actor.send(GetRecentExecutions { limit: 1_000 }).await.unwrap().unwrap();
     assert_eq!(recent, (70..120).map(record).collect::<Vec<_>>());
     actor.send(Shutdown).await.unwrap().unwrap();
+}
+
+fn idempotency_record(id: u64, finished_unix_s: f64) -> slogate_actors::idempotency::IdempotencyRecord {
+    use slogate_actors::idempotency::{IdempotencyRecord, RequestDigest};
+    use slogate_actors::router::{SubmitOutcome, SubmitStatus};
+    IdempotencyRecord {
+        pool: slogate_core::model::PoolId::default(),
+        tenant: String::new(),
+        client_query_id: format!("q{id}"),
+        digest: RequestDigest { template: TemplateId(4), slo_ms: 1_000, sql: 0, rest: 0 },
+        finished_unix_s,
+        outcome: SubmitOutcome {
+            client_query_id: format!("q{id}"),
+            query: QueryId(id),
+            status: SubmitStatus::Completed,
+            target: None,
+            latency: Duration::from_secs(1),
+            slo_met: true,
+            explanation: String::new(),
+            predicted: None,
+            backend_wall: std::time::Duration::ZERO,
+            sqlstate: None,
+            result: None,
+        },
+    }
+}
+
+#[test]
+fn idempotency_records_are_pruned_oldest_finish_first_by_count_and_age() {
+    let dir = scratch("idempotency-prune");
+    let mut store = SledStore::open(&dir).unwrap();
+    // Written out of finish order: id i finished at 10_000 + (i * 7919) % 1_000.
+    let finished = |i: u64| 10_000.0 + ((i * 7_919) % 1_000) as f64;
+    for i in 0..1_000 {
+        store.put_idempotency(&idempotency_record(i, finished(i))).unwrap();
+    }
+    // A rewrite of a record keeps one row and one index entry.
+    store.put_idempotency(&idempotency_record(5, finished(5))).unwrap();
+    assert_eq!(store.rows().idempotency, 1_000);
+    assert_eq!(store.prune_idempotency(600, 0.0, 10_000).unwrap(), 400);
+    let kept = store.idempotency_records(0.0).unwrap();
+    assert_eq!(kept.len(), 600);
+    assert!(kept.iter().all(|r| r.finished_unix_s >= 10_400.0), "the oldest finishes went first");
+    assert_eq!(store.prune_idempotency(10_000, 10_900.0, 10_000).unwrap(), 500);
+    assert_eq!(store.idempotency_records(0.0).unwrap().len(), 100);
+    drop(store);
+    let store = SledStore::open(&dir).expect("pruning keeps the manifest truthful");
+    assert_eq!(store.rows().idempotency, 100);
 }

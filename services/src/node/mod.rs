@@ -158,6 +158,8 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     let retention = slogate_actors::reservoir::Retention {
         executions_kept_max: file.reservoir.executions_kept_max,
         execution_age_max_s: file.reservoir.execution_retention_h * 3_600.0,
+        idempotency_kept_max: (file.limits.idempotency_kept * file.pool.len()) as u64,
+        idempotency_age_max_s: retention_s,
     };
     let reservoir = ReservoirActor::new(reservoir_config, Box::new(store), file.reservoir.flush_every, mailbox)
         .map_err(|e| Error::Node(format!("cannot load the reservoir: {e}")))?
