@@ -17,7 +17,9 @@
 //! [`Retention::executions_kept_max`] rows, none older than
 //! [`Retention::execution_age_max_s`], pruned in batches every 5 s; the
 //! idempotency records likewise, oldest finish first, through the
-//! `idempotency_by_time` index (finish time in µs BE, then the key).
+//! `idempotency_by_time` index (finish time in µs BE, then the key); and
+//! the hours of arrival history older than [`Retention::history_s`] before
+//! the latest arrival.
 //!
 //! **Damage detection.** Next to sled's files the store keeps a manifest
 //! (`slogate-manifest.json`, checksummed, written atomically) with the rows
@@ -67,6 +69,9 @@ pub trait ReservoirStore: Send {
     /// and those logged before `logged_before_unix_s`, at most `batch_max`
     /// of them; returns how many it deleted.
     fn prune_executions(&mut self, kept_max: u64, logged_before_unix_s: f64, batch_max: usize) -> Result<u64>;
+    /// Deletes the count, total and sample rows of the hours before
+    /// `cutoff`, at most `batch_max` rows; returns how many.
+    fn delete_hours_before(&mut self, cutoff: CalendarHour, batch_max: usize) -> Result<u64>;
     /// Reads every stored row.
     fn load(&self) -> Result<StoredTables>;
     /// Reads the last `limit` logged executions, oldest first (by
@@ -249,7 +254,7 @@ fn open_when_unlocked(dir: &Path, cache_bytes: u64) -> std::result::Result<sled:
         // No background flusher: the actor flushes (every N updates, at
         // least once a second, and on shutdown), and without the flusher
         // thread the file lock is released the moment the store is dropped.
-        let config = sled::Config::new().path(dir).cache_capacity(cache_bytes).flush_every_ms(None);
+        let config = sled::Config::new().path(dir).cache_capacity(cache_bytes).mode(sled::Mode::LowSpace).flush_every_ms(None);
         // sled 0.34 can panic instead of failing on some damaged logs
         // ("tried to serialize Uninitialized" while it rewrites a snapshot).
         let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open())).unwrap_or_else(|panic| {
@@ -530,6 +535,41 @@ impl ReservoirStore for SledStore {
         Ok(deleted)
     }
 
+    fn delete_hours_before(&mut self, cutoff: CalendarHour, batch_max: usize) -> Result<u64> {
+        let end = hour_key(cutoff);
+        let mut doomed: [Vec<sled::IVec>; 3] = Default::default();
+        let mut total = 0;
+        for (tree, keys) in [&self.counts, &self.totals, &self.samples].into_iter().zip(doomed.iter_mut()) {
+            for row in tree.range(..end.as_slice()) {
+                if total >= batch_max {
+                    break;
+                }
+                keys.push(row?.0);
+                total += 1;
+            }
+        }
+        if total == 0 {
+            return Ok(0);
+        }
+        let [counts, totals, samples] = doomed;
+        let lowered = RowCounts {
+            counts: self.rows.counts - counts.len() as u64,
+            totals: self.rows.totals - totals.len() as u64,
+            samples: self.rows.samples - samples.len() as u64,
+            ..self.rows
+        };
+        // Lower the promise before deleting (see the module docs).
+        self.write_manifest(lowered)?;
+        for (tree, keys) in [(&self.counts, counts), (&self.totals, totals), (&self.samples, samples)] {
+            for key in keys {
+                tree.remove(key)?;
+            }
+        }
+        self.rows = lowered;
+        self.flush()?;
+        Ok(total as u64)
+    }
+
     fn load(&self) -> Result<StoredTables> {
         let mut tables = StoredTables::default();
         for row in self.counts.iter() {
@@ -717,6 +757,9 @@ pub struct ReservoirState {
     pub executions_pruned: u64,
     /// Idempotency records deleted by the retention since start.
     pub idempotency_pruned: u64,
+    /// Count, total and sample rows of hours past the history deleted
+    /// since start.
+    pub history_rows_pruned: u64,
 }
 
 /// The longest unflushed writes wait.
@@ -741,6 +784,9 @@ pub struct Retention {
     /// Idempotency records of queries finished longer ago than this are
     /// deleted, seconds.
     pub idempotency_age_max_s: f64,
+    /// Hours of arrival history (counts, totals, samples) kept before the
+    /// latest arrival, seconds; the tuner forecasts from them.
+    pub history_s: f64,
 }
 
 impl Default for Retention {
@@ -750,6 +796,7 @@ impl Default for Retention {
             execution_age_max_s: 30.0 * 86_400.0,
             idempotency_kept_max: 100_000,
             idempotency_age_max_s: 86_400.0,
+            history_s: 35.0 * 86_400.0,
         }
     }
 }
@@ -767,6 +814,10 @@ pub struct ReservoirActor {
     retention: Retention,
     executions_pruned: u64,
     idempotency_pruned: u64,
+    history_rows_pruned: u64,
+    /// The latest arrival's calendar time: history is kept relative to it
+    /// (the node's calendar may run compressed).
+    latest_arrival_unix_s: Option<i64>,
 }
 
 impl ReservoirActor {
@@ -786,6 +837,8 @@ impl ReservoirActor {
             retention: Retention::default(),
             executions_pruned: 0,
             idempotency_pruned: 0,
+            history_rows_pruned: 0,
+            latest_arrival_unix_s: None,
         })
     }
 
@@ -806,6 +859,14 @@ impl ReservoirActor {
                 self.executions_pruned += deleted;
             }
             Err(_) => self.storage_errors += 1,
+        }
+        if let Some(latest) = self.latest_arrival_unix_s {
+            let (cutoff, _) = CalendarHour::from_unix_secs(latest - retention.history_s as i64);
+            self.reservoir.forget_before(cutoff);
+            match self.store().and_then(|store| store.delete_hours_before(cutoff, PRUNE_BATCH_MAX)) {
+                Ok(deleted) => self.history_rows_pruned += deleted,
+                Err(_) => self.storage_errors += 1,
+            }
         }
         let finished_before_unix_s = crate::clock::unix_now_s() - retention.idempotency_age_max_s;
         match self.store().and_then(|store| store.prune_idempotency(retention.idempotency_kept_max, finished_before_unix_s, PRUNE_BATCH_MAX)) {
@@ -861,6 +922,7 @@ impl Handler<ArrivalUpdate> for ReservoirActor {
     type Result = Result<()>;
 
     fn handle(&mut self, message: ArrivalUpdate, _ctx: &mut Self::Context) -> Result<()> {
+        self.latest_arrival_unix_s = Some(self.latest_arrival_unix_s.map_or(message.unix_secs, |l| l.max(message.unix_secs)));
         let update = self.reservoir.handle_arrival(message.unix_secs, message.template);
         let result = self.store()?.apply(&update);
         self.written(result)
@@ -956,6 +1018,7 @@ impl Handler<GetState> for ReservoirActor {
             storage_errors: self.storage_errors,
             executions_pruned: self.executions_pruned,
             idempotency_pruned: self.idempotency_pruned,
+            history_rows_pruned: self.history_rows_pruned,
         })
     }
 }

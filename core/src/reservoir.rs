@@ -284,6 +284,17 @@ impl Reservoir {
     pub fn hours(&self) -> impl Iterator<Item = CalendarHour> + '_ {
         self.arrivals.keys().copied()
     }
+
+    /// Forgets every hour before `cutoff` (the history kept is bounded by
+    /// age); returns how many hours it forgot.
+    pub fn forget_before(&mut self, cutoff: CalendarHour) -> usize {
+        let kept_arrivals = self.arrivals.split_off(&cutoff);
+        let forgotten = std::mem::replace(&mut self.arrivals, kept_arrivals).len();
+        let first_kept = (cutoff, TemplateId(0));
+        let kept_counts = self.counts.split_off(&first_kept);
+        self.counts = kept_counts;
+        forgotten
+    }
 }
 
 #[cfg(test)]
@@ -306,6 +317,22 @@ mod tests {
         assert_eq!(CalendarHour::day_of(1970, 1, 1), Some(0));
         assert_eq!(CalendarHour::day_of(2024, 2, 31), None);
         assert_eq!(CalendarHour::day_of(2024, 13, 1), None);
+    }
+
+    #[test]
+    fn forgetting_old_hours_keeps_the_later_ones_whole() {
+        let mut reservoir = Reservoir::new(ReservoirConfig::default());
+        for i in 0..48 {
+            reservoir.handle_arrival(1_700_006_400 + i * 3_600, TemplateId((i % 3) as u32 + 1));
+        }
+        let hours: Vec<_> = reservoir.hours().collect();
+        let cutoff = hours[30];
+        let later: Vec<_> = hours[30..].iter().map(|&h| (reservoir.arrivals_in(h).0, reservoir.counts_in(h).collect::<Vec<_>>())).collect();
+        assert_eq!(reservoir.forget_before(cutoff), 30);
+        assert_eq!(reservoir.hours().collect::<Vec<_>>(), hours[30..].to_vec());
+        let kept: Vec<_> = hours[30..].iter().map(|&h| (reservoir.arrivals_in(h).0, reservoir.counts_in(h).collect::<Vec<_>>())).collect();
+        assert_eq!(kept, later);
+        assert!(hours[..30].iter().all(|&h| reservoir.counts_in(h).next().is_none()));
     }
 
     #[test]

@@ -211,6 +211,9 @@ pub struct ReservoirSection {
     pub execution_retention_h: f64,
     /// sled's page cache, MiB.
     pub cache_mb: u64,
+    /// Days of arrival history (the count table the tuner forecasts from)
+    /// kept before the latest arrival.
+    pub history_days: f64,
 }
 
 /// `[[pool]]`.
@@ -872,6 +875,7 @@ impl Default for ReservoirSection {
             executions_kept_max: 1_000_000,
             execution_retention_h: 720.0,
             cache_mb: 64,
+            history_days: 35.0,
         }
     }
 }
@@ -1084,6 +1088,9 @@ impl NodeConfig {
         }
         if !(file.reservoir.execution_retention_h.is_finite() && file.reservoir.execution_retention_h > 0.0) {
             return Err(invalid("reservoir.execution_retention_h", "must be a finite number of hours > 0"));
+        }
+        if !(file.reservoir.history_days.is_finite() && file.reservoir.history_days >= 1.0) {
+            return Err(invalid("reservoir.history_days", "must be a finite number of days ≥ 1"));
         }
         if !(1..=65_536).contains(&file.reservoir.cache_mb) {
             return Err(invalid("reservoir.cache_mb", "must be between 1 and 65536 MiB"));

@@ -160,6 +160,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         execution_age_max_s: file.reservoir.execution_retention_h * 3_600.0,
         idempotency_kept_max: (file.limits.idempotency_kept * file.pool.len()) as u64,
         idempotency_age_max_s: retention_s,
+        history_s: file.reservoir.history_days * 86_400.0,
     };
     let reservoir = ReservoirActor::new(reservoir_config, Box::new(store), file.reservoir.flush_every, mailbox)
         .map_err(|e| Error::Node(format!("cannot load the reservoir: {e}")))?
