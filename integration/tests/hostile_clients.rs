@@ -522,6 +522,7 @@ async fn kill_9_under_load_keeps_the_reservoir_to_its_last_flush_and_a_damaged_s
     })
     .await
     .unwrap();
+    eprintln!("a damaged store, exit {code:?}: {}", stderr.trim());
     assert_ne!(code, Some(0), "a damaged store must not start: {stderr}");
     assert!(stderr.contains("damaged") && stderr.contains("--repair"), "{stderr}");
 
