@@ -527,9 +527,10 @@ fn run_serve(args: &ServeArgs) -> Result<()> {
     let config = crate::config::NodeConfig::load(&text, &crate::config::Environment, &overrides)?;
     init_logging();
     actix_rt::System::new().block_on(async move {
+        let signals = ShutdownSignals::install()?;
         let node = crate::node::start(config).await?;
         tracing::info!(message = "Listening.", grpc_addr = %node.grpc_addr, admin_addr = %node.admin_addr);
-        wait_for_signal().await;
+        signals.wait().await;
         tracing::info!(message = "Shutting down; draining in-flight queries.");
         let in_flight_left = node.shutdown().await;
         tracing::info!(message = "Stopped.", in_flight_left);
@@ -604,12 +605,26 @@ fn run_demo(args: &DemoArgs) -> Result<()> {
 }
 
 /// Waits for SIGINT or SIGTERM.
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut terminate = signal(SignalKind::terminate()).expect("can listen for SIGTERM");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate.recv() => {}
+/// SIGTERM and SIGINT, listened for from before the node announces its
+/// addresses: a signal sent the moment it is up stops it cleanly rather
+/// than killing it.
+struct ShutdownSignals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    fn install() -> Result<ShutdownSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let listen = |kind: SignalKind, name: &str| signal(kind).map_err(|e| Error::Node(format!("cannot listen for {name}: {e}")));
+        Ok(ShutdownSignals { terminate: listen(SignalKind::terminate(), "SIGTERM")?, interrupt: listen(SignalKind::interrupt(), "SIGINT")? })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
     }
 }
 
