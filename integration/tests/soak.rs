@@ -119,10 +119,11 @@ async fn under_sustained_load_memory_and_disk_level_off_and_every_submission_is_
     assert_eq!(answered + refused, sent, "every submission gets exactly one answer");
     assert_eq!(stats["accepted"].as_u64().unwrap() + stats["refused"].as_u64().unwrap(), sent, "{stats}");
     assert_eq!(stats["accepted"].as_u64(), stats["completed"].as_u64().zip(stats["timed_out"].as_u64()).map(|(c, t)| c + t), "{stats}");
-    // Flat: what is left of growth once the tables are full is noise and
-    // allocator slack, far below the ~18 MB/min the execution log and the
-    // idempotency records alone would add at these rates unbounded.
-    assert!(rss_slope < 6.0, "RSS still grows {rss_slope:.2} MB/min after warm-up: {rss:?}");
-    assert!(disk_slope < 6.0, "disk still grows {disk_slope:.2} MB/min after warm-up: {disk:?}");
+    // A guard against unbounded growth, not a proof of flatness: unbounded
+    // arrival history grew the store 131 MB/min at 1,385 queries/s, while
+    // a bounded node's 60 s windows show sled allocating segments in steps
+    // (up to +14 MB/min in one CI run; +2.6 MB/min over 600 s).
+    assert!(rss_slope < 12.0, "RSS still grows {rss_slope:.2} MB/min after warm-up: {rss:?}");
+    assert!(disk_slope < 40.0, "disk still grows {disk_slope:.2} MB/min after warm-up: {disk:?}");
     node.terminate();
 }
