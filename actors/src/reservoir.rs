@@ -80,8 +80,9 @@ pub trait ReservoirStore: Send {
     /// Writes an idempotency record, replacing one with its key.
     fn put_idempotency(&mut self, record: &IdempotencyRecord) -> Result<()>;
     /// Reads every idempotency record finished at or after
-    /// `since_unix_s`, oldest first, and deletes the older ones.
-    fn idempotency_records(&mut self, since_unix_s: f64) -> Result<Vec<IdempotencyRecord>>;
+    /// `since_unix_s`, oldest first (the older ones are
+    /// [`ReservoirStore::prune_idempotency`]'s to delete).
+    fn idempotency_records(&self, since_unix_s: f64) -> Result<Vec<IdempotencyRecord>>;
     /// Deletes the idempotency records that finished first beyond the
     /// newest `kept_max`, and those finished before
     /// `finished_before_unix_s`, at most `batch_max`; returns how many.
@@ -233,6 +234,16 @@ fn execution_value(record: &ExecutionRecord, logged_unix_s: f64) -> Vec<u8> {
     let mut value = logged_unix_s.to_bits().to_be_bytes().to_vec();
     serde_json::to_writer(&mut value, record).expect("execution records serialise");
     value
+}
+
+/// When an execution row was logged, without decoding its record; `None`
+/// for rows written before the time was kept.
+fn logged_time(value: &[u8]) -> Option<f64> {
+    if value.first() == Some(&b'{') {
+        return None;
+    }
+    let time: [u8; 8] = value.get(..8)?.try_into().ok()?;
+    Some(f64::from_bits(u64::from_be_bytes(time)))
 }
 
 fn parse_execution(value: &[u8]) -> Result<(Option<f64>, ExecutionRecord)> {
@@ -430,6 +441,17 @@ impl SledStore {
         Ok(())
     }
 
+    /// Deletes rows as every retention does: the manifest is lowered to
+    /// `remaining` first (so a crash in between is not mistaken for lost
+    /// data, see the module docs), then `delete` runs, then the store
+    /// flushes.
+    fn delete_rows(&mut self, remaining: RowCounts, delete: impl FnOnce(&Self) -> sled::Result<()>) -> Result<()> {
+        self.write_manifest(remaining)?;
+        delete(self)?;
+        self.rows = remaining;
+        self.flush()
+    }
+
     /// Rebuilds `idempotency_by_time` from the records (a store written
     /// before the index, or one repaired).
     fn reindex_idempotency(&mut self) -> Result<()> {
@@ -513,7 +535,7 @@ impl ReservoirStore for SledStore {
                 break;
             }
             let (key, value) = row?;
-            let too_old = matches!(parse_execution(&value), Ok((Some(logged), _)) if logged < logged_before_unix_s);
+            let too_old = logged_time(&value).is_some_and(|logged| logged < logged_before_unix_s);
             if (doomed.len() as u64) < over || too_old {
                 doomed.push(key);
             } else {
@@ -523,15 +545,10 @@ impl ReservoirStore for SledStore {
         if doomed.is_empty() {
             return Ok(0);
         }
-        // Lower the promise before deleting, so a crash in between is not
-        // mistaken for lost data.
         let deleted = doomed.len() as u64;
-        self.write_manifest(RowCounts { executions: self.rows.executions - deleted, ..self.rows })?;
-        for key in doomed {
-            self.executions.remove(key)?;
-        }
-        self.rows.executions -= deleted;
-        self.flush()?;
+        self.delete_rows(RowCounts { executions: self.rows.executions - deleted, ..self.rows }, |store| {
+            doomed.into_iter().try_for_each(|key| store.executions.remove(key).map(drop))
+        })?;
         Ok(deleted)
     }
 
@@ -552,21 +569,17 @@ impl ReservoirStore for SledStore {
             return Ok(0);
         }
         let [counts, totals, samples] = doomed;
-        let lowered = RowCounts {
+        let remaining = RowCounts {
             counts: self.rows.counts - counts.len() as u64,
             totals: self.rows.totals - totals.len() as u64,
             samples: self.rows.samples - samples.len() as u64,
             ..self.rows
         };
-        // Lower the promise before deleting (see the module docs).
-        self.write_manifest(lowered)?;
-        for (tree, keys) in [(&self.counts, counts), (&self.totals, totals), (&self.samples, samples)] {
-            for key in keys {
-                tree.remove(key)?;
-            }
-        }
-        self.rows = lowered;
-        self.flush()?;
+        self.delete_rows(remaining, |store| {
+            [(&store.counts, counts), (&store.totals, totals), (&store.samples, samples)]
+                .into_iter()
+                .try_for_each(|(tree, keys)| keys.into_iter().try_for_each(|key| tree.remove(key).map(drop)))
+        })?;
         Ok(total as u64)
     }
 
@@ -638,38 +651,23 @@ impl ReservoirStore for SledStore {
         let records: Vec<Vec<u8>> = doomed.iter().map(|k| k[8..].to_vec()).collect();
         let present = records.iter().map(|k| self.idempotency.contains_key(k)).collect::<std::result::Result<Vec<bool>, _>>()?;
         let deleted = present.iter().filter(|&&p| p).count() as u64;
-        // Lower the promise before deleting (see the module docs).
-        self.write_manifest(RowCounts { idempotency: self.rows.idempotency - deleted, ..self.rows })?;
-        for (index_key, record_key) in doomed.into_iter().zip(records) {
-            self.idempotency.remove(record_key)?;
-            self.idempotency_by_time.remove(index_key)?;
-        }
-        self.rows.idempotency -= deleted;
-        self.flush()?;
+        self.delete_rows(RowCounts { idempotency: self.rows.idempotency - deleted, ..self.rows }, |store| {
+            doomed.into_iter().zip(records).try_for_each(|(index_key, record_key)| {
+                store.idempotency.remove(record_key)?;
+                store.idempotency_by_time.remove(index_key).map(drop)
+            })
+        })?;
         Ok(deleted)
     }
 
-    fn idempotency_records(&mut self, since_unix_s: f64) -> Result<Vec<IdempotencyRecord>> {
+    fn idempotency_records(&self, since_unix_s: f64) -> Result<Vec<IdempotencyRecord>> {
         let mut kept = Vec::new();
-        let mut expired = Vec::new();
         for row in self.idempotency.iter() {
-            let (key, value) = row?;
+            let (_, value) = row?;
             let record: IdempotencyRecord = serde_json::from_slice(&value).map_err(|_| Error::CorruptStore("idempotency record"))?;
             if record.finished_unix_s >= since_unix_s {
                 kept.push(record);
-            } else {
-                expired.push((key, record.finished_unix_s));
             }
-        }
-        if !expired.is_empty() {
-            let deleted = expired.len() as u64;
-            self.write_manifest(RowCounts { idempotency: self.rows.idempotency - deleted, ..self.rows })?;
-            for (key, finished_unix_s) in expired {
-                self.idempotency_by_time.remove(time_key(finished_unix_s, &key))?;
-                self.idempotency.remove(key)?;
-            }
-            self.rows.idempotency -= deleted;
-            self.flush()?;
         }
         kept.sort_by(|a, b| a.finished_unix_s.total_cmp(&b.finished_unix_s));
         Ok(kept)
@@ -772,7 +770,7 @@ const PRUNE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 /// for long; a backlog drains over several.
 const PRUNE_BATCH_MAX: usize = 20_000;
 
-/// How much of the execution log is kept.
+/// How much of each growing table is kept.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Retention {
     /// The newest this many executions.
@@ -849,7 +847,7 @@ impl ReservoirActor {
         self
     }
 
-    /// Deletes one batch of executions beyond the retention.
+    /// Deletes one batch of each table's rows beyond the retention.
     fn prune(&mut self) {
         let retention = self.retention;
         let cutoff_unix_s = crate::clock::unix_now_s() - retention.execution_age_max_s;

@@ -697,16 +697,13 @@ impl Handler<ReleaseCluster> for RouterShard {
         let Some(pool) = self.pools.get_mut(&message.pool) else {
             return Box::pin(fut::ready(Err(Error::UnknownPool(message.pool.0))));
         };
+        let ready = pool.view.clusters.iter().filter(|c| c.state == ClusterState::Ready).count();
         let Some(view) = pool.view.clusters.iter_mut().find(|c| c.id == message.cluster && c.state != ClusterState::Gone) else {
             return Box::pin(fut::ready(Err(Error::UnknownCluster(message.cluster.to_string()))));
         };
-        if view.state == ClusterState::Ready && !message.force {
-            let ready = pool.view.clusters.iter().filter(|c| c.state == ClusterState::Ready).count();
-            if ready == 1 {
-                return Box::pin(fut::ready(Err(Error::LastReadyCluster { pool: message.pool.0, cluster: message.cluster.to_string() })));
-            }
+        if view.state == ClusterState::Ready && ready == 1 && !message.force {
+            return Box::pin(fut::ready(Err(Error::LastReadyCluster { pool: message.pool.0, cluster: message.cluster.to_string() })));
         }
-        let Some(view) = pool.view.clusters.iter_mut().find(|c| c.id == message.cluster) else { unreachable!("found above") };
         // Stop routing to it at once; the backend drains it.
         let previous = view.state;
         if matches!(view.state, ClusterState::Ready | ClusterState::Starting | ClusterState::Unhealthy) {

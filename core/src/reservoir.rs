@@ -247,10 +247,8 @@ impl Reservoir {
         samples: impl IntoIterator<Item = ((CalendarHour, u32), u16)>,
     ) {
         for ((hour, template), count) in counts {
-            if template != OTHER_TEMPLATES && self.counts.insert((hour, template), count).is_none() {
+            if self.counts.insert((hour, template), count).is_none() && template != OTHER_TEMPLATES {
                 self.arrivals.entry(hour).or_default().templates += 1;
-            } else if template == OTHER_TEMPLATES {
-                self.counts.insert((hour, template), count);
             }
         }
         for (hour, total) in totals {

@@ -89,7 +89,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
 
     std::fs::create_dir_all(&config.data_dir).map_err(|e| io(&format!("cannot create data dir {}", config.data_dir.display()), e))?;
     let store_options = slogate_actors::reservoir::StoreOptions { cache_bytes: file.reservoir.cache_mb << 20, repair: config.repair };
-    let mut store = SledStore::open_with(&config.data_dir.join("reservoir"), &store_options).map_err(|e| match e {
+    let store = SledStore::open_with(&config.data_dir.join("reservoir"), &store_options).map_err(|e| match e {
         damaged @ slogate_actors::Error::DamagedStore { .. } => Error::Node(damaged.to_string()),
         e => Error::Node(format!("cannot open the reservoir in {}: {e}", config.data_dir.display())),
     })?;
