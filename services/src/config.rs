@@ -153,8 +153,9 @@ pub struct LimitsSection {
     /// hours (its record is kept on disk that long).
     pub idempotency_retention_h: f64,
     /// Templates (or SQL fingerprints) whose state a pool keeps; clients
-    /// choose them, so beyond it the least recently seen is forgotten and
-    /// counted (`templates_evicted` in the pool's stats).
+    /// choose them, so beyond it the least recently seen is forgotten: by
+    /// the router's SLO book (counted in `templates_evicted` in the pool's
+    /// stats) and by the learned predictors.
     pub templates_per_pool_max: usize,
     /// Clusters a pool may have at once, whoever asks (the admin API or
     /// the autoscaler); a request beyond it is refused.

@@ -161,6 +161,22 @@ pub struct PoolTerms {
     /// The SLO Director's queue bound per 16 RPU; `None` for
     /// [`slogate_core::route::director::DEFAULT_QUEUE_PER_16_RPU`].
     pub director_queue_per_16_rpu: Option<f64>,
+    /// Templates (or fingerprints) the learned predictors keep state for;
+    /// `None` for the predictors' defaults. Clients choose templates, so
+    /// a live node bounds it (`limits.templates_per_pool_max`).
+    pub templates_max: Option<usize>,
+}
+
+impl PoolTerms {
+    fn isolated(&self) -> IsolatedConfig {
+        let default = IsolatedConfig::default();
+        IsolatedConfig { templates_max: self.templates_max.unwrap_or(default.templates_max), ..default }
+    }
+
+    fn concurrency(&self) -> ConcurrencyConfig {
+        let default = ConcurrencyConfig::default();
+        ConcurrencyConfig { templates_max: self.templates_max.unwrap_or(default.templates_max), ..default }
+    }
 }
 
 /// [`build_policy`] for a pool with `terms`: the learned policies get the
@@ -175,7 +191,7 @@ pub fn build_policy_with(name: &str, history: &[Observation], terms: &PoolTerms)
     if DIRECTOR_POLICIES.contains(&name) {
         let placement = if name == "spandana" { DirectorPlacement::PerCluster } else { DirectorPlacement::Central };
         let bound = terms.director_queue_per_16_rpu.unwrap_or(slogate_core::route::director::DEFAULT_QUEUE_PER_16_RPU);
-        let mut director = SloDirector::new(name, placement, bound, StageLike::new(IsolatedConfig::default()));
+        let mut director = SloDirector::new(name, placement, bound, StageLike::new(terms.isolated()));
         if let Some(options) = elastic {
             director = director.with_elastic(options);
         }
@@ -184,7 +200,7 @@ pub fn build_policy_with(name: &str, history: &[Observation], terms: &PoolTerms)
     }
     let billing = slogate_core::billing::BillingConfig::default();
     if name == "stage-cost" {
-        let mut router = SloRouter::new(name, StageLike::new(IsolatedConfig::default()), billing);
+        let mut router = SloRouter::new(name, StageLike::new(terms.isolated()), billing);
         if let Some(options) = elastic {
             router = router.with_elastic(options);
         }
@@ -195,7 +211,7 @@ pub fn build_policy_with(name: &str, history: &[Observation], terms: &PoolTerms)
         router.warm_margin(history);
         return Ok(Box::new(router));
     }
-    let mut router = SloRouter::new(name, ConcurrencyAware::new(ConcurrencyConfig::default()), billing);
+    let mut router = SloRouter::new(name, ConcurrencyAware::new(terms.concurrency()), billing);
     if let Some(options) = elastic {
         router = router.with_elastic(options);
     }
@@ -437,7 +453,7 @@ fn run_case(
     if let Some(elastic) = &options.elastic {
         world.set_elastic(elastic.config.clone());
     }
-    let inner = build_policy_with(policy, history, &PoolTerms { elastic: options.elastic.clone(), provisioned: false, director_queue_per_16_rpu: options.director_queue_per_16_rpu })?;
+    let inner = build_policy_with(policy, history, &PoolTerms { elastic: options.elastic.clone(), director_queue_per_16_rpu: options.director_queue_per_16_rpu, ..PoolTerms::default() })?;
     let timed = Timed { inner, samples_us: Vec::with_capacity(queries.len()), explained: Vec::new(), explain: options.explain };
     let mut sim = Simulation::new(world, timed, queries.to_vec());
     let autoscaler = match autoscale {
@@ -618,6 +634,8 @@ pub fn render_table(report: &EvalReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use slogate_core::model::TemplateId;
+    use slogate_core::time::Duration;
 
     #[test]
     fn base_scenario_report_is_identical_for_the_same_seed_apart_from_wall_clock() {
@@ -634,6 +652,33 @@ mod tests {
         assert_eq!(strip(a.clone()), strip(b));
         let c = run(&scenario, &scenario.policies, 4).unwrap();
         assert_ne!(render_table(&a), render_table(&c));
+    }
+
+    #[test]
+    fn a_pools_template_bound_reaches_the_learned_predictors() {
+        let history: Vec<Observation> = (1..=20u32)
+            .map(|t| Observation { template: TemplateId(t), size: Rpu(16), neighbours: 0, latency: Duration::from_secs(t.into()), censored: false })
+            .collect();
+        let predictor = |policy: &str, templates_max: Option<usize>| {
+            let terms = PoolTerms { templates_max, ..PoolTerms::default() };
+            build_policy_with(policy, &history, &terms).unwrap().fork_planner().expect("learned policies plan").fork_predictor()
+        };
+        // The concurrency-aware predictor counts each template's executions
+        // (its fit holds only the bounded window).
+        for (bound, kept) in [(Some(4), 4), (None, 20)] {
+            let slogate = predictor("slogate", bound);
+            let known = (1..=20u32).filter(|&t| slogate.template_observations(TemplateId(t)) > 0).count();
+            assert_eq!(known, kept, "templates_max {bound:?}");
+            assert_eq!(slogate.template_observations(TemplateId(20)), 1, "the most recently seen template is kept");
+        }
+        // The stage-like predictor's isolated estimates: a forgotten
+        // template is estimated like one never seen (the median of the
+        // templates it still knows), not from its own executions.
+        for (bound, kept) in [(Some(4), 4), (None, 20)] {
+            let stage = predictor("stage-cost", bound);
+            let known = (1..=20u32).filter(|&t| (stage.isolated(TemplateId(t), Rpu(16)).as_secs_f64() - f64::from(t)).abs() < 1e-3).count();
+            assert_eq!(known, kept, "templates_max {bound:?}");
+        }
     }
 
     #[test]
