@@ -89,6 +89,9 @@ pub trait ReservoirStore: Send {
     fn prune_idempotency(&mut self, kept_max: u64, finished_before_unix_s: f64, batch_max: usize) -> Result<u64>;
     /// Makes everything written so far durable.
     fn flush(&self) -> Result<()>;
+
+    /// Bytes the store takes on disk.
+    fn size_on_disk(&self) -> Result<u64>;
 }
 
 /// How [`SledStore::open_with`] opens a store.
@@ -673,6 +676,10 @@ impl ReservoirStore for SledStore {
         Ok(kept)
     }
 
+    fn size_on_disk(&self) -> Result<u64> {
+        Ok(self.db.size_on_disk()?)
+    }
+
     fn flush(&self) -> Result<()> {
         self.db.flush()?;
         if self.manifest_written.get().is_none_or(|at| at.elapsed() >= MANIFEST_INTERVAL) {
@@ -758,6 +765,9 @@ pub struct ReservoirState {
     /// Count, total and sample rows of hours past the history deleted
     /// since start.
     pub history_rows_pruned: u64,
+    /// Bytes the store takes on disk (`None` when it cannot say, or is
+    /// closed).
+    pub disk_bytes: Option<u64>,
 }
 
 /// The longest unflushed writes wait.
@@ -1017,6 +1027,7 @@ impl Handler<GetState> for ReservoirActor {
             executions_pruned: self.executions_pruned,
             idempotency_pruned: self.idempotency_pruned,
             history_rows_pruned: self.history_rows_pruned,
+            disk_bytes: self.store.as_ref().and_then(|store| store.size_on_disk().ok()),
         })
     }
 }

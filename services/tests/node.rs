@@ -94,6 +94,13 @@ async fn three_hundred_concurrent_submissions_all_complete_and_show_in_the_admin
     assert!(body.contains("slogate_decision_time_seconds_count{} 300"), "{body}");
     assert!(body.contains("slogate_cluster_queries{pool=\"default\",cluster=\"c0\",state=\"waiting\"} 0"));
     assert!(body.contains("slogate_gateway_added_latency_seconds_count{} 300"));
+    let reservoir_disk_bytes: u64 = body
+        .lines()
+        .find_map(|line| line.strip_prefix("slogate_reservoir_disk_bytes "))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no slogate_reservoir_disk_bytes in {body}"));
+    assert!(reservoir_disk_bytes > 0);
+    assert!(actors["reservoir"]["disk_bytes"].as_u64().is_some_and(|bytes| bytes > 0), "{actors}");
     assert_eq!(node.shutdown().await, 0);
     std::fs::remove_dir_all(&dir).ok();
 }

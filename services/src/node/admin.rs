@@ -566,11 +566,12 @@ async fn metrics(request: HttpRequest, state: web::Data<AdminState>) -> HttpResp
     use std::fmt::Write as _;
     let result = async {
         authorised(&request, &state, false)?;
-        pool_views(&state).await
+        let reservoir = state.reservoir.send(reservoir::GetState).await.map_err(mailbox)?;
+        Ok::<_, GatewayError>((pool_views(&state).await?, reservoir))
     }
     .await;
-    let views = match result {
-        Ok(views) => views,
+    let (views, reservoir) = match result {
+        Ok(found) => found,
         Err(e) => return error_response(&e),
     };
     let mut out = String::new();
@@ -628,6 +629,20 @@ async fn metrics(request: HttpRequest, state: web::Data<AdminState>) -> HttpResp
         state.tenants.failures.load(Ordering::Relaxed)
     )
     .expect("write to String");
+    let mut node_metric = |name: &str, kind: &str, help: &str, value: u64| {
+        writeln!(out, "# HELP slogate_{name} {help}\n# TYPE slogate_{name} {kind}\nslogate_{name} {value}").expect("write to String");
+    };
+    node_metric("reservoir_executions", "gauge", "Executions in the reservoir's log.", reservoir.executions);
+    node_metric("reservoir_storage_errors_total", "counter", "Reservoir writes or flushes that failed.", reservoir.storage_errors);
+    node_metric(
+        "reservoir_pruned_rows_total",
+        "counter",
+        "Rows the reservoir's retention deleted: executions, idempotency records and history.",
+        reservoir.executions_pruned + reservoir.idempotency_pruned + reservoir.history_rows_pruned,
+    );
+    if let Some(bytes) = reservoir.disk_bytes {
+        node_metric("reservoir_disk_bytes", "gauge", "Bytes the reservoir's store takes on disk.", bytes);
+    }
     let failures = state.auth_failures.load(Ordering::Relaxed);
     writeln!(
         out,
