@@ -15,11 +15,18 @@
 //! An execution row's value is the time it was logged (f64 bits, BE)
 //! followed by the JSON record; the log keeps the newest
 //! [`Retention::executions_kept_max`] rows, none older than
-//! [`Retention::execution_age_max_s`], pruned in batches every 5 s; the
-//! idempotency records likewise, oldest finish first, through the
-//! `idempotency_by_time` index (finish time in µs BE, then the key); and
-//! the hours of arrival history older than [`Retention::history_s`] before
-//! the latest arrival.
+//! [`Retention::execution_age_max_s`]; the idempotency records likewise,
+//! oldest finish first, through the `idempotency_by_time` index (finish
+//! time in µs BE, then the key); and the hours of arrival history older
+//! than [`Retention::history_s`] before the latest arrival.
+//!
+//! **Pruning keeps up at any write rate.** Every second each table is
+//! pruned by up to [`prune_budget`] rows: twice the rows written to it
+//! since the previous prune, and at least 20,000. So each prune deletes
+//! at least as many rows as arrived since the last, plus part of any
+//! backlog: the rows beyond a bound never grow from one prune to the next,
+//! whatever the write rate (a fixed batch was outpaced at 5,000 queries/s
+//! and let the log grow to 1.2 M rows over a bound of 5,000).
 //!
 //! **Damage detection.** Next to sled's files the store keeps a manifest
 //! (`slogate-manifest.json`, checksummed, written atomically) with the rows
@@ -262,13 +269,25 @@ fn parse_execution(value: &[u8]) -> Result<(Option<f64>, ExecutionRecord)> {
 /// last node, or one that just died) to release the store's file lock.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How often sled's flusher thread wakes: it flushes, then spends up to
+/// half the interval relocating live pages from segments to be reclaimed.
+const SLED_FLUSHER_INTERVAL_MS: u64 = 200;
+
 fn open_when_unlocked(dir: &Path, cache_bytes: u64) -> std::result::Result<sled::Db, sled::Error> {
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     loop {
-        // No background flusher: the actor flushes (every N updates, at
-        // least once a second, and on shutdown), and without the flusher
-        // thread the file lock is released the moment the store is dropped.
-        let config = sled::Config::new().path(dir).cache_capacity(cache_bytes).mode(sled::Mode::LowSpace).flush_every_ms(None);
+        // sled reclaims a mostly-dead segment by moving its live pages
+        // elsewhere: one page per page replacement, and as many as its
+        // background flusher can move in half of each interval. Without the
+        // flusher, segments pinned by pages that are rarely replaced stay
+        // allocated and the file grows under a constant row count. The
+        // actor still flushes on its own schedule for durability; dropping
+        // the store joins the flusher, so the lock is released promptly.
+        let config = sled::Config::new()
+            .path(dir)
+            .cache_capacity(cache_bytes)
+            .mode(sled::Mode::LowSpace)
+            .flush_every_ms(Some(SLED_FLUSHER_INTERVAL_MS));
         // sled 0.34 can panic instead of failing on some damaged logs
         // ("tried to serialize Uninitialized" while it rewrites a snapshot).
         let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open())).unwrap_or_else(|panic| {
@@ -715,6 +734,12 @@ pub struct IdempotencyUpdate(pub IdempotencyRecord);
 #[rtype(result = "Result<()>")]
 pub struct Flush;
 
+/// Prunes every table to its [`Retention`] now, as the actor does every
+/// [`Retention::prune_interval`]. The reply is the state after it.
+#[derive(Message)]
+#[rtype(result = "ReservoirState")]
+pub struct Prune;
+
 /// Flushes, closes the store, and stops the actor. (Its flush timer would
 /// otherwise keep it alive after the last address is dropped.) Once it
 /// replies, the data directory can be reopened.
@@ -773,12 +798,28 @@ pub struct ReservoirState {
 /// The longest unflushed writes wait.
 const FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// How often the execution log is pruned to its [`Retention`].
-const PRUNE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+/// The fewest rows a prune may delete from a table: a backlog (after a
+/// restart with a lower bound, say) drains in steps of this size, so one
+/// prune never stalls the actor for long.
+const PRUNE_BATCH_MIN: usize = 20_000;
 
-/// Rows deleted per prune at most, so one prune never stalls the actor
-/// for long; a backlog drains over several.
-const PRUNE_BATCH_MAX: usize = 20_000;
+/// The most rows one prune deletes from a table that had `written_since`
+/// rows written since the previous prune: twice that, and at least
+/// [`PRUNE_BATCH_MIN`]. Deleting at least what was written keeps the rows
+/// beyond a bound from growing at any write rate; the factor of two
+/// drains a backlog as well.
+pub fn prune_budget(written_since: u64) -> usize {
+    usize::try_from(written_since.saturating_mul(2)).unwrap_or(usize::MAX).max(PRUNE_BATCH_MIN)
+}
+
+/// Rows written to each pruned table since the last prune.
+#[derive(Clone, Copy, Debug, Default)]
+struct WrittenSincePrune {
+    executions: u64,
+    idempotency: u64,
+    /// Count, total and sample rows upserted.
+    history_rows: u64,
+}
 
 /// How much of each growing table is kept.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -795,6 +836,8 @@ pub struct Retention {
     /// Hours of arrival history (counts, totals, samples) kept before the
     /// latest arrival, seconds; the tuner forecasts from them.
     pub history_s: f64,
+    /// How often the tables are pruned.
+    pub prune_interval: std::time::Duration,
 }
 
 impl Default for Retention {
@@ -805,6 +848,7 @@ impl Default for Retention {
             idempotency_kept_max: 100_000,
             idempotency_age_max_s: 86_400.0,
             history_s: 35.0 * 86_400.0,
+            prune_interval: std::time::Duration::from_secs(1),
         }
     }
 }
@@ -823,6 +867,7 @@ pub struct ReservoirActor {
     executions_pruned: u64,
     idempotency_pruned: u64,
     history_rows_pruned: u64,
+    written_since_prune: WrittenSincePrune,
     /// The latest arrival's calendar time: history is kept relative to it
     /// (the node's calendar may run compressed).
     latest_arrival_unix_s: Option<i64>,
@@ -846,6 +891,7 @@ impl ReservoirActor {
             executions_pruned: 0,
             idempotency_pruned: 0,
             history_rows_pruned: 0,
+            written_since_prune: WrittenSincePrune::default(),
             latest_arrival_unix_s: None,
         })
     }
@@ -860,8 +906,9 @@ impl ReservoirActor {
     /// Deletes one batch of each table's rows beyond the retention.
     fn prune(&mut self) {
         let retention = self.retention;
+        let written = std::mem::take(&mut self.written_since_prune);
         let cutoff_unix_s = crate::clock::unix_now_s() - retention.execution_age_max_s;
-        match self.store().and_then(|store| store.prune_executions(retention.executions_kept_max, cutoff_unix_s, PRUNE_BATCH_MAX)) {
+        match self.store().and_then(|store| store.prune_executions(retention.executions_kept_max, cutoff_unix_s, prune_budget(written.executions))) {
             Ok(deleted) => {
                 self.executions = self.executions.saturating_sub(deleted);
                 self.executions_pruned += deleted;
@@ -871,13 +918,13 @@ impl ReservoirActor {
         if let Some(latest) = self.latest_arrival_unix_s {
             let (cutoff, _) = CalendarHour::from_unix_secs(latest - retention.history_s as i64);
             self.reservoir.forget_before(cutoff);
-            match self.store().and_then(|store| store.delete_hours_before(cutoff, PRUNE_BATCH_MAX)) {
+            match self.store().and_then(|store| store.delete_hours_before(cutoff, prune_budget(written.history_rows))) {
                 Ok(deleted) => self.history_rows_pruned += deleted,
                 Err(_) => self.storage_errors += 1,
             }
         }
         let finished_before_unix_s = crate::clock::unix_now_s() - retention.idempotency_age_max_s;
-        match self.store().and_then(|store| store.prune_idempotency(retention.idempotency_kept_max, finished_before_unix_s, PRUNE_BATCH_MAX)) {
+        match self.store().and_then(|store| store.prune_idempotency(retention.idempotency_kept_max, finished_before_unix_s, prune_budget(written.idempotency))) {
             Ok(deleted) => self.idempotency_pruned += deleted,
             Err(_) => self.storage_errors += 1,
         }
@@ -915,7 +962,7 @@ impl Actor for ReservoirActor {
             }
         });
         self.prune();
-        ctx.run_interval(PRUNE_INTERVAL, |actor, _ctx| actor.prune());
+        ctx.run_interval(self.retention.prune_interval, |actor, _ctx| actor.prune());
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
@@ -932,6 +979,7 @@ impl Handler<ArrivalUpdate> for ReservoirActor {
     fn handle(&mut self, message: ArrivalUpdate, _ctx: &mut Self::Context) -> Result<()> {
         self.latest_arrival_unix_s = Some(self.latest_arrival_unix_s.map_or(message.unix_secs, |l| l.max(message.unix_secs)));
         let update = self.reservoir.handle_arrival(message.unix_secs, message.template);
+        self.written_since_prune.history_rows += 2 + u64::from(update.sample.is_some());
         let result = self.store()?.apply(&update);
         self.written(result)
     }
@@ -950,6 +998,7 @@ impl Handler<ExecutionUpdate> for ReservoirActor {
             }
         };
         self.executions += 1;
+        self.written_since_prune.executions += 1;
         self.written(Ok(()))?;
         Ok(sequence)
     }
@@ -959,6 +1008,7 @@ impl Handler<IdempotencyUpdate> for ReservoirActor {
     type Result = Result<()>;
 
     fn handle(&mut self, message: IdempotencyUpdate, _ctx: &mut Self::Context) -> Result<()> {
+        self.written_since_prune.idempotency += 1;
         let result = self.store()?.put_idempotency(&message.0);
         self.written(result)
     }
@@ -1013,12 +1063,27 @@ impl Handler<GetRecentExecutions> for ReservoirActor {
     }
 }
 
+impl Handler<Prune> for ReservoirActor {
+    type Result = MessageResult<Prune>;
+
+    fn handle(&mut self, _message: Prune, _ctx: &mut Self::Context) -> Self::Result {
+        self.prune();
+        MessageResult(self.state())
+    }
+}
+
 impl Handler<GetState> for ReservoirActor {
     type Result = MessageResult<GetState>;
 
     fn handle(&mut self, _message: GetState, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(self.state())
+    }
+}
+
+impl ReservoirActor {
+    fn state(&self) -> ReservoirState {
         let hours: Vec<CalendarHour> = self.reservoir.hours().collect();
-        MessageResult(ReservoirState {
+        ReservoirState {
             hours: hours.len(),
             arrivals: hours.iter().map(|&h| self.reservoir.arrivals_in(h).0).sum(),
             executions: self.executions,
@@ -1028,6 +1093,6 @@ impl Handler<GetState> for ReservoirActor {
             idempotency_pruned: self.idempotency_pruned,
             history_rows_pruned: self.history_rows_pruned,
             disk_bytes: self.store.as_ref().and_then(|store| store.size_on_disk().ok()),
-        })
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The Reservoir actor against a real sled store in a scratch directory.
 
 use actix::Actor;
-use slogate_actors::reservoir::{ArrivalUpdate, ExecutionUpdate, Flush, GetCounts, GetRecentExecutions, GetState, ReservoirActor, ReservoirStore, Shutdown, SledStore};
+use slogate_actors::reservoir::{ArrivalUpdate, ExecutionUpdate, Flush, GetCounts, GetRecentExecutions, GetState, Prune, ReservoirActor, ReservoirStore, Shutdown, SledStore};
 use slogate_core::model::{ClusterId, QueryId, Rpu, TemplateId};
 use slogate_core::reservoir::{CalendarHour, ExecutionRecord, ReservoirConfig};
 use slogate_core::time::Duration;
@@ -213,7 +213,7 @@ async fn the_actor_prunes_the_log_to_its_retention() {
     for i in 0..120 {
         actor.send(ExecutionUpdate(record(i))).await.unwrap().unwrap();
     }
-    // The actor prunes every 5 s.
+    // The actor prunes every second.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let state = actor.send(GetState).await.unwrap();
@@ -227,6 +227,49 @@ async fn the_actor_prunes_the_log_to_its_retention() {
     let recent = actor.send(GetRecentExecutions { limit: 1_000 }).await.unwrap().unwrap();
     assert_eq!(recent, (70..120).map(record).collect::<Vec<_>>());
     actor.send(Shutdown).await.unwrap().unwrap();
+}
+
+#[actix_rt::test]
+async fn one_prune_deletes_everything_written_beyond_the_bound_since_the_last_whatever_the_rate() {
+    let dir = scratch("retention-pace");
+    // The interval never fires during the test: only the prune at start
+    // and the one asked for run.
+    let retention = slogate_actors::reservoir::Retention {
+        executions_kept_max: 100,
+        prune_interval: std::time::Duration::from_secs(3_600),
+        ..Default::default()
+    };
+    let actor = ReservoirActor::new(ReservoirConfig::default(), Box::new(SledStore::open(&dir).unwrap()), 10_000, 70_000)
+        .unwrap()
+        .with_retention(retention)
+        .start();
+    // Three times the smallest batch between two prunes: a fixed
+    // 20,000-row batch would leave 39,900 rows beyond the bound.
+    let written = 60_000u64;
+    let replies: Vec<_> = (0..written).map(|i| actor.send(ExecutionUpdate(record(i)))).collect();
+    for reply in replies {
+        reply.await.unwrap().unwrap();
+    }
+    let state = actor.send(Prune).await.unwrap();
+    assert_eq!((state.executions, state.executions_pruned), (100, written - 100), "{state:?}");
+    let recent = actor.send(GetRecentExecutions { limit: 1_000 }).await.unwrap().unwrap();
+    assert_eq!(recent, (written - 100..written).map(record).collect::<Vec<_>>());
+    actor.send(Shutdown).await.unwrap().unwrap();
+}
+
+proptest::proptest! {
+    /// The rows beyond a bound never grow from one prune to the next: each
+    /// prune deletes what arrived since the last and at least 10,000 rows
+    /// of any backlog, for any pattern of writes.
+    #[test]
+    fn rows_beyond_a_bound_never_grow_between_prunes(backlog in 0u64..200_000, writes in proptest::collection::vec(0u64..1_000_000, 1..50)) {
+        let mut over = backlog;
+        for written in writes {
+            let after = (over + written).saturating_sub(slogate_actors::reservoir::prune_budget(written) as u64);
+            proptest::prop_assert!(after <= over.saturating_sub(10_000), "{over} beyond the bound, {written} written, {after} left");
+            over = after;
+        }
+    }
 }
 
 fn idempotency_record(id: u64, finished_unix_s: f64) -> slogate_actors::idempotency::IdempotencyRecord {

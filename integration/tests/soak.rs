@@ -108,6 +108,9 @@ async fn under_sustained_load_memory_and_disk_level_off_and_every_submission_is_
     .await
     .unwrap();
     eprintln!("soak: reservoir {reservoir}");
+    let every_30_s = |series: &[(f64, f64)]| series.iter().step_by(15).map(|(t, y)| format!("{t:.0}s {y:.1}")).collect::<Vec<_>>().join(", ");
+    eprintln!("soak: disk MB {}", every_30_s(&disk));
+    eprintln!("soak: RSS MB {}", every_30_s(&rss));
 
     let warm = rss.len() / 2;
     let (rss_slope, disk_slope) = (slope_per_minute(&rss[warm..]), slope_per_minute(&disk[warm..]));

@@ -163,6 +163,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         idempotency_kept_max: (file.limits.idempotency_kept * file.pool.len()) as u64,
         idempotency_age_max_s: retention_s,
         history_s: file.reservoir.history_days * 86_400.0,
+        ..slogate_actors::reservoir::Retention::default()
     };
     let reservoir = ReservoirActor::new(reservoir_config, Box::new(store), file.reservoir.flush_every, mailbox)
         .map_err(|e| Error::Node(format!("cannot load the reservoir: {e}")))?
