@@ -801,7 +801,7 @@ const FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// The fewest rows a prune may delete from a table: a backlog (after a
 /// restart with a lower bound, say) drains in steps of this size, so one
 /// prune never stalls the actor for long.
-const PRUNE_BATCH_MIN: usize = 20_000;
+pub const PRUNE_BATCH_MIN: usize = 20_000;
 
 /// The most rows one prune deletes from a table that had `written_since`
 /// rows written since the previous prune: twice that, and at least

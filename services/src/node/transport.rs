@@ -343,3 +343,24 @@ impl<B: http_body::Body> http_body::Body for TrackedBody<B> {
         self.body.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio_stream::StreamExt as _;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn every_accepted_connection_has_tcp_nodelay_set() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let limits = TransportLimits { connections_max: 4, handshake_timeout: Duration::from_secs(5), idle_timeout: Duration::from_secs(5) };
+        let mut accepted = incoming(listener, limits, Connections::new(4));
+        let mut clients = Vec::new();
+        for _ in 0..3 {
+            clients.push(TcpStream::connect(address).await.unwrap());
+            let connection = accepted.next().await.expect("the accept loop runs").expect("accepted");
+            assert!(connection.stream.nodelay().unwrap(), "Nagle's algorithm is off on the node's side");
+        }
+    }
+}
