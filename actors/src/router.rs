@@ -13,6 +13,12 @@
 //! 4. when the backend reports, updates the pool view, feeds the policy,
 //!    logs the execution to the Reservoir, and replies.
 //!
+//! Learning stays off the routing path: the policy hands each refit of its
+//! predictor out as a job (`RoutingPolicy::defer_fits`), the shard runs it
+//! on tokio's blocking pool, at most one per pool at a time, and installs
+//! the result when it is done. Until then the previous fit predicts; a
+//! refit never stalls a routing decision (`predictor_fits` counts them).
+//!
 //! Every accepted query gets exactly one outcome: completed, timed out, or
 //! failed with a reason (a SQL error, a refused dispatch, a lost backend
 //! reply, a cancel). A query whose every waiting client has gone
@@ -324,6 +330,8 @@ struct InFlight {
 
 struct PoolRuntime {
     policy: Box<dyn RoutingPolicy>,
+    /// A refit of the policy's predictor is running off the thread.
+    fit_running: bool,
     backend: Arc<dyn Backend>,
     provider: Arc<dyn Provider>,
     catalog: Arc<SqlCatalog>,
@@ -390,6 +398,9 @@ pub struct PoolStats {
     /// Templates whose last SLO was forgotten to keep at most
     /// `templates_max` (least recently seen first).
     pub templates_evicted: u64,
+    /// Refits of the policy's predictor run off the routing thread and
+    /// installed.
+    pub predictor_fits: u64,
 }
 
 /// One pool's observable state.
@@ -494,8 +505,11 @@ impl RouterShard {
                         (cluster, tracker.start())
                     })
                     .collect();
+                let mut policy = setup.policy;
+                policy.defer_fits();
                 let runtime = PoolRuntime {
-                    policy: setup.policy,
+                    policy,
+                    fit_running: false,
                     backend: setup.backend,
                     provider: setup.provider,
                     catalog: setup.catalog,
@@ -935,7 +949,41 @@ impl Handler<ClientGone> for RouterShard {
 impl Handler<CompletionUpdate> for RouterShard {
     type Result = ();
 
-    fn handle(&mut self, message: CompletionUpdate, _ctx: &mut Self::Context) {
+    fn handle(&mut self, message: CompletionUpdate, ctx: &mut Self::Context) {
+        let pool = message.pool.clone();
+        self.complete(message);
+        self.start_fit(&pool, ctx);
+    }
+}
+
+impl RouterShard {
+    /// Runs the refit `pool`'s policy has due, if none is running yet, on
+    /// tokio's blocking pool, and installs it when done.
+    fn start_fit(&mut self, pool_id: &PoolId, ctx: &mut Context<Self>) {
+        let Some(pool) = self.pools.get_mut(pool_id) else { return };
+        if pool.fit_running {
+            return;
+        }
+        let Some(job) = pool.policy.take_fit_job() else { return };
+        pool.fit_running = true;
+        let pool_id = pool_id.clone();
+        let fit = tokio::task::spawn_blocking(move || job.run());
+        ctx.spawn(fit.into_actor(self).map(move |fit, actor, ctx| {
+            let Some(pool) = actor.pools.get_mut(&pool_id) else { return };
+            pool.fit_running = false;
+            match fit {
+                Ok(fit) => {
+                    pool.policy.install_fit(fit);
+                    pool.stats.predictor_fits += 1;
+                }
+                Err(error) => tracing::error!(message = "A predictor refit failed; the previous fit stays.", pool = %pool_id, %error),
+            }
+            // Completions that came in meanwhile may have made another due.
+            actor.start_fit(&pool_id, ctx);
+        }));
+    }
+
+    fn complete(&mut self, message: CompletionUpdate) {
         let now = self.clock.now();
         let recent_max = self.decisions_max;
         let Some(pool) = self.pools.get_mut(&message.pool) else { return };

@@ -18,6 +18,15 @@ async fn node(in_flight_max: usize) -> Addr<RouterShard> {
 }
 
 async fn node_logging_to(in_flight_max: usize, cluster_count: usize, reservoir: Option<Addr<ReservoirActor>>) -> Addr<RouterShard> {
+    node_with(BaselinePolicy::LeastLoaded.build(), in_flight_max, cluster_count, reservoir).await
+}
+
+async fn node_with(
+    policy: Box<dyn slogate_core::route::RoutingPolicy>,
+    in_flight_max: usize,
+    cluster_count: usize,
+    reservoir: Option<Addr<ReservoirActor>>,
+) -> Addr<RouterShard> {
     let clock = VirtualClock::start(1_000.0);
     let warehouse = EmulatedWarehouse::new(WorldConfig::default(), clock, 4_096).start();
     let mut clusters = Vec::new();
@@ -28,7 +37,7 @@ async fn node_logging_to(in_flight_max: usize, cluster_count: usize, reservoir: 
     let provider = EmulatedProvider::new(warehouse.clone(), clock, 64).start();
     let pool = PoolSetup {
         id: PoolId::default(),
-        policy: BaselinePolicy::LeastLoaded.build(),
+        policy,
         provider: std::sync::Arc::new(provider),
         backend: std::sync::Arc::new(warehouse),
         catalog: std::sync::Arc::default(),
@@ -82,6 +91,35 @@ async fn every_accepted_query_gets_exactly_one_outcome() {
     assert_eq!(pool.in_flight, 0);
     assert!(pool.clusters.iter().all(|c| c.running.is_empty()));
     assert_eq!(router.send(GetDecisions { limit: 10, tenant: None }).await.unwrap().len(), 10);
+}
+
+#[actix_rt::test]
+async fn a_learning_policy_refits_off_the_routing_thread_and_its_fits_are_installed() {
+    use slogate_core::predict::ConcurrencyAware;
+    use slogate_core::predict::concurrency::ConcurrencyConfig;
+    use slogate_core::route::slo::SloRouter;
+    tokio::time::pause();
+    let predictor = ConcurrencyAware::new(ConcurrencyConfig { refit_every: 16, ..ConcurrencyConfig::default() });
+    let policy = Box::new(SloRouter::new("slogate", predictor, slogate_core::billing::BillingConfig::default()));
+    let router = node_with(policy, 1_000, 2, None).await;
+    let mut replies = Vec::new();
+    for i in 0..100u32 {
+        replies.push(router.send(submit(&format!("q{i}"), 1 + i % 7)).await.unwrap().unwrap());
+    }
+    for reply in replies {
+        assert!(matches!(reply.reply.await.unwrap().status, SubmitStatus::Completed | SubmitStatus::TimedOut));
+    }
+    // Fits fall due after 1, 2, 4 and 8 completions, then every 16: ten in
+    // all. One runs at a time per pool, so some are merged into the next.
+    let mut fits = 0;
+    for _ in 0..200 {
+        fits = router.send(GetState).await.unwrap().pools[0].stats.predictor_fits;
+        if fits > 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!((1..=10).contains(&fits), "{fits} fits installed");
 }
 
 #[actix_rt::test]

@@ -43,8 +43,15 @@
 //!   the templates and sizes in the window.
 //! - (D) The fit is deterministic: the same observations in the same order
 //!   give the same predictions.
+//! - (E) A deferred fit is the same fit: with [`ConcurrencyAware::defer_fits`],
+//!   a refit that falls due is handed out as a [`FitJob`] (a copy of the
+//!   window and the warm start) instead of running inside `observe`; the
+//!   caller runs it anywhere and installs the [`Fit`]. Run and installed at
+//!   once, it gives predictions identical to the inline fit's. Until then
+//!   the previous fit keeps predicting.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -225,8 +232,14 @@ impl std::hash::Hasher for MultiplyHasher {
 pub struct ConcurrencyAware {
     config: ConcurrencyConfig,
     window: VecDeque<Observation>,
-    fitted: Option<Fitted>,
+    /// Shared with a [`FitJob`] as its warm start, without a copy.
+    fitted: Option<Arc<Fitted>>,
     observations: u64,
+    /// Refits are handed out ([`ConcurrencyAware::take_fit_job`]) rather
+    /// than run in `observe`.
+    deferred_fits: bool,
+    /// A deferred refit fell due and was not yet handed out.
+    fit_due: bool,
     /// Executions learned per template, ever (not only the window's), for
     /// the most recently seen `templates_max` templates.
     per_template: HashMap<TemplateId, u64>,
@@ -247,7 +260,36 @@ impl ConcurrencyAware {
     /// An untrained predictor.
     pub fn new(config: ConcurrencyConfig) -> Self {
         let templates = RecentKeys::new(config.templates_max);
-        ConcurrencyAware { config, window: VecDeque::new(), fitted: None, observations: 0, per_template: HashMap::new(), templates }
+        ConcurrencyAware {
+            config,
+            window: VecDeque::new(),
+            fitted: None,
+            observations: 0,
+            deferred_fits: false,
+            fit_due: false,
+            per_template: HashMap::new(),
+            templates,
+        }
+    }
+
+    /// From now on, a refit that falls due is not run inside `observe` but
+    /// handed out by [`ConcurrencyAware::take_fit_job`] (property E): a
+    /// live router runs it off its thread.
+    pub fn defer_fits(&mut self) {
+        self.deferred_fits = true;
+    }
+
+    /// The refit that fell due since the last one handed out, if any.
+    pub fn take_fit_job(&mut self) -> Option<FitJob> {
+        if !std::mem::take(&mut self.fit_due) || self.window.is_empty() {
+            return None;
+        }
+        Some(FitJob { config: self.config.clone(), window: self.window.iter().copied().collect(), previous: self.fitted.clone() })
+    }
+
+    /// Installs a fit run from a [`FitJob`]: predictions use it from now on.
+    pub fn install_fit(&mut self, fit: Fit) {
+        self.fitted = Some(fit.0);
     }
 
     /// The fitted size-scaling exponent α (`ℓ(s) ∝ s^-α`).
@@ -261,197 +303,234 @@ impl ConcurrencyAware {
         if self.window.is_empty() {
             return;
         }
-        let previous = self.fitted.take();
-        let iterations = if previous.is_some() { self.config.warm_fit_iterations } else { self.config.cold_fit_iterations };
+        self.fitted = Some(Arc::new(fit_window(&self.config, &self.window, self.fitted.as_deref())));
+    }
+}
 
-        // Dense indices in order of first appearance (deterministic).
-        let mut templates: Vec<TemplateId> = Vec::new();
-        let mut template_index: HashMap<TemplateId, usize> = HashMap::new();
-        let mut sizes: Vec<Rpu> = Vec::new();
-        let mut pairs: Vec<(TemplateId, Rpu)> = Vec::new();
-        let mut pair_index: HashMap<(TemplateId, Rpu), usize> = HashMap::new();
-        let mut bin_x_sum = [0.0; BINS];
-        let mut bin_count = [0.0; BINS];
-        let mut rows = Vec::with_capacity(self.window.len());
-        for o in &self.window {
-            let template = *template_index.entry(o.template).or_insert_with(|| {
-                templates.push(o.template);
-                templates.len() - 1
-            });
-            let size = sizes.iter().position(|s| *s == o.size).unwrap_or_else(|| {
-                sizes.push(o.size);
-                sizes.len() - 1
-            });
-            let template_size = *pair_index.entry((o.template, o.size)).or_insert_with(|| {
-                pairs.push((o.template, o.size));
-                pairs.len() - 1
-            });
-            let bin = bin_of(o.neighbours);
-            bin_x_sum[bin] += f64::from(o.neighbours).ln_1p();
-            bin_count[bin] += 1.0;
-            rows.push(Row { template, size, template_size, bin, log_latency: o.latency.as_secs_f64().max(1e-6).ln(), censored: o.censored });
-        }
+/// A refit detached from its predictor: a copy of the window and the
+/// previous fit to warm-start from. [`FitJob::run`] is pure, so it can run
+/// on any thread.
+#[derive(Clone, Debug)]
+pub struct FitJob {
+    config: ConcurrencyConfig,
+    window: Vec<Observation>,
+    previous: Option<Arc<Fitted>>,
+}
 
-        // Parameters, warm-started.
-        let old = previous.as_ref();
-        let mut base: Vec<f64> = templates.iter().map(|t| old.and_then(|f| f.base.get(t).copied()).unwrap_or(0.0)).collect();
-        let mut sensitivity: Vec<f64> =
-            templates.iter().map(|t| old.and_then(|f| f.sensitivity.get(t).copied()).unwrap_or(1.0)).collect();
-        let mut speed: Vec<f64> = sizes.iter().map(|s| old.and_then(|f| f.size.get(s).copied()).unwrap_or(0.0)).collect();
-        let mut deviation: Vec<f64> = pairs.iter().map(|p| old.and_then(|f| f.template_size.get(p).copied()).unwrap_or(0.0)).collect();
-        let mut shared: [f64; BINS] = old.map_or([0.0; BINS], |f| f.shared_raw);
-        let mut per_size: Vec<[f64; BINS]> =
-            sizes.iter().map(|s| old.and_then(|f| f.size_raw.get(s).copied()).unwrap_or([0.0; BINS])).collect();
-
-        let config = &self.config;
-        let curve = |shared: &[f64; BINS], per_size: &[[f64; BINS]], r: &Row| shared[r.bin] + per_size[r.size][r.bin];
-        for _ in 0..iterations {
-            // Censored rows are imputed as max(bound, current prediction).
-            let predict = |base: &[f64], speed: &[f64], deviation: &[f64], sensitivity: &[f64], shared: &[f64; BINS], per_size: &[[f64; BINS]], r: &Row| {
-                base[r.template] + speed[r.size] + deviation[r.template_size] + sensitivity[r.template] * curve(shared, per_size, r)
-            };
-            let targets: Vec<f64> = rows
-                .iter()
-                .map(|r| {
-                    let p = predict(&base, &speed, &deviation, &sensitivity, &shared, &per_size, r);
-                    if r.censored { r.log_latency.max(p) } else { r.log_latency }
-                })
-                .collect();
-            let residuals = |base: &[f64], speed: &[f64], deviation: &[f64], sensitivity: &[f64], shared: &[f64; BINS], per_size: &[[f64; BINS]]| {
-                rows.iter().zip(&targets).map(|(r, y)| y - predict(base, speed, deviation, sensitivity, shared, per_size, r)).collect::<Vec<f64>>()
-            };
-
-            // Additive terms: new = (Σ residual + n·old) / (n + shrinkage).
-            let additive = |values: &mut Vec<f64>, key: &dyn Fn(&Row) -> usize, residual: &[f64], shrinkage: f64| {
-                let mut sum = vec![0.0; values.len()];
-                let mut count = vec![0.0; values.len()];
-                for (r, e) in rows.iter().zip(residual) {
-                    sum[key(r)] += e;
-                    count[key(r)] += 1.0;
-                }
-                for (k, value) in values.iter_mut().enumerate() {
-                    *value = (sum[k] + count[k] * *value) / (count[k] + shrinkage).max(1e-12);
-                }
-            };
-            let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
-            additive(&mut base, &|r| r.template, &e, 0.0);
-            let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
-            additive(&mut speed, &|r| r.size, &e, 0.0);
-            let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
-            additive(&mut deviation, &|r| r.template_size, &e, config.template_size_shrinkage);
-
-            // Curves: regress the partial residual on β.
-            let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
-            let (mut num, mut den) = ([0.0; BINS], [0.0; BINS]);
-            for (r, e) in rows.iter().zip(&e) {
-                let b = sensitivity[r.template];
-                num[r.bin] += b * (e + b * shared[r.bin]);
-                den[r.bin] += b * b;
-            }
-            for bin in 0..BINS {
-                if den[bin] > 1e-12 {
-                    shared[bin] = num[bin] / den[bin];
-                }
-            }
-            let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
-            let (mut num, mut den) = (vec![[0.0; BINS]; sizes.len()], vec![[0.0; BINS]; sizes.len()]);
-            for (r, e) in rows.iter().zip(&e) {
-                let b = sensitivity[r.template];
-                num[r.size][r.bin] += b * (e + b * per_size[r.size][r.bin]);
-                den[r.size][r.bin] += b * b;
-            }
-            for (size, curve) in per_size.iter_mut().enumerate() {
-                for bin in 0..BINS {
-                    curve[bin] = num[size][bin] / (den[size][bin] + config.size_curve_shrinkage).max(1e-12);
-                }
-            }
-
-            // Sensitivities, shrunk towards 1 and kept non-negative.
-            let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
-            let (mut num, mut den) = (vec![0.0; templates.len()], vec![0.0; templates.len()]);
-            for (r, e) in rows.iter().zip(&e) {
-                let g = curve(&shared, &per_size, r);
-                num[r.template] += g * (e + sensitivity[r.template] * g);
-                den[r.template] += g * g;
-            }
-            for (t, b) in sensitivity.iter_mut().enumerate() {
-                *b = ((num[t] + config.sensitivity_shrinkage) / (den[t] + config.sensitivity_shrinkage).max(1e-12)).clamp(0.0, 8.0);
-            }
-
-            // Anchor the shared curve at its least-loaded bin; the bases
-            // absorb the shift.
-            if let Some(first) = (0..BINS).find(|&bin| bin_count[bin] > 0.0) {
-                let shift = shared[first];
-                for value in shared.iter_mut() {
-                    *value -= shift;
-                }
-                for (t, b) in base.iter_mut().enumerate() {
-                    *b += sensitivity[t] * shift;
-                }
-            }
-        }
-
-        // Prediction tables.
-        let bin_x = |bin: usize| bin_x_sum[bin] / bin_count[bin];
-        let shared_curve = Curve::monotone((0..BINS).filter(|&b| bin_count[b] > 0.0).map(|b| (bin_x(b), shared[b], bin_count[b])));
-        let mut size_counts = vec![[0.0; BINS]; sizes.len()];
-        for r in &rows {
-            size_counts[r.size][r.bin] += 1.0;
-        }
-        let size_curves: BTreeMap<Rpu, Curve> = sizes
-            .iter()
-            .enumerate()
-            .map(|(z, size)| {
-                // Only the bins this size has seen: beyond them, its own
-                // curve extends (other sizes' congestion says little about
-                // a bigger cluster's).
-                let seen = |b: usize| size_counts[z][b] >= config.min_rows_per_bin;
-                let curve = if (0..BINS).filter(|&b| seen(b)).count() >= 2 {
-                    Curve::monotone((0..BINS).filter(|&b| seen(b)).map(|b| (bin_x(b), shared[b] + per_size[z][b], size_counts[z][b])))
-                } else {
-                    shared_curve.clone()
-                };
-                (*size, curve)
-            })
-            .collect();
-        let size_exponent = if sizes.len() >= 2 {
-            let xs: Vec<f64> = sizes.iter().map(|s| f64::from(s.0.max(1)).ln()).collect();
-            let (mx, my) = (xs.iter().sum::<f64>() / xs.len() as f64, speed.iter().sum::<f64>() / speed.len() as f64);
-            let sxx: f64 = xs.iter().map(|x| (x - mx) * (x - mx)).sum();
-            let sxy: f64 = xs.iter().zip(&speed).map(|(x, y)| (x - mx) * (y - my)).sum();
-            if sxx > 1e-12 { (-sxy / sxx).clamp(0.0, 1.5) } else { config.default_size_exponent }
-        } else {
-            config.default_size_exponent
-        };
-        let speed_of: HashMap<Rpu, f64> = sizes.iter().copied().zip(speed.iter().copied()).collect();
-        let keyed = pairs
-            .iter()
-            .zip(&deviation)
-            .map(|(&(t, z), d)| {
-                let ti = template_index[&t];
-                ((t, z), (base[ti] + speed_of[&z] + d, sensitivity[ti]))
-            })
-            .collect();
-        let tables = size_curves
-            .iter()
-            .map(|(size, curve): (&Rpu, &Curve)| (*size, (0..TABLE).map(|n| curve.log_slowdown(n as u32)).collect()))
-            .collect();
-        self.fitted = Some(Fitted {
-            keyed,
-            tables,
-            unseen_base: median(&base),
-            base: templates.iter().copied().zip(base).collect(),
-            sensitivity: templates.iter().copied().zip(sensitivity).collect(),
-            template_size: pairs.iter().copied().zip(deviation).collect(),
-            size: sizes.iter().copied().zip(speed).collect(),
-            shared_raw: shared,
-            size_raw: sizes.iter().copied().zip(per_size).collect(),
-            shared_curve,
-            size_curves,
-            size_exponent,
-        });
+impl FitJob {
+    /// Executions it fits.
+    pub fn len(&self) -> usize {
+        self.window.len()
     }
 
+    /// Whether it has nothing to fit (never, as handed out).
+    pub fn is_empty(&self) -> bool {
+        self.window.is_empty()
+    }
+
+    /// Fits, as [`ConcurrencyAware::fit`] would have.
+    pub fn run(self) -> Fit {
+        Fit(Arc::new(fit_window(&self.config, &self.window, self.previous.as_deref())))
+    }
+}
+
+/// A finished fit, for [`ConcurrencyAware::install_fit`].
+#[derive(Clone, Debug)]
+pub struct Fit(Arc<Fitted>);
+
+/// Fits every parameter to `window`, warm-starting from `previous`.
+fn fit_window<'a>(config: &ConcurrencyConfig, window: impl IntoIterator<Item = &'a Observation> + Copy, previous: Option<&Fitted>) -> Fitted {
+    let iterations = if previous.is_some() { config.warm_fit_iterations } else { config.cold_fit_iterations };
+    let window_len = window.into_iter().count();
+
+    // Dense indices in order of first appearance (deterministic).
+    let mut templates: Vec<TemplateId> = Vec::new();
+    let mut template_index: HashMap<TemplateId, usize> = HashMap::new();
+    let mut sizes: Vec<Rpu> = Vec::new();
+    let mut pairs: Vec<(TemplateId, Rpu)> = Vec::new();
+    let mut pair_index: HashMap<(TemplateId, Rpu), usize> = HashMap::new();
+    let mut bin_x_sum = [0.0; BINS];
+    let mut bin_count = [0.0; BINS];
+    let mut rows = Vec::with_capacity(window_len);
+    for o in window {
+        let template = *template_index.entry(o.template).or_insert_with(|| {
+            templates.push(o.template);
+            templates.len() - 1
+        });
+        let size = sizes.iter().position(|s| *s == o.size).unwrap_or_else(|| {
+            sizes.push(o.size);
+            sizes.len() - 1
+        });
+        let template_size = *pair_index.entry((o.template, o.size)).or_insert_with(|| {
+            pairs.push((o.template, o.size));
+            pairs.len() - 1
+        });
+        let bin = bin_of(o.neighbours);
+        bin_x_sum[bin] += f64::from(o.neighbours).ln_1p();
+        bin_count[bin] += 1.0;
+        rows.push(Row { template, size, template_size, bin, log_latency: o.latency.as_secs_f64().max(1e-6).ln(), censored: o.censored });
+    }
+
+    // Parameters, warm-started.
+    let old = previous;
+    let mut base: Vec<f64> = templates.iter().map(|t| old.and_then(|f| f.base.get(t).copied()).unwrap_or(0.0)).collect();
+    let mut sensitivity: Vec<f64> =
+        templates.iter().map(|t| old.and_then(|f| f.sensitivity.get(t).copied()).unwrap_or(1.0)).collect();
+    let mut speed: Vec<f64> = sizes.iter().map(|s| old.and_then(|f| f.size.get(s).copied()).unwrap_or(0.0)).collect();
+    let mut deviation: Vec<f64> = pairs.iter().map(|p| old.and_then(|f| f.template_size.get(p).copied()).unwrap_or(0.0)).collect();
+    let mut shared: [f64; BINS] = old.map_or([0.0; BINS], |f| f.shared_raw);
+    let mut per_size: Vec<[f64; BINS]> =
+        sizes.iter().map(|s| old.and_then(|f| f.size_raw.get(s).copied()).unwrap_or([0.0; BINS])).collect();
+
+    let curve = |shared: &[f64; BINS], per_size: &[[f64; BINS]], r: &Row| shared[r.bin] + per_size[r.size][r.bin];
+    for _ in 0..iterations {
+        // Censored rows are imputed as max(bound, current prediction).
+        let predict = |base: &[f64], speed: &[f64], deviation: &[f64], sensitivity: &[f64], shared: &[f64; BINS], per_size: &[[f64; BINS]], r: &Row| {
+            base[r.template] + speed[r.size] + deviation[r.template_size] + sensitivity[r.template] * curve(shared, per_size, r)
+        };
+        let targets: Vec<f64> = rows
+            .iter()
+            .map(|r| {
+                let p = predict(&base, &speed, &deviation, &sensitivity, &shared, &per_size, r);
+                if r.censored { r.log_latency.max(p) } else { r.log_latency }
+            })
+            .collect();
+        let residuals = |base: &[f64], speed: &[f64], deviation: &[f64], sensitivity: &[f64], shared: &[f64; BINS], per_size: &[[f64; BINS]]| {
+            rows.iter().zip(&targets).map(|(r, y)| y - predict(base, speed, deviation, sensitivity, shared, per_size, r)).collect::<Vec<f64>>()
+        };
+
+        // Additive terms: new = (Σ residual + n·old) / (n + shrinkage).
+        let additive = |values: &mut Vec<f64>, key: &dyn Fn(&Row) -> usize, residual: &[f64], shrinkage: f64| {
+            let mut sum = vec![0.0; values.len()];
+            let mut count = vec![0.0; values.len()];
+            for (r, e) in rows.iter().zip(residual) {
+                sum[key(r)] += e;
+                count[key(r)] += 1.0;
+            }
+            for (k, value) in values.iter_mut().enumerate() {
+                *value = (sum[k] + count[k] * *value) / (count[k] + shrinkage).max(1e-12);
+            }
+        };
+        let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
+        additive(&mut base, &|r| r.template, &e, 0.0);
+        let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
+        additive(&mut speed, &|r| r.size, &e, 0.0);
+        let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
+        additive(&mut deviation, &|r| r.template_size, &e, config.template_size_shrinkage);
+
+        // Curves: regress the partial residual on β.
+        let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
+        let (mut num, mut den) = ([0.0; BINS], [0.0; BINS]);
+        for (r, e) in rows.iter().zip(&e) {
+            let b = sensitivity[r.template];
+            num[r.bin] += b * (e + b * shared[r.bin]);
+            den[r.bin] += b * b;
+        }
+        for bin in 0..BINS {
+            if den[bin] > 1e-12 {
+                shared[bin] = num[bin] / den[bin];
+            }
+        }
+        let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
+        let (mut num, mut den) = (vec![[0.0; BINS]; sizes.len()], vec![[0.0; BINS]; sizes.len()]);
+        for (r, e) in rows.iter().zip(&e) {
+            let b = sensitivity[r.template];
+            num[r.size][r.bin] += b * (e + b * per_size[r.size][r.bin]);
+            den[r.size][r.bin] += b * b;
+        }
+        for (size, curve) in per_size.iter_mut().enumerate() {
+            for bin in 0..BINS {
+                curve[bin] = num[size][bin] / (den[size][bin] + config.size_curve_shrinkage).max(1e-12);
+            }
+        }
+
+        // Sensitivities, shrunk towards 1 and kept non-negative.
+        let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
+        let (mut num, mut den) = (vec![0.0; templates.len()], vec![0.0; templates.len()]);
+        for (r, e) in rows.iter().zip(&e) {
+            let g = curve(&shared, &per_size, r);
+            num[r.template] += g * (e + sensitivity[r.template] * g);
+            den[r.template] += g * g;
+        }
+        for (t, b) in sensitivity.iter_mut().enumerate() {
+            *b = ((num[t] + config.sensitivity_shrinkage) / (den[t] + config.sensitivity_shrinkage).max(1e-12)).clamp(0.0, 8.0);
+        }
+
+        // Anchor the shared curve at its least-loaded bin; the bases
+        // absorb the shift.
+        if let Some(first) = (0..BINS).find(|&bin| bin_count[bin] > 0.0) {
+            let shift = shared[first];
+            for value in shared.iter_mut() {
+                *value -= shift;
+            }
+            for (t, b) in base.iter_mut().enumerate() {
+                *b += sensitivity[t] * shift;
+            }
+        }
+    }
+
+    // Prediction tables.
+    let bin_x = |bin: usize| bin_x_sum[bin] / bin_count[bin];
+    let shared_curve = Curve::monotone((0..BINS).filter(|&b| bin_count[b] > 0.0).map(|b| (bin_x(b), shared[b], bin_count[b])));
+    let mut size_counts = vec![[0.0; BINS]; sizes.len()];
+    for r in &rows {
+        size_counts[r.size][r.bin] += 1.0;
+    }
+    let size_curves: BTreeMap<Rpu, Curve> = sizes
+        .iter()
+        .enumerate()
+        .map(|(z, size)| {
+            // Only the bins this size has seen: beyond them, its own
+            // curve extends (other sizes' congestion says little about
+            // a bigger cluster's).
+            let seen = |b: usize| size_counts[z][b] >= config.min_rows_per_bin;
+            let curve = if (0..BINS).filter(|&b| seen(b)).count() >= 2 {
+                Curve::monotone((0..BINS).filter(|&b| seen(b)).map(|b| (bin_x(b), shared[b] + per_size[z][b], size_counts[z][b])))
+            } else {
+                shared_curve.clone()
+            };
+            (*size, curve)
+        })
+        .collect();
+    let size_exponent = if sizes.len() >= 2 {
+        let xs: Vec<f64> = sizes.iter().map(|s| f64::from(s.0.max(1)).ln()).collect();
+        let (mx, my) = (xs.iter().sum::<f64>() / xs.len() as f64, speed.iter().sum::<f64>() / speed.len() as f64);
+        let sxx: f64 = xs.iter().map(|x| (x - mx) * (x - mx)).sum();
+        let sxy: f64 = xs.iter().zip(&speed).map(|(x, y)| (x - mx) * (y - my)).sum();
+        if sxx > 1e-12 { (-sxy / sxx).clamp(0.0, 1.5) } else { config.default_size_exponent }
+    } else {
+        config.default_size_exponent
+    };
+    let speed_of: HashMap<Rpu, f64> = sizes.iter().copied().zip(speed.iter().copied()).collect();
+    let keyed = pairs
+        .iter()
+        .zip(&deviation)
+        .map(|(&(t, z), d)| {
+            let ti = template_index[&t];
+            ((t, z), (base[ti] + speed_of[&z] + d, sensitivity[ti]))
+        })
+        .collect();
+    let tables = size_curves
+        .iter()
+        .map(|(size, curve): (&Rpu, &Curve)| (*size, (0..TABLE).map(|n| curve.log_slowdown(n as u32)).collect()))
+        .collect();
+    Fitted {
+        keyed,
+        tables,
+        unseen_base: median(&base),
+        base: templates.iter().copied().zip(base).collect(),
+        sensitivity: templates.iter().copied().zip(sensitivity).collect(),
+        template_size: pairs.iter().copied().zip(deviation).collect(),
+        size: sizes.iter().copied().zip(speed).collect(),
+        shared_raw: shared,
+        size_raw: sizes.iter().copied().zip(per_size).collect(),
+        shared_curve,
+        size_curves,
+        size_exponent,
+    }
+}
+
+impl ConcurrencyAware {
     fn log_predict(&self, template: TemplateId, size: Rpu, neighbours: u32) -> f64 {
         let log_size = |s: Rpu| f64::from(s.0.max(1)).ln();
         let Some(f) = &self.fitted else {
@@ -496,8 +575,24 @@ impl LatencyPredictor for ConcurrencyAware {
         *self.per_template.entry(observation.template).or_default() += 1;
         let refit_every = self.config.refit_every.max(1);
         if (self.observations < refit_every && self.observations.is_power_of_two()) || self.observations % refit_every == 0 {
-            self.fit();
+            if self.deferred_fits {
+                self.fit_due = true;
+            } else {
+                self.fit();
+            }
         }
+    }
+
+    fn defer_fits(&mut self) {
+        ConcurrencyAware::defer_fits(self);
+    }
+
+    fn take_fit_job(&mut self) -> Option<FitJob> {
+        ConcurrencyAware::take_fit_job(self)
+    }
+
+    fn install_fit(&mut self, fit: Fit) {
+        ConcurrencyAware::install_fit(self, fit);
     }
 
     fn template_observations(&self, template: TemplateId) -> u64 {
@@ -521,6 +616,22 @@ mod tests {
 
     fn obs(template: u32, size: u32, neighbours: u32, latency_s: f64) -> Observation {
         Observation { template: TemplateId(template), size: Rpu(size), neighbours, latency: Duration::from_secs_f64(latency_s), censored: false }
+    }
+
+    #[test]
+    fn a_deferred_predictor_keeps_its_previous_fit_until_a_new_one_is_installed() {
+        let mut p = ConcurrencyAware::new(ConcurrencyConfig::default());
+        p.defer_fits();
+        let prior = p.predict(TemplateId(1), Rpu(16), 0);
+        p.observe(&obs(1, 16, 0, 40.0));
+        assert_eq!(p.predict(TemplateId(1), Rpu(16), 0), prior, "observing does not fit");
+        let job = p.take_fit_job().expect("the first observation makes a fit due");
+        assert_eq!(job.len(), 1);
+        assert!(p.take_fit_job().is_none(), "a due fit is handed out once");
+        p.observe(&obs(1, 16, 0, 40.0));
+        assert_eq!(p.predict(TemplateId(1), Rpu(16), 0), prior, "still the previous fit while the job runs");
+        p.install_fit(job.run());
+        assert!((p.predict(TemplateId(1), Rpu(16), 0).as_secs_f64() - 40.0).abs() < 1.0, "{:?}", p.predict(TemplateId(1), Rpu(16), 0));
     }
 
     #[test]
@@ -651,6 +762,28 @@ mod tests {
             b.fit();
             for n in [0, 3, 50] {
                 prop_assert_eq!(a.predict(TemplateId(2), Rpu(16), n), b.predict(TemplateId(2), Rpu(16), n));
+            }
+        }
+
+        /// Property E.
+        #[test]
+        fn a_deferred_fit_run_and_installed_at_once_predicts_as_the_inline_fit(
+            points in prop::collection::vec((1u32..5, prop::sample::select(vec![4u32, 16, 64]), 0u32..100, 0.1f64..100.0, any::<bool>()), 1..120),
+        ) {
+            let config = ConcurrencyConfig { refit_every: 16, ..ConcurrencyConfig::default() };
+            let mut inline = ConcurrencyAware::new(config.clone());
+            let mut deferred = ConcurrencyAware::new(config);
+            deferred.defer_fits();
+            for &(t, size, n, l, censored) in &points {
+                let o = Observation { censored, ..obs(t, size, n, l) };
+                inline.observe(&o);
+                deferred.observe(&o);
+                if let Some(job) = deferred.take_fit_job() {
+                    deferred.install_fit(job.run());
+                }
+                for (t, size, n) in [(1, 16, 0), (2, 4, 3), (3, 64, 50), (9, 32, 7)] {
+                    prop_assert_eq!(inline.predict(TemplateId(t), Rpu(size), n), deferred.predict(TemplateId(t), Rpu(size), n));
+                }
             }
         }
     }

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::{Query, QueryId, Rpu, TemplateId};
 use crate::time::{Duration, Instant};
 
-pub use concurrency::ConcurrencyAware;
+pub use concurrency::{ConcurrencyAware, Fit, FitJob};
 pub use stage::StageLike;
 
 /// One observed execution.
@@ -107,6 +107,22 @@ pub trait LatencyPredictor {
     /// Predicted latency of `template` on `size` when `neighbours` other
     /// queries overlap it.
     fn predict(&self, template: TemplateId, size: Rpu, neighbours: u32) -> Duration;
+
+    /// Hands refits out ([`LatencyPredictor::take_fit_job`]) instead of
+    /// running them while observing, for predictors that refit; a no-op
+    /// for the others.
+    fn defer_fits(&mut self) {}
+
+    /// The refit that fell due, once deferred; `None` for predictors that
+    /// do not refit.
+    fn take_fit_job(&mut self) -> Option<FitJob> {
+        None
+    }
+
+    /// Installs a fit run from a job this predictor handed out.
+    fn install_fit(&mut self, fit: Fit) {
+        let _ = fit;
+    }
 
     /// Counterfactual batch prediction: if `query` were placed at `now` on a
     /// cluster of `size` running `running`, its state and every running

@@ -91,6 +91,24 @@ pub trait RoutingPolicy {
     fn margin(&self) -> Option<margin::MarginState> {
         None
     }
+
+    /// Hands its predictor's refits out instead of running them inside
+    /// [`RoutingPolicy::handle_completion`] (see
+    /// [`crate::predict::ConcurrencyAware::defer_fits`]); a no-op for
+    /// policies that do not learn.
+    fn defer_fits(&mut self) {}
+
+    /// The refit that fell due, once deferred: the caller runs it (on
+    /// another thread, say) and hands the result to
+    /// [`RoutingPolicy::install_fit`].
+    fn take_fit_job(&mut self) -> Option<crate::predict::FitJob> {
+        None
+    }
+
+    /// Installs a fit run from a job this policy handed out.
+    fn install_fit(&mut self, fit: crate::predict::Fit) {
+        let _ = fit;
+    }
 }
 
 /// A router the planner drives in its predictor-driven replay (the spinup
@@ -144,6 +162,15 @@ impl<P: RoutingPolicy + ?Sized> RoutingPolicy for Box<P> {
     }
     fn margin(&self) -> Option<margin::MarginState> {
         (**self).margin()
+    }
+    fn defer_fits(&mut self) {
+        (**self).defer_fits()
+    }
+    fn take_fit_job(&mut self) -> Option<crate::predict::FitJob> {
+        (**self).take_fit_job()
+    }
+    fn install_fit(&mut self, fit: crate::predict::Fit) {
+        (**self).install_fit(fit)
     }
 }
 

@@ -592,6 +592,18 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
     fn fork_planner(&self) -> Option<Box<dyn PlanningRouter>> {
         Some(Box::new(self.clone()))
     }
+
+    fn defer_fits(&mut self) {
+        self.predictor.defer_fits();
+    }
+
+    fn take_fit_job(&mut self) -> Option<crate::predict::FitJob> {
+        self.predictor.take_fit_job()
+    }
+
+    fn install_fit(&mut self, fit: crate::predict::Fit) {
+        self.predictor.install_fit(fit);
+    }
 }
 
 #[cfg(test)]
