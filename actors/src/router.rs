@@ -437,6 +437,9 @@ pub struct RouterState {
 pub struct RouterShard {
     clock: VirtualClock,
     decision_time: std::sync::Arc<crate::metrics::Histogram>,
+    /// How late the lag probe's timer fires ([`RouterShard::with_lag_probe`]).
+    event_loop_lag: std::sync::Arc<crate::metrics::Histogram>,
+    lag_probe_every: Option<std::time::Duration>,
     pools: HashMap<PoolId, PoolRuntime>,
     reservoir: Option<Addr<ReservoirActor>>,
     decisions: VecDeque<DecisionRecord>,
@@ -533,6 +536,8 @@ impl RouterShard {
         RouterShard {
             clock,
             decision_time: std::sync::Arc::default(),
+            event_loop_lag: std::sync::Arc::default(),
+            lag_probe_every: None,
             pools,
             reservoir,
             decisions: VecDeque::new(),
@@ -564,6 +569,28 @@ impl RouterShard {
         self.decision_time.clone()
     }
 
+    /// Measures the shard's event-loop lag: a timer set `every` apart
+    /// records how late it fires, which is how long a message waits
+    /// behind the work ahead of it on the shard's thread (plus up to about
+    /// 1 ms of timer granularity).
+    pub fn with_lag_probe(mut self, every: std::time::Duration) -> Self {
+        self.lag_probe_every = Some(every);
+        self
+    }
+
+    /// The lag probe's measurements, for the metrics endpoint.
+    pub fn event_loop_lag(&self) -> std::sync::Arc<crate::metrics::Histogram> {
+        self.event_loop_lag.clone()
+    }
+
+    fn probe_lag(&self, every: std::time::Duration, ctx: &mut Context<Self>) {
+        let due = std::time::Instant::now() + every;
+        ctx.run_later(every, move |actor, ctx| {
+            actor.event_loop_lag.observe(std::time::Instant::now().saturating_duration_since(due));
+            actor.probe_lag(every, ctx);
+        });
+    }
+
     fn record_decision(&mut self, record: DecisionRecord) {
         if self.decisions.len() == self.decisions_max {
             self.decisions.pop_back();
@@ -579,6 +606,9 @@ impl Actor for RouterShard {
         ctx.set_mailbox_capacity(self.mailbox_capacity);
         for (id, pool) in &self.pools {
             pool.backend.watch_clusters(id.clone(), ctx.address().recipient());
+        }
+        if let Some(every) = self.lag_probe_every {
+            self.probe_lag(every, ctx);
         }
     }
 }

@@ -100,6 +100,12 @@ async fn three_hundred_concurrent_submissions_all_complete_and_show_in_the_admin
         .and_then(|value| value.parse().ok())
         .unwrap_or_else(|| panic!("no slogate_reservoir_disk_bytes in {body}"));
     assert!(reservoir_disk_bytes > 0);
+    let lag_probes: u64 = body
+        .lines()
+        .find_map(|line| line.strip_prefix("slogate_event_loop_lag_seconds_count{} "))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no slogate_event_loop_lag_seconds_count in {body}"));
+    assert!(lag_probes > 0, "the routing thread's lag probe fires while the node runs");
     assert!(actors["reservoir"]["disk_bytes"].as_u64().is_some_and(|bytes| bytes > 0), "{actors}");
     assert_eq!(node.shutdown().await, 0);
     std::fs::remove_dir_all(&dir).ok();

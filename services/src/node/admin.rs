@@ -69,6 +69,8 @@ pub struct Histograms {
     pub decision_time: Arc<Histogram>,
     /// Each query's time in slogate outside the backend.
     pub added_latency: Arc<Histogram>,
+    /// How late the routing thread's lag probe fires.
+    pub event_loop_lag: Arc<Histogram>,
 }
 
 /// Routes of the admin API. A path it has answers any other method with
@@ -606,6 +608,12 @@ async fn metrics(request: HttpRequest, state: web::Data<AdminState>) -> HttpResp
         }
     }
     state.histograms.decision_time.render(&mut out, "slogate_decision_time_seconds", "Wall time of each routing decision.", "");
+    state.histograms.event_loop_lag.render(
+        &mut out,
+        "slogate_event_loop_lag_seconds",
+        "How late a timer on the routing thread fires, every 10 ms: how long a message waits behind other work there (with about 1 ms of timer granularity).",
+        "",
+    );
     state.histograms.added_latency.render(
         &mut out,
         "slogate_gateway_added_latency_seconds",

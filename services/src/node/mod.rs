@@ -179,9 +179,10 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         templates_max: file.limits.templates_per_pool_max,
         clusters_per_pool_max: file.limits.clusters_per_pool_max,
     };
-    let mut router = RouterShard::new(clock, pools, Some(reservoir.clone()), limits);
+    let mut router = RouterShard::new(clock, pools, Some(reservoir.clone()), limits).with_lag_probe(LAG_PROBE_EVERY);
     router.restore_idempotency(idempotency);
-    let histograms = admin::Histograms { decision_time: router.decision_time(), added_latency: Arc::default() };
+    let histograms =
+        admin::Histograms { decision_time: router.decision_time(), added_latency: Arc::default(), event_loop_lag: router.event_loop_lag() };
     let router = router.start();
 
     // Autoscalers, each on its own thread: the size selector's replays run
@@ -415,6 +416,9 @@ async fn postgres_pool(id: &PoolId, pool: &crate::config::PoolSection, index: us
     tracing::info!(message = "Postgres pool connected.", pool = %id, clusters = pool.endpoint.len(), catalog_templates = catalog.len());
     Ok(PoolWiring { backend: Arc::new(backend), provider: Arc::new(FixedEndpoints), catalog: Arc::new(catalog), clusters })
 }
+
+/// How often the routing thread's lag probe fires.
+const LAG_PROBE_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// The most recent executions a learned policy warms up on.
 const WARM_UP_EXECUTIONS_MAX: usize = 200_000;
