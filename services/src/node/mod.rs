@@ -167,11 +167,8 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     };
     let reservoir = ReservoirActor::new(reservoir_config, Box::new(store), file.reservoir.flush_every, mailbox)
         .map_err(|e| Error::Node(format!("cannot load the reservoir: {e}")))?
-        .with_retention(retention);
-    // The reservoir's sled writes (a third of the routing thread's time
-    // when they shared it) run on a thread of their own.
-    let reservoir_arbiter = actix::Arbiter::new();
-    let reservoir = ReservoirActor::start_in_arbiter(&reservoir_arbiter.handle(), move |_| reservoir);
+        .with_retention(retention)
+        .start();
 
     let limits = RouterLimits {
         billing: slogate_core::billing::BillingConfig::default(),
@@ -192,7 +189,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     // there, off the routing path.
     let mut autoscalers = Vec::new();
     let mut tuners = Vec::new();
-    let mut arbiters = vec![reservoir_arbiter];
+    let mut arbiters = Vec::new();
     for (i, pool) in file.pool.iter().enumerate().filter(|(_, p)| p.autoscale.enabled) {
         let (knobs, policy) = pool.autoscale.to_core(&format!("pool[{i}].autoscale"))?;
         let core = slogate_core::scale::Autoscaler::new(knobs.clone(), policy, slogate_core::billing::BillingConfig::default());
