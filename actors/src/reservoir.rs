@@ -868,9 +868,6 @@ pub struct ReservoirActor {
     idempotency_pruned: u64,
     history_rows_pruned: u64,
     written_since_prune: WrittenSincePrune,
-    /// The latest arrival's calendar time: history is kept relative to it
-    /// (the node's calendar may run compressed).
-    latest_arrival_unix_s: Option<i64>,
 }
 
 impl ReservoirActor {
@@ -892,7 +889,6 @@ impl ReservoirActor {
             idempotency_pruned: 0,
             history_rows_pruned: 0,
             written_since_prune: WrittenSincePrune::default(),
-            latest_arrival_unix_s: None,
         })
     }
 
@@ -915,9 +911,7 @@ impl ReservoirActor {
             }
             Err(_) => self.storage_errors += 1,
         }
-        if let Some(latest) = self.latest_arrival_unix_s {
-            let (cutoff, _) = CalendarHour::from_unix_secs(latest - retention.history_s as i64);
-            self.reservoir.forget_before(cutoff);
+        if let Some(cutoff) = self.reservoir.forget_older_than(retention.history_s) {
             match self.store().and_then(|store| store.delete_hours_before(cutoff, prune_budget(written.history_rows))) {
                 Ok(deleted) => self.history_rows_pruned += deleted,
                 Err(_) => self.storage_errors += 1,
@@ -977,7 +971,6 @@ impl Handler<ArrivalUpdate> for ReservoirActor {
     type Result = Result<()>;
 
     fn handle(&mut self, message: ArrivalUpdate, _ctx: &mut Self::Context) -> Result<()> {
-        self.latest_arrival_unix_s = Some(self.latest_arrival_unix_s.map_or(message.unix_secs, |l| l.max(message.unix_secs)));
         let update = self.reservoir.handle_arrival(message.unix_secs, message.template);
         self.written_since_prune.history_rows += 2 + u64::from(update.sample.is_some());
         let result = self.store()?.apply(&update);

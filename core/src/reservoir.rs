@@ -57,6 +57,11 @@ impl CalendarHour {
         (hour, (within_day % SECS_PER_HOUR) as u16)
     }
 
+    /// The hour's first second, since the Unix epoch.
+    pub fn start_unix_secs(self) -> i64 {
+        i64::from(self.day) * SECS_PER_DAY + i64::from(self.hour) * SECS_PER_HOUR
+    }
+
     /// Day of week, 0 = Monday … 6 = Sunday (1970-01-01 was a Thursday).
     pub fn weekday(self) -> u8 {
         (i64::from(self.day) + 3).rem_euclid(7) as u8
@@ -283,6 +288,18 @@ impl Reservoir {
         self.arrivals.keys().copied()
     }
 
+    /// Keeps `history_s` of history: forgets the hours that began more
+    /// than that before the latest hour with arrivals, and returns the
+    /// first hour kept (the shell deletes the stored rows before it), or
+    /// `None` with no arrivals. Relative to the latest arrival, not the
+    /// clock, so a compressed or replayed calendar keeps its history too.
+    pub fn forget_older_than(&mut self, history_s: f64) -> Option<CalendarHour> {
+        let latest = *self.arrivals.keys().next_back()?;
+        let (cutoff, _) = CalendarHour::from_unix_secs(latest.start_unix_secs() - history_s as i64);
+        self.forget_before(cutoff);
+        Some(cutoff)
+    }
+
     /// Forgets every hour before `cutoff` (the history kept is bounded by
     /// age); returns how many hours it forgot.
     pub fn forget_before(&mut self, cutoff: CalendarHour) -> usize {
@@ -331,6 +348,21 @@ mod tests {
         let kept: Vec<_> = hours[30..].iter().map(|&h| (reservoir.arrivals_in(h).0, reservoir.counts_in(h).collect::<Vec<_>>())).collect();
         assert_eq!(kept, later);
         assert!(hours[..30].iter().all(|&h| reservoir.counts_in(h).next().is_none()));
+    }
+
+    #[test]
+    fn history_is_kept_relative_to_the_latest_hour_with_arrivals() {
+        let mut reservoir = Reservoir::new(ReservoirConfig::default());
+        assert_eq!(reservoir.forget_older_than(86_400.0), None);
+        let start = 1_700_006_400;
+        for i in 0..72 {
+            reservoir.handle_arrival(start + i * 3_600 + 1_800, TemplateId(1));
+        }
+        let hours: Vec<_> = reservoir.hours().collect();
+        assert_eq!(hours[0].start_unix_secs(), start);
+        let cutoff = reservoir.forget_older_than(86_400.0).unwrap();
+        assert_eq!(cutoff, hours[47], "a day before the latest hour's start");
+        assert_eq!(reservoir.hours().collect::<Vec<_>>(), hours[47..].to_vec());
     }
 
     #[test]

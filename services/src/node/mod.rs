@@ -126,7 +126,10 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             "postgres" => postgres_pool(&id, pool, i, clock).await?,
             _ => emulated_pool(file.node.seed, pool, elastic.as_ref(), clock, mailbox).await?,
         };
-        let terms = crate::eval::PoolTerms { elastic: elastic.clone(), provisioned, director_queue_per_16_rpu: Some(pool.elastic.director_queue_per_16_rpu),
+        let terms = crate::eval::PoolTerms {
+            elastic: elastic.clone(),
+            provisioned,
+            director_queue_per_16_rpu: Some(pool.elastic.director_queue_per_16_rpu),
             templates_max: Some(file.limits.templates_per_pool_max),
         };
         let policy = crate::eval::build_policy_with(&pool.policy, &history, &terms).map_err(|e| Error::Config(e.to_string()))?;
