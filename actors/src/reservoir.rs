@@ -729,6 +729,84 @@ pub struct ExecutionUpdate(pub ExecutionRecord);
 #[rtype(result = "Result<()>")]
 pub struct IdempotencyUpdate(pub IdempotencyRecord);
 
+/// Updates sent through a [`ReservoirLink`] and not yet handled: how far
+/// the Reservoir is behind its writers. The gRPC intake holds new queries
+/// while it is above a high-water mark, so a Reservoir on its own thread
+/// that cannot keep up slows the clients instead of growing its mailbox.
+#[derive(Clone, Debug, Default)]
+pub struct Backlog(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Backlog {
+    /// Updates waiting now.
+    pub fn len(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether none is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// How the RouterShard sends the Reservoir its updates: the actor's
+/// address and the [`Backlog`] both count.
+#[derive(Clone)]
+pub struct ReservoirLink {
+    addr: Addr<ReservoirActor>,
+    backlog: Backlog,
+}
+
+impl ReservoirLink {
+    /// The actor.
+    pub fn addr(&self) -> &Addr<ReservoirActor> {
+        &self.addr
+    }
+
+    /// The updates sent and not yet handled.
+    pub fn backlog(&self) -> Backlog {
+        self.backlog.clone()
+    }
+
+    /// Sends `update` without waiting for it; `false` when the mailbox is
+    /// full and the update was dropped.
+    pub fn offer<M>(&self, update: M) -> bool
+    where
+        M: Message + Send + 'static,
+        M::Result: Send,
+        ReservoirActor: Handler<M>,
+    {
+        self.backlog.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.addr.try_send::<Offered<M>>(Offered(update)).is_ok() {
+            return true;
+        }
+        self.backlog.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        false
+    }
+}
+
+/// An update sent through [`ReservoirLink::offer`]: handled as `M`, with
+/// the backlog counted down.
+struct Offered<M>(M);
+
+impl<M: Message> Message for Offered<M> {
+    type Result = ();
+}
+
+impl<M> Handler<Offered<M>> for ReservoirActor
+where
+    M: Message + Send + 'static,
+    ReservoirActor: Handler<M>,
+{
+    type Result = ();
+
+    fn handle(&mut self, message: Offered<M>, ctx: &mut Self::Context) {
+        self.backlog.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        // A failed write is counted in `storage_errors`; nobody waits for
+        // the reply.
+        let _ = <Self as Handler<M>>::handle(self, message.0, ctx);
+    }
+}
+
 /// Makes everything recorded so far durable.
 #[derive(Message)]
 #[rtype(result = "Result<()>")]
@@ -868,6 +946,7 @@ pub struct ReservoirActor {
     idempotency_pruned: u64,
     history_rows_pruned: u64,
     written_since_prune: WrittenSincePrune,
+    backlog: Backlog,
 }
 
 impl ReservoirActor {
@@ -889,6 +968,7 @@ impl ReservoirActor {
             idempotency_pruned: 0,
             history_rows_pruned: 0,
             written_since_prune: WrittenSincePrune::default(),
+            backlog: Backlog::default(),
         })
     }
 
@@ -897,6 +977,21 @@ impl ReservoirActor {
     pub fn with_retention(mut self, retention: Retention) -> Self {
         self.retention = retention;
         self
+    }
+
+    /// Starts the actor on this thread, returning the link its writers send
+    /// through.
+    pub fn start_linked(self) -> ReservoirLink {
+        let backlog = self.backlog.clone();
+        ReservoirLink { addr: self.start(), backlog }
+    }
+
+    /// Starts the actor on `arbiter`'s thread (its sled writes then leave
+    /// the caller's), returning the link its writers send through.
+    pub fn start_linked_in(self, arbiter: &actix::ArbiterHandle) -> ReservoirLink {
+        let backlog = self.backlog.clone();
+        let addr = ReservoirActor::start_in_arbiter(arbiter, move |_| self);
+        ReservoirLink { addr, backlog }
     }
 
     /// Deletes one batch of each table's rows beyond the retention.

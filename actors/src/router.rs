@@ -45,7 +45,7 @@ use crate::backend::{Backend, CancelReason, ClusterUpdate, Completion, Execution
 use crate::clock::VirtualClock;
 use crate::provider::Provider;
 use crate::idempotency::{IdempotencyRecord, IdempotencyTable, RequestDigest};
-use crate::reservoir::{ArrivalUpdate, ExecutionUpdate, IdempotencyUpdate, ReservoirActor};
+use crate::reservoir::{ArrivalUpdate, ExecutionUpdate, IdempotencyUpdate, ReservoirLink};
 use crate::tracker::{Cancel, ClusterTracker, Dispatch, Release, TrackerSetup};
 use crate::{Error, Result};
 
@@ -441,7 +441,7 @@ pub struct RouterShard {
     event_loop_lag: std::sync::Arc<crate::metrics::Histogram>,
     lag_probe_every: Option<std::time::Duration>,
     pools: HashMap<PoolId, PoolRuntime>,
-    reservoir: Option<Addr<ReservoirActor>>,
+    reservoir: Option<ReservoirLink>,
     decisions: VecDeque<DecisionRecord>,
     decisions_max: usize,
     next_query: u64,
@@ -479,7 +479,7 @@ pub struct RouterLimits {
 
 impl RouterShard {
     /// A shard owning `pools`.
-    pub fn new(clock: VirtualClock, pools: Vec<PoolSetup>, reservoir: Option<Addr<ReservoirActor>>, limits: RouterLimits) -> Self {
+    pub fn new(clock: VirtualClock, pools: Vec<PoolSetup>, reservoir: Option<ReservoirLink>, limits: RouterLimits) -> Self {
         let pools = pools
             .into_iter()
             .map(|setup| {
@@ -839,7 +839,7 @@ impl Handler<Submit> for RouterShard {
         pool.slos.insert(query.template, query.slo.latency);
         if let Some(reservoir) = &self.reservoir {
             let unix_secs = self.clock.calendar_now_s().floor() as i64;
-            if reservoir.try_send(ArrivalUpdate { unix_secs, template: query.template }).is_err() {
+            if !reservoir.offer(ArrivalUpdate { unix_secs, template: query.template }) {
                 self.reservoir_updates_dropped += 1;
             }
         }
@@ -1057,7 +1057,7 @@ impl RouterShard {
                         ran_alone: !flight.overlapped,
                         queued: report.started.map_or(slogate_core::time::Duration::ZERO, |started| started.saturating_duration_since(report.dispatched)),
                     };
-                    if reservoir.try_send(ExecutionUpdate(record)).is_err() {
+                    if !reservoir.offer(ExecutionUpdate(record)) {
                         self.reservoir_updates_dropped += 1;
                     }
                 }
@@ -1109,7 +1109,7 @@ impl RouterShard {
                 outcome: outcome.without_rows(),
             };
             if let Some(reservoir) = &self.reservoir
-                && reservoir.try_send(IdempotencyUpdate(record.clone())).is_err()
+                && !reservoir.offer(IdempotencyUpdate(record.clone()))
             {
                 self.reservoir_updates_dropped += 1;
             }

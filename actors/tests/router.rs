@@ -5,7 +5,7 @@ use slogate_actors::Error;
 use slogate_actors::clock::VirtualClock;
 use slogate_actors::idempotency::RequestDigest;
 use slogate_actors::provider::EmulatedProvider;
-use slogate_actors::reservoir::{Flush, GetRecentExecutions, ReservoirActor, SledStore};
+use slogate_actors::reservoir::{Flush, GetRecentExecutions, ReservoirActor, ReservoirLink, SledStore};
 use slogate_actors::router::{Drain, FailInFlight, GetDecisions, GetSloBook, GetState, PoolSetup, RouterLimits, RouterShard, Submit, SubmitStatus};
 use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse};
 use slogate_core::model::{ClusterState, PoolId, Rpu, Slo, TemplateId};
@@ -17,7 +17,7 @@ async fn node(in_flight_max: usize) -> Addr<RouterShard> {
     node_logging_to(in_flight_max, 2, None).await
 }
 
-async fn node_logging_to(in_flight_max: usize, cluster_count: usize, reservoir: Option<Addr<ReservoirActor>>) -> Addr<RouterShard> {
+async fn node_logging_to(in_flight_max: usize, cluster_count: usize, reservoir: Option<ReservoirLink>) -> Addr<RouterShard> {
     node_with(BaselinePolicy::LeastLoaded.build(), in_flight_max, cluster_count, reservoir).await
 }
 
@@ -25,7 +25,7 @@ async fn node_with(
     policy: Box<dyn slogate_core::route::RoutingPolicy>,
     in_flight_max: usize,
     cluster_count: usize,
-    reservoir: Option<Addr<ReservoirActor>>,
+    reservoir: Option<ReservoirLink>,
 ) -> Addr<RouterShard> {
     let clock = VirtualClock::start(1_000.0);
     let warehouse = EmulatedWarehouse::new(WorldConfig::default(), clock, 4_096).start();
@@ -224,7 +224,7 @@ async fn the_execution_log_records_queueing_and_whether_a_query_ran_alone() {
     let dir = std::env::temp_dir().join(format!("slogate-router-log-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let store = SledStore::open(&dir).unwrap();
-    let reservoir = ReservoirActor::new(slogate_core::reservoir::ReservoirConfig::default(), Box::new(store), 1, 64).unwrap().start();
+    let reservoir = ReservoirActor::new(slogate_core::reservoir::ReservoirConfig::default(), Box::new(store), 1, 64).unwrap().start_linked();
     // One 16-RPU cluster: a lone query, then eight at once, more than its
     // admission slots.
     let router = node_logging_to(1_000, 1, Some(reservoir.clone())).await;
@@ -236,8 +236,8 @@ async fn the_execution_log_records_queueing_and_whether_a_query_ran_alone() {
     for reply in replies {
         reply.reply.await.unwrap();
     }
-    reservoir.send(Flush).await.unwrap().unwrap();
-    let log = reservoir.send(GetRecentExecutions { limit: 100 }).await.unwrap().unwrap();
+    reservoir.addr().send(Flush).await.unwrap().unwrap();
+    let log = reservoir.addr().send(GetRecentExecutions { limit: 100 }).await.unwrap().unwrap();
     assert_eq!(log.len(), 9);
     assert!(log[0].ran_alone && log[0].queued == Duration::ZERO, "{:?}", log[0]);
     assert!(log[1..].iter().all(|r| !r.ran_alone));

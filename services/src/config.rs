@@ -215,6 +215,9 @@ pub struct ReservoirSection {
     /// Days of arrival history (the count table the tuner forecasts from)
     /// kept before the latest arrival.
     pub history_days: f64,
+    /// Updates waiting for the reservoir's thread before the gRPC intake
+    /// holds new queries until it catches up.
+    pub backlog_max: usize,
 }
 
 /// `[[pool]]`.
@@ -877,6 +880,7 @@ impl Default for ReservoirSection {
             execution_retention_h: 720.0,
             cache_mb: 64,
             history_days: 35.0,
+            backlog_max: 16_384,
         }
     }
 }
@@ -1092,6 +1096,9 @@ impl NodeConfig {
         }
         if !(file.reservoir.history_days.is_finite() && file.reservoir.history_days >= 1.0) {
             return Err(invalid("reservoir.history_days", "must be a finite number of days ≥ 1"));
+        }
+        if file.reservoir.backlog_max == 0 || file.reservoir.backlog_max >= file.limits.mailbox_capacity {
+            return Err(invalid("reservoir.backlog_max", "must be at least 1 and below limits.mailbox_capacity"));
         }
         if !(1..=65_536).contains(&file.reservoir.cache_mb) {
             return Err(invalid("reservoir.cache_mb", "must be between 1 and 65536 MiB"));

@@ -106,6 +106,8 @@ async fn three_hundred_concurrent_submissions_all_complete_and_show_in_the_admin
         .and_then(|value| value.parse().ok())
         .unwrap_or_else(|| panic!("no slogate_event_loop_lag_seconds_count in {body}"));
     assert!(lag_probes > 0, "the routing thread's lag probe fires while the node runs");
+    assert!(body.contains("slogate_intake_held_total 0"), "300 queries never fill the reservoir's backlog: {body}");
+    assert!(body.contains("# TYPE slogate_reservoir_backlog gauge"), "{body}");
     assert!(actors["reservoir"]["disk_bytes"].as_u64().is_some_and(|bytes| bytes > 0), "{actors}");
     assert_eq!(node.shutdown().await, 0);
     std::fs::remove_dir_all(&dir).ok();

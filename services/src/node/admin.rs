@@ -46,6 +46,8 @@ pub struct AdminState {
     pub auth_failures: Arc<std::sync::atomic::AtomicU64>,
     /// The tenants, whose tokens read their own queries and decisions.
     pub tenants: Arc<super::tenants::Tenants>,
+    /// The gRPC intake's backpressure on the reservoir.
+    pub intake: super::grpc::Intake,
 }
 
 /// The largest request body the admin API reads, bytes.
@@ -651,6 +653,13 @@ async fn metrics(request: HttpRequest, state: web::Data<AdminState>) -> HttpResp
     if let Some(bytes) = reservoir.disk_bytes {
         node_metric("reservoir_disk_bytes", "gauge", "Bytes the reservoir's store takes on disk.", bytes);
     }
+    node_metric("reservoir_backlog", "gauge", "Updates waiting for the reservoir's thread.", state.intake.reservoir_backlog.len() as u64);
+    node_metric(
+        "intake_held_total",
+        "counter",
+        "Queries the gRPC intake held while the reservoir's backlog was over reservoir.backlog_max.",
+        state.intake.held.load(Ordering::Relaxed),
+    );
     let failures = state.auth_failures.load(Ordering::Relaxed);
     writeln!(
         out,

@@ -38,6 +38,48 @@ pub fn gateway_error(error: slogate_actors::Error) -> GatewayError {
     }
 }
 
+/// How long a query waits at the intake for the reservoir to catch up
+/// before it is refused (UNAVAILABLE, retryable).
+pub const INTAKE_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The intake's backpressure: new queries wait while more than
+/// `backlog_max` updates wait for the reservoir's thread, so a reservoir
+/// that cannot keep up slows the clients (as one thread for both did)
+/// rather than growing its mailbox or dropping history.
+#[derive(Clone, Debug)]
+pub struct Intake {
+    /// Updates sent to the reservoir and not yet handled.
+    pub reservoir_backlog: slogate_actors::reservoir::Backlog,
+    /// The high-water mark.
+    pub backlog_max: usize,
+    /// How long a query waits at most ([`INTAKE_WAIT_MAX`] in a node).
+    pub wait_max: std::time::Duration,
+    /// Queries that had to wait, since start.
+    pub held: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Intake {
+    /// Returns once the reservoir's backlog is at most `backlog_max`, or
+    /// UNAVAILABLE after `wait_max`.
+    pub async fn admit(&self) -> Result<(), GatewayError> {
+        if self.reservoir_backlog.len() <= self.backlog_max {
+            return Ok(());
+        }
+        self.held.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let deadline = tokio::time::Instant::now() + self.wait_max;
+        while self.reservoir_backlog.len() > self.backlog_max {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(GatewayError::Unavailable(format!(
+                    "the node's execution log is {} updates behind; retry",
+                    self.reservoir_backlog.len()
+                )));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        Ok(())
+    }
+}
+
 /// The Gateway service.
 #[derive(Clone)]
 pub struct GatewayService {
@@ -48,6 +90,7 @@ pub struct GatewayService {
     /// Turns true when the node starts to shut down: streams stop reading.
     closing: tokio::sync::watch::Receiver<bool>,
     tenants: Arc<Tenants>,
+    intake: Intake,
 }
 
 /// A request once validated: only what the query needs from here on.
@@ -64,7 +107,7 @@ impl GatewayService {
     /// A service forwarding to `router`, recording each query's time in
     /// slogate outside the backend in `added_latency`; each `SubmitStream`
     /// has at most `stream_in_flight_max` queries in progress, and stops
-    /// reading once `closing` turns true.
+    /// reading once `closing` turns true; new queries wait at `intake`.
     pub fn new(
         router: Addr<RouterShard>,
         limits: Limits,
@@ -72,8 +115,9 @@ impl GatewayService {
         stream_in_flight_max: usize,
         closing: tokio::sync::watch::Receiver<bool>,
         tenants: Arc<Tenants>,
+        intake: Intake,
     ) -> Self {
-        GatewayService { router, limits, added_latency, stream_in_flight_max: stream_in_flight_max.max(1), closing, tenants }
+        GatewayService { router, limits, added_latency, stream_in_flight_max: stream_in_flight_max.max(1), closing, tenants, intake }
     }
 
     /// The calling tenant, from the call's `authorization` metadata.
@@ -110,6 +154,7 @@ impl GatewayService {
 
     async fn run(&self, query: Validated) -> Result<SubmitOutcome, GatewayError> {
         let started = std::time::Instant::now();
+        self.intake.admit().await?;
         let outcome = self.route_and_wait(query).await?;
         self.added_latency.observe(started.elapsed().saturating_sub(outcome.backend_wall));
         Ok(outcome)
@@ -287,5 +332,61 @@ impl Gateway for GatewayService {
             }
         });
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slogate_actors::reservoir::{ArrivalUpdate, Flush, ReservoirActor, SledStore};
+    use slogate_core::model::TemplateId;
+
+    /// A reservoir on an arbiter that is busy for `busy`, with `updates`
+    /// arrivals offered behind the busy spell.
+    async fn busy_reservoir(name: &str, busy: std::time::Duration, updates: usize) -> (actix::Arbiter, slogate_actors::reservoir::ReservoirLink, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("slogate-intake-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = SledStore::open(&dir).unwrap();
+        let arbiter = actix::Arbiter::new();
+        let link = ReservoirActor::new(Default::default(), Box::new(store), 1_000, 1_024).unwrap().start_linked_in(&arbiter.handle());
+        link.addr().send(Flush).await.unwrap().unwrap();
+        let (asleep, sleeping) = tokio::sync::oneshot::channel();
+        assert!(arbiter.spawn_fn(move || {
+            let _ = asleep.send(());
+            std::thread::sleep(busy);
+        }));
+        sleeping.await.unwrap();
+        for i in 0..updates {
+            assert!(link.offer(ArrivalUpdate { unix_secs: 1_716_817_510 + i as i64, template: TemplateId(1) }));
+        }
+        (arbiter, link, dir)
+    }
+
+    #[actix_rt::test]
+    async fn the_intake_holds_queries_while_the_reservoir_is_behind_and_lets_them_in_once_it_catches_up() {
+        let (arbiter, link, dir) = busy_reservoir("holds", std::time::Duration::from_millis(300), 10).await;
+        assert_eq!(link.backlog().len(), 10);
+        let intake = Intake { reservoir_backlog: link.backlog(), backlog_max: 4, wait_max: std::time::Duration::from_secs(10), held: Arc::default() };
+        let started = std::time::Instant::now();
+        intake.admit().await.unwrap();
+        assert!(started.elapsed() >= std::time::Duration::from_millis(100), "admitted after {:?}, before the reservoir caught up", started.elapsed());
+        assert!(link.backlog().len() <= 4);
+        assert_eq!(intake.held.load(std::sync::atomic::Ordering::Relaxed), 1);
+        // Under the mark, nobody waits.
+        intake.admit().await.unwrap();
+        assert_eq!(intake.held.load(std::sync::atomic::Ordering::Relaxed), 1);
+        arbiter.stop();
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[actix_rt::test]
+    async fn a_query_held_past_the_wait_limit_is_refused_as_unavailable_naming_the_backlog() {
+        let (arbiter, link, dir) = busy_reservoir("refuses", std::time::Duration::from_millis(500), 10).await;
+        let intake = Intake { reservoir_backlog: link.backlog(), backlog_max: 4, wait_max: std::time::Duration::from_millis(50), held: Arc::default() };
+        let error = intake.admit().await.unwrap_err();
+        assert_eq!(error.to_status().code(), tonic::Code::Unavailable, "{error}");
+        assert!(error.to_string().contains("10 updates behind"), "{error}");
+        arbiter.stop();
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

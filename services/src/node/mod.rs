@@ -1,10 +1,15 @@
 //! `slogate serve`: a gateway node.
 //!
-//! One actix System runs everything on one thread: the actors, the
-//! actix-web admin API, and the tonic gRPC server (spawned on the same
-//! tokio runtime). [`start`] binds both listeners (port 0 picks a free
-//! one), starts the actors, and returns a [`Node`] with the bound
-//! addresses; [`Node::shutdown`] stops gracefully:
+//! One actix System runs the RouterShard and its trackers, the actix-web
+//! admin API and the tonic gRPC server (spawned on the same tokio runtime)
+//! on one thread: the routing thread. Work that would stall it runs
+//! elsewhere: the Reservoir's sled writes on an arbiter of its own (the
+//! gRPC intake holds new queries while more than `reservoir.backlog_max`
+//! updates wait for it, see [`grpc::Intake`]), each Autoscaler's and
+//! Tuner's replays on theirs, and predictor refits on tokio's blocking
+//! pool. [`start`] binds both listeners (port 0 picks a free one), starts
+//! the actors, and returns a [`Node`] with the bound addresses;
+//! [`Node::shutdown`] stops gracefully:
 //!
 //! 1. readiness and gRPC health turn to not-serving, and the RouterShard
 //!    refuses new submissions with UNAVAILABLE;
@@ -168,10 +173,14 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         history_s: file.reservoir.history_days * 86_400.0,
         ..slogate_actors::reservoir::Retention::default()
     };
-    let reservoir = ReservoirActor::new(reservoir_config, Box::new(store), file.reservoir.flush_every, mailbox)
+    // The reservoir's sled writes run on a thread of their own, off the
+    // routing thread.
+    let reservoir_arbiter = actix::Arbiter::new();
+    let reservoir_link = ReservoirActor::new(reservoir_config, Box::new(store), file.reservoir.flush_every, mailbox)
         .map_err(|e| Error::Node(format!("cannot load the reservoir: {e}")))?
         .with_retention(retention)
-        .start();
+        .start_linked_in(&reservoir_arbiter.handle());
+    let reservoir = reservoir_link.addr().clone();
 
     let limits = RouterLimits {
         billing: slogate_core::billing::BillingConfig::default(),
@@ -182,7 +191,8 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         templates_max: file.limits.templates_per_pool_max,
         clusters_per_pool_max: file.limits.clusters_per_pool_max,
     };
-    let mut router = RouterShard::new(clock, pools, Some(reservoir.clone()), limits).with_lag_probe(LAG_PROBE_EVERY);
+    let intake = grpc::Intake { reservoir_backlog: reservoir_link.backlog(), backlog_max: file.reservoir.backlog_max, wait_max: grpc::INTAKE_WAIT_MAX, held: Arc::default() };
+    let mut router = RouterShard::new(clock, pools, Some(reservoir_link), limits).with_lag_probe(LAG_PROBE_EVERY);
     router.restore_idempotency(idempotency);
     let histograms =
         admin::Histograms { decision_time: router.decision_time(), added_latency: Arc::default(), event_loop_lag: router.event_loop_lag() };
@@ -192,7 +202,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     // there, off the routing path.
     let mut autoscalers = Vec::new();
     let mut tuners = Vec::new();
-    let mut arbiters = Vec::new();
+    let mut arbiters = vec![reservoir_arbiter];
     for (i, pool) in file.pool.iter().enumerate().filter(|(_, p)| p.autoscale.enabled) {
         let (knobs, policy) = pool.autoscale.to_core(&format!("pool[{i}].autoscale"))?;
         let core = slogate_core::scale::Autoscaler::new(knobs.clone(), policy, slogate_core::billing::BillingConfig::default());
@@ -254,6 +264,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         file.limits.stream_in_flight_max,
         closing_seen,
         tenants.clone(),
+        intake.clone(),
     ))
     .max_decoding_message_size(file.limits.grpc_message_bytes_max);
     health.set_serving::<GatewayServer<grpc::GatewayService>>().await;
@@ -311,6 +322,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         tuners,
         auth_failures: Arc::default(),
         tenants,
+        intake,
     };
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new().app_data(actix_web::web::Data::new(admin_state.clone())).configure(admin::routes)
