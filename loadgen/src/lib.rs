@@ -10,6 +10,8 @@
 //! - [`workload`]: BaseWorkload(λ), the phased mixes, the multi-day diurnal
 //!   workload, `SLO = κ × ℓ_baseline`, and conversion to queries.
 //! - [`replay`]: the gRPC replayer behind the `slogate-loadgen` binary.
+//! - [`bench`]: `slogate-loadgen bench-gateway`, a node against the bare
+//!   gRPC server of the `slogate-bare-gateway` binary.
 //! - [`service`]: request-level workloads (Spandana): millisecond
 //!   services, fluctuating per-second rate traces, a load spike, rate-trace
 //!   import, and Poisson arrivals within each second.
@@ -35,6 +37,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod bench;
 pub mod replay;
 pub mod service;
 pub mod shapes;

@@ -1,6 +1,7 @@
 //! `slogate-loadgen run`: replay a workload against a node over gRPC in
 //! real (scaled) time and report violation rate, latency percentiles,
-//! errors by status, throughput and cost.
+//! errors by status, throughput and cost. `slogate-loadgen bench-gateway`:
+//! a node's throughput against a bare gRPC server's, side by side.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -23,6 +24,40 @@ struct Cli {
 enum Command {
     /// Replay a workload against a node.
     Run(RunArgs),
+    /// Compare nodes (one per policy) with the bare gRPC server
+    /// (`slogate-bare-gateway`), alternately, driven by the same client.
+    BenchGateway(BenchArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct BenchArgs {
+    /// Client concurrencies, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [32, 128])]
+    concurrency: Vec<usize>,
+    /// The node's policies, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = ["least-loaded".to_owned(), "slogate".to_owned()])]
+    policies: Vec<String>,
+    /// Alternating runs per side; the figures are medians.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Times BaseWorkload(0.1) (297 queries) is sent per run.
+    #[arg(long, default_value_t = 100)]
+    repeat: u32,
+    /// The node's time compression.
+    #[arg(long, default_value_t = 1e6)]
+    time_compression: f64,
+    /// The node's cluster sizes, comma-separated RPU.
+    #[arg(long, value_delimiter = ',', default_values_t = [16, 16])]
+    clusters: Vec<u32>,
+    /// The `slogate` binary (default: next to this one).
+    #[arg(long)]
+    node_binary: Option<PathBuf>,
+    /// The `slogate-bare-gateway` binary (default: next to this one).
+    #[arg(long)]
+    bare_binary: Option<PathBuf>,
+    /// Also write the report as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -90,10 +125,50 @@ fn main() {
             std::process::exit(if e.use_stderr() { 2 } else { 0 });
         }
     };
-    let Command::Run(args) = cli.command;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    let code = runtime.block_on(run(args));
+    let code = match cli.command {
+        Command::Run(args) => runtime.block_on(run(args)),
+        Command::BenchGateway(args) => runtime.block_on(bench(args)),
+    };
     std::process::exit(code);
+}
+
+/// `path`, or `name` next to this binary.
+fn sibling(path: Option<PathBuf>, name: &str) -> PathBuf {
+    path.unwrap_or_else(|| std::env::current_exe().ok().and_then(|exe| exe.parent().map(|dir| dir.join(name))).unwrap_or_else(|| PathBuf::from(name)))
+}
+
+async fn bench(args: BenchArgs) -> i32 {
+    let templates = tpcds_template_set();
+    let mut workload = base_workload(&templates, 0.1, 1).expect("BaseWorkload(0.1) is valid");
+    assign_slos(&mut workload, &templates, 4.0).expect("κ = 4 is valid");
+    let config = slogate_loadgen::bench::BenchConfig {
+        bare_binary: sibling(args.bare_binary, "slogate-bare-gateway"),
+        node_binary: sibling(args.node_binary, "slogate"),
+        policies: args.policies,
+        concurrencies: args.concurrency,
+        runs: args.runs,
+        workload,
+        repeat: args.repeat,
+        time_compression: args.time_compression,
+        clusters: args.clusters,
+        scratch: std::env::temp_dir().join("slogate-bench-gateway"),
+    };
+    let report = match slogate_loadgen::bench::bench_gateway(&config, &mut |line| eprintln!("{line}")).await {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return if matches!(e, slogate_loadgen::Error::InvalidParameter(_)) { 2 } else { 1 };
+        }
+    };
+    print!("{}", report.table());
+    if let Some(path) = &args.json
+        && let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&report).expect("json") + "\n")
+    {
+        eprintln!("error: cannot write {}: {e}", path.display());
+        return 1;
+    }
+    0
 }
 
 async fn run(args: RunArgs) -> i32 {

@@ -1,0 +1,315 @@
+//! The gateway benchmark: a node against the limit of its own stack.
+//!
+//! [`BareGateway`] implements `slogate.v1.Gateway` and answers every
+//! Submit at once, with no routing, no actors and no storage: what tonic
+//! 0.14 and this machine can do. The `slogate-bare-gateway` binary serves
+//! it. [`bench_gateway`] (`slogate-loadgen bench-gateway`) starts the bare
+//! server and then a `slogate serve` per policy, alternately, and drives
+//! each with the same client ([`crate::replay`] at `--time-scale 0`), so
+//! that a slow spell of this noisy machine falls on every side alike. It
+//! reports medians of the runs and each policy's ratio to the bare server.
+//!
+//! Both servers are child processes on loopback ports the OS picks; each
+//! logs `grpc_addr=HOST:PORT` on standard error when it listens.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde::Serialize;
+use slogate_proto::v1::gateway_server::{Gateway, GatewayServer};
+use slogate_proto::v1::{QueryStatus, SubmitRequest, SubmitResponse};
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::replay::{ReplayConfig, ReplayReport, replay};
+use crate::workload::TraceEntry;
+use crate::{Error, Result};
+
+/// A Gateway that answers every query at once: completed, on time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BareGateway;
+
+fn answer(request: &SubmitRequest) -> SubmitResponse {
+    SubmitResponse { query_id: request.query_id.clone(), status: QueryStatus::Completed as i32, slo_met: true, ..SubmitResponse::default() }
+}
+
+#[tonic::async_trait]
+impl Gateway for BareGateway {
+    async fn submit(&self, request: Request<SubmitRequest>) -> std::result::Result<Response<SubmitResponse>, Status> {
+        Ok(Response::new(answer(request.get_ref())))
+    }
+
+    type SubmitStreamStream = Pin<Box<dyn Stream<Item = std::result::Result<SubmitResponse, Status>> + Send>>;
+
+    async fn submit_stream(&self, request: Request<Streaming<SubmitRequest>>) -> std::result::Result<Response<Self::SubmitStreamStream>, Status> {
+        let replies = request.into_inner().map(|request| request.map(|request| answer(&request)));
+        Ok(Response::new(Box::pin(replies)))
+    }
+}
+
+/// Serves [`BareGateway`] on `listener` until the process ends, with
+/// TCP_NODELAY on every connection, as a node's listener has.
+pub async fn serve_bare(listener: tokio::net::TcpListener) -> Result<()> {
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    tonic::transport::Server::builder()
+        .add_service(GatewayServer::new(BareGateway))
+        .serve_with_incoming(incoming)
+        .await
+        .map_err(|e| Error::Replay(format!("the bare gateway stopped: {e}")))
+}
+
+/// A server under test: a child process, killed when dropped.
+struct ServerProcess {
+    child: Child,
+    grpc_addr: SocketAddr,
+}
+
+impl ServerProcess {
+    /// Runs `command` and waits (at most 60 s) for it to log
+    /// `grpc_addr=HOST:PORT` on standard error.
+    fn start(mut command: Command, what: &str) -> Result<ServerProcess> {
+        let mut child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| Error::Replay(format!("cannot start {what}: {e}")))?;
+        let stderr = child.stderr.take().expect("piped standard error");
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // Keeps reading after the address, so the child never blocks
+            // on a full pipe.
+            for line in BufReader::new(stderr).lines().map_while(std::result::Result::ok) {
+                let _ = sender.send(line);
+            }
+        });
+        let mut logged = Vec::new();
+        loop {
+            let Ok(line) = lines.recv_timeout(Duration::from_secs(60)) else {
+                let _ = child.kill();
+                return Err(Error::Replay(format!("{what} did not log its address within 60 s; it logged {logged:?}")));
+            };
+            if let Some(start) = line.find("grpc_addr=") {
+                let address = line[start + "grpc_addr=".len()..].split_whitespace().next().unwrap_or_default();
+                let grpc_addr = address.parse().map_err(|_| Error::Replay(format!("{what} logged an address that does not parse: {line}")))?;
+                return Ok(ServerProcess { child, grpc_addr });
+            }
+            logged.push(line);
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What to compare.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// The `slogate-bare-gateway` binary.
+    pub bare_binary: PathBuf,
+    /// The `slogate` binary.
+    pub node_binary: PathBuf,
+    /// The node's routing policies, each a side of the comparison.
+    pub policies: Vec<String>,
+    /// Client concurrencies, each a table row.
+    pub concurrencies: Vec<usize>,
+    /// Alternating runs per side and concurrency (the figures are their
+    /// medians).
+    pub runs: usize,
+    /// The workload each run sends `repeat` times, as fast as the server
+    /// answers.
+    pub workload: Vec<TraceEntry>,
+    /// Times each run sends the workload.
+    pub repeat: u32,
+    /// The node's virtual seconds per real second: at 1e6 a query takes
+    /// microseconds on the emulated warehouse, so the node's own path is
+    /// what is measured.
+    pub time_compression: f64,
+    /// The node's clusters, RPU each.
+    pub clusters: Vec<u32>,
+    /// Where the nodes' data directories go.
+    pub scratch: PathBuf,
+}
+
+/// One side's runs at one concurrency.
+#[derive(Clone, Debug, Serialize)]
+pub struct SideFigures {
+    /// `bare`, or the node's policy.
+    pub side: String,
+    /// Each run's submissions per second, in run order.
+    pub rates_per_s: Vec<f64>,
+    /// Each run's client round-trip p99, ms.
+    pub round_trip_ms_p99: Vec<f64>,
+    /// Replies that were not COMPLETED, all runs.
+    pub not_completed: u64,
+    /// Median of `rates_per_s`.
+    pub rate_per_s_median: f64,
+    /// Median of `round_trip_ms_p99`.
+    pub round_trip_ms_p99_median: f64,
+    /// `rate_per_s_median` over the bare server's.
+    pub ratio_to_bare: f64,
+    /// `round_trip_ms_p99_median` over the bare server's.
+    pub p99_ratio_to_bare: f64,
+}
+
+/// One concurrency's row.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConcurrencyFigures {
+    /// Submissions in flight.
+    pub concurrency: usize,
+    /// The bare server first, then each policy.
+    pub sides: Vec<SideFigures>,
+}
+
+/// What the benchmark measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    /// Queries per run.
+    pub queries_per_run: usize,
+    /// Runs per side.
+    pub runs: usize,
+    /// One row per concurrency.
+    pub rows: Vec<ConcurrencyFigures>,
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// The node's configuration for one run.
+fn node_config(data_dir: &Path, policy: &str, config: &BenchConfig) -> String {
+    let clusters = config.clusters.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+    format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = {data_dir:?}\ntime_compression = {:?}\n\
+         [[pool]]\nname = \"default\"\npolicy = {policy:?}\nclusters = [{clusters}]\n",
+        config.time_compression
+    )
+}
+
+/// One run of `side` at `concurrency`.
+async fn run_once(side: &str, concurrency: usize, run: usize, config: &BenchConfig) -> Result<ReplayReport> {
+    let (server, data_dir) = if side == "bare" {
+        let mut command = Command::new(&config.bare_binary);
+        command.args(["--listen", "127.0.0.1:0"]);
+        (ServerProcess::start(command, "the bare gateway")?, None)
+    } else {
+        let dir = config.scratch.join(format!("{side}-c{concurrency}-r{run}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::Io { path: dir.display().to_string(), source: e })?;
+        let path = dir.join("node.toml");
+        std::fs::write(&path, node_config(&dir.join("data"), side, config)).map_err(|e| Error::Io { path: path.display().to_string(), source: e })?;
+        let mut command = Command::new(&config.node_binary);
+        command.arg("serve").arg("--config").arg(&path);
+        (ServerProcess::start(command, &format!("slogate serve ({side})"))?, Some(dir))
+    };
+    let replay_config = ReplayConfig {
+        target: format!("http://{}", server.grpc_addr),
+        pool: "default".into(),
+        time_scale: 0.0,
+        concurrency,
+        repeat: config.repeat,
+        deadline: Duration::from_secs(600),
+        progress: false,
+        run_id: ReplayConfig::fresh_run_id(),
+        sql: None,
+    };
+    let report = replay(&config.workload, &replay_config).await;
+    drop(server);
+    if let Some(dir) = data_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    report
+}
+
+/// Runs the comparison; `progress` hears each run as it ends.
+pub async fn bench_gateway(config: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Result<BenchReport> {
+    if config.runs == 0 || config.concurrencies.is_empty() || config.concurrencies.contains(&0) {
+        return Err(Error::InvalidParameter("bench-gateway needs at least one run and concurrencies of at least 1".into()));
+    }
+    if config.repeat == 0 || config.workload.is_empty() {
+        return Err(Error::InvalidParameter("bench-gateway needs a workload sent at least once".into()));
+    }
+    if config.policies.is_empty() {
+        return Err(Error::InvalidParameter("bench-gateway needs at least one policy".into()));
+    }
+    for binary in [&config.bare_binary, &config.node_binary] {
+        if !binary.is_file() {
+            return Err(Error::InvalidParameter(format!("no binary at {} (build it with `cargo build --release`)", binary.display())));
+        }
+    }
+    let sides: Vec<String> = std::iter::once("bare".to_owned()).chain(config.policies.iter().cloned()).collect();
+    let mut rows = Vec::new();
+    for &concurrency in &config.concurrencies {
+        let mut reports: Vec<Vec<ReplayReport>> = vec![Vec::new(); sides.len()];
+        for run in 0..config.runs {
+            for (i, side) in sides.iter().enumerate() {
+                let report = run_once(side, concurrency, run, config).await?;
+                progress(&format!(
+                    "concurrency {concurrency}, run {}: {side} {:.0}/s, round trip p99 {:.2} ms",
+                    run + 1,
+                    report.submissions_per_s,
+                    report.round_trip_ms.p99
+                ));
+                reports[i].push(report);
+            }
+        }
+        let figures: Vec<(f64, f64)> = reports
+            .iter()
+            .map(|runs| {
+                let rates: Vec<f64> = runs.iter().map(|r| r.submissions_per_s).collect();
+                let p99s: Vec<f64> = runs.iter().map(|r| r.round_trip_ms.p99).collect();
+                (median(&rates), median(&p99s))
+            })
+            .collect();
+        let (bare_rate, bare_p99) = figures[0];
+        let sides = sides
+            .iter()
+            .zip(&reports)
+            .zip(&figures)
+            .map(|((side, runs), &(rate, p99))| SideFigures {
+                side: side.clone(),
+                rates_per_s: runs.iter().map(|r| r.submissions_per_s).collect(),
+                round_trip_ms_p99: runs.iter().map(|r| r.round_trip_ms.p99).collect(),
+                not_completed: runs.iter().map(|r| r.submitted - r.completed).sum(),
+                rate_per_s_median: rate,
+                round_trip_ms_p99_median: p99,
+                ratio_to_bare: rate / bare_rate,
+                p99_ratio_to_bare: p99 / bare_p99,
+            })
+            .collect();
+        rows.push(ConcurrencyFigures { concurrency, sides });
+    }
+    Ok(BenchReport { queries_per_run: config.workload.len() * config.repeat as usize, runs: config.runs, rows })
+}
+
+impl BenchReport {
+    /// The report as a Markdown table.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "{} queries per run, medians of {} alternating runs\n\n| concurrency | side | submissions/s | ratio | round trip p99 ms | p99 ratio | not completed |\n|---|---|---|---|---|---|---|\n",
+            self.queries_per_run, self.runs
+        );
+        for row in &self.rows {
+            for side in &row.sides {
+                out.push_str(&format!(
+                    "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} |\n",
+                    row.concurrency, side.side, side.rate_per_s_median, side.ratio_to_bare, side.round_trip_ms_p99_median, side.p99_ratio_to_bare, side.not_completed
+                ));
+            }
+        }
+        out
+    }
+}
