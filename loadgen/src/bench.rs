@@ -313,3 +313,57 @@ impl BenchReport {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_bare_gateway_answers_every_submission_completed_and_on_time() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = tokio::spawn(serve_bare(listener));
+        let templates = slogate_world::catalog::tpcds_template_set();
+        let mut workload = crate::workload::base_workload(&templates, 0.1, 1).unwrap();
+        crate::workload::assign_slos(&mut workload, &templates, 4.0).unwrap();
+        let config = ReplayConfig {
+            target: format!("http://{address}"),
+            pool: "default".into(),
+            time_scale: 0.0,
+            concurrency: 8,
+            repeat: 2,
+            deadline: Duration::from_secs(30),
+            progress: false,
+            run_id: ReplayConfig::fresh_run_id(),
+            sql: None,
+        };
+        let report = replay(&workload, &config).await.unwrap();
+        assert_eq!((report.submitted, report.completed), (594, 594), "{report:?}");
+        assert_eq!(report.violation_rate, 0.0);
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_benchmark_without_its_binaries_says_which_is_missing() {
+        let config = BenchConfig {
+            bare_binary: PathBuf::from("/nonexistent/slogate-bare-gateway"),
+            node_binary: PathBuf::from("/nonexistent/slogate"),
+            policies: vec!["slogate".into()],
+            concurrencies: vec![32],
+            runs: 1,
+            workload: vec![TraceEntry { arrival: slogate_core::time::Instant::ZERO, template: slogate_core::model::TemplateId(1), slo: None, pool: None, query_id: None }],
+            repeat: 1,
+            time_compression: 1e6,
+            clusters: vec![16],
+            scratch: std::env::temp_dir(),
+        };
+        let error = bench_gateway(&config, &mut |_| {}).await.unwrap_err();
+        assert!(matches!(&error, Error::InvalidParameter(reason) if reason.contains("/nonexistent/slogate-bare-gateway")), "{error}");
+    }
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+}
