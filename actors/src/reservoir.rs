@@ -9,16 +9,26 @@
 //! | `counts` | day (i32 BE, sign-flipped), hour (u8), template (u32 BE) | count (u64 BE) |
 //! | `totals` | day, hour | arrivals in the hour (u64 BE) |
 //! | `samples` | day, hour, slot (u32 BE) | offset in seconds (u16 BE) |
-//! | `executions` | sequence number (u64 BE) | logged time, then JSON [`ExecutionRecord`] |
-//! | `idempotency` | tenant, pool and client query id | JSON [`IdempotencyRecord`] |
+//! | `executions` | sequence number (u64 BE), records (u32 BE) | `0xB7`, logged time (f64 BE), JSON array of [`ExecutionRecord`] |
+//! | `idempotency_log` | sequence number (u64 BE), records (u32 BE) | newest finish (f64 BE), JSON array of [`IdempotencyRecord`] |
 //!
-//! An execution row's value is the time it was logged (f64 bits, BE)
-//! followed by the JSON record; the log keeps the newest
-//! [`Retention::executions_kept_max`] rows, none older than
-//! [`Retention::execution_age_max_s`]; the idempotency records likewise,
-//! oldest finish first, through the `idempotency_by_time` index (finish
-//! time in µs BE, then the key); and the hours of arrival history older
-//! than [`Retention::history_s`] before the latest arrival.
+//! **Group commit.** Executions and idempotency records are written in
+//! batches, one row per batch: the actor buffers them and writes each
+//! buffer as one row at every flush (every `flush_every` updates, at least
+//! once a second, and before any read). One sled insert then carries
+//! hundreds of records: a row per record cost about 60 µs of the
+//! reservoir's thread per query at 10,000 queries/s, more than routing it.
+//! (Stores from before keep their single-record execution rows, with
+//! 8-byte keys and a value of the logged time then the JSON record, or
+//! JSON alone; their `idempotency` and `idempotency_by_time` trees move
+//! into `idempotency_log` when the store opens.)
+//!
+//! The log keeps the newest [`Retention::executions_kept_max`] executions,
+//! none logged longer than [`Retention::execution_age_max_s`] ago, pruned
+//! a batch at a time, so up to a batch more stay; the idempotency records
+//! likewise, in the order written (the order they finished, to within a
+//! flush); and the hours of arrival history older than
+//! [`Retention::history_s`] before the latest arrival.
 //!
 //! **Pruning keeps up at any write rate.** Every second each table is
 //! pruned by up to [`prune_budget`] rows: twice the rows written to it
@@ -69,12 +79,13 @@ pub struct StoredTables {
 pub trait ReservoirStore: Send {
     /// Persists one arrival's changes.
     fn apply(&mut self, update: &ReservoirUpdate) -> Result<()>;
-    /// Appends an execution, logged at `logged_unix_s`, to the log;
-    /// returns its sequence number.
-    fn append_execution(&mut self, record: &ExecutionRecord, logged_unix_s: f64) -> Result<u64>;
+    /// Appends `records`, logged at `logged_unix_s`, to the log as one
+    /// row (a batch).
+    fn append_executions(&mut self, records: &[ExecutionRecord], logged_unix_s: f64) -> Result<()>;
     /// Deletes the oldest logged executions beyond the newest `kept_max`
-    /// and those logged before `logged_before_unix_s`, at most `batch_max`
-    /// of them; returns how many it deleted.
+    /// and those logged before `logged_before_unix_s`, whole batches of
+    /// them, stopping once it has deleted `batch_max`; returns how many it
+    /// deleted. At least `kept_max` stay (while the log holds that many).
     fn prune_executions(&mut self, kept_max: u64, logged_before_unix_s: f64, batch_max: usize) -> Result<u64>;
     /// Deletes the count, total and sample rows of the hours before
     /// `cutoff`, at most `batch_max` rows; returns how many.
@@ -84,15 +95,17 @@ pub trait ReservoirStore: Send {
     /// Reads the last `limit` logged executions, oldest first (by
     /// sequence number, which only grows but may skip).
     fn recent_executions(&self, limit: usize) -> Result<Vec<ExecutionRecord>>;
-    /// Writes an idempotency record, replacing one with its key.
-    fn put_idempotency(&mut self, record: &IdempotencyRecord) -> Result<()>;
+    /// Writes idempotency records as one row (a batch); a record read back
+    /// replaces any earlier one with its key.
+    fn put_idempotency(&mut self, records: &[IdempotencyRecord]) -> Result<()>;
     /// Reads every idempotency record finished at or after
     /// `since_unix_s`, oldest first (the older ones are
     /// [`ReservoirStore::prune_idempotency`]'s to delete).
     fn idempotency_records(&self, since_unix_s: f64) -> Result<Vec<IdempotencyRecord>>;
-    /// Deletes the idempotency records that finished first beyond the
-    /// newest `kept_max`, and those finished before
-    /// `finished_before_unix_s`, at most `batch_max`; returns how many.
+    /// Deletes the idempotency records written first beyond the newest
+    /// `kept_max`, and those of batches that all finished before
+    /// `finished_before_unix_s`, whole batches, stopping once it has
+    /// deleted `batch_max`; returns how many.
     fn prune_idempotency(&mut self, kept_max: u64, finished_before_unix_s: f64, batch_max: usize) -> Result<u64>;
     /// Makes everything written so far durable.
     fn flush(&self) -> Result<()>;
@@ -189,10 +202,11 @@ pub struct SledStore {
     totals: sled::Tree,
     samples: sled::Tree,
     executions: sled::Tree,
+    /// The `idempotency_log` tree.
     idempotency: sled::Tree,
-    /// `idempotency`'s keys by finish time (µs BE, then the key): what
-    /// pruning walks, oldest first.
-    idempotency_by_time: sled::Tree,
+    /// Records in `executions` and in `idempotency`'s rows (a row holds a
+    /// batch).
+    records: Records,
     rows: RowCounts,
     /// When the manifest was last written: flushes rewrite it at most
     /// once per [`MANIFEST_INTERVAL`] (a stale manifest is still a valid
@@ -203,6 +217,13 @@ pub struct SledStore {
     /// way to the error would bless itself for the next open.
     checked: bool,
     repair_report: Option<RepairReport>,
+}
+
+/// Records the batched trees hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Records {
+    executions: u64,
+    idempotency: u64,
 }
 
 /// The longest a flush leaves the manifest behind.
@@ -228,42 +249,84 @@ fn template_suffix(key: &[u8], what: &'static str) -> Result<u32> {
     Ok(u32::from_be_bytes(key.get(5..9).and_then(|b| b.try_into().ok()).ok_or(Error::CorruptStore(what))?))
 }
 
-/// An `idempotency_by_time` key: the finish time in whole microseconds
-/// (BE, so keys sort by time), then the record's key.
-fn time_key(finished_unix_s: f64, key: &[u8]) -> Vec<u8> {
-    let micros = (finished_unix_s.max(0.0) * 1e6) as u64;
-    let mut out = micros.to_be_bytes().to_vec();
-    out.extend_from_slice(key);
-    out
+/// A batch row's key: a sequence number (BE, so rows sort in the order
+/// written), then the records it holds.
+fn batch_key(sequence: u64, records: usize) -> [u8; 12] {
+    let mut key = [0; 12];
+    key[..8].copy_from_slice(&sequence.to_be_bytes());
+    key[8..].copy_from_slice(&(records.min(u32::MAX as usize) as u32).to_be_bytes());
+    key
 }
 
-/// An execution row's value: the time it was logged (f64 bits, BE), then
-/// the record as JSON. Rows written before the time was kept are JSON
-/// alone; they age out by count only.
-fn execution_value(record: &ExecutionRecord, logged_unix_s: f64) -> Vec<u8> {
-    let mut value = logged_unix_s.to_bits().to_be_bytes().to_vec();
-    serde_json::to_writer(&mut value, record).expect("execution records serialise");
+/// The records a row of a batched tree holds, from its key: single-record
+/// execution rows from before batches have 8-byte keys.
+fn batch_records(key: &[u8]) -> Result<u64> {
+    match key.len() {
+        8 => Ok(1),
+        12 => Ok(u64::from(u32::from_be_bytes(key[8..].try_into().expect("four bytes")))),
+        _ => Err(Error::CorruptStore("batch key")),
+    }
+}
+
+/// Marks an execution batch's value (no single-record value starts with
+/// it: those start with `{` or a positive time's first byte).
+const EXECUTION_BATCH: u8 = 0xB7;
+
+/// An execution batch's value: [`EXECUTION_BATCH`], the time it was logged
+/// (f64 bits, BE), then the records as a JSON array.
+fn execution_batch_value(records: &[ExecutionRecord], logged_unix_s: f64) -> Vec<u8> {
+    let mut value = vec![EXECUTION_BATCH];
+    value.extend_from_slice(&logged_unix_s.to_bits().to_be_bytes());
+    serde_json::to_writer(&mut value, records).expect("execution records serialise");
     value
 }
 
-/// When an execution row was logged, without decoding its record; `None`
-/// for rows written before the time was kept.
-fn logged_time(value: &[u8]) -> Option<f64> {
-    if value.first() == Some(&b'{') {
-        return None;
-    }
-    let time: [u8; 8] = value.get(..8)?.try_into().ok()?;
-    Some(f64::from_bits(u64::from_be_bytes(time)))
+fn f64_at(value: &[u8], at: usize) -> Option<f64> {
+    let bytes: [u8; 8] = value.get(at..at + 8)?.try_into().ok()?;
+    Some(f64::from_bits(u64::from_be_bytes(bytes)))
 }
 
-fn parse_execution(value: &[u8]) -> Result<(Option<f64>, ExecutionRecord)> {
-    let bad = |_| Error::CorruptStore("execution record");
-    if value.first() == Some(&b'{') {
-        return Ok((None, serde_json::from_slice(value).map_err(bad)?));
+/// When an execution row was logged, without decoding its records;
+/// `None` for rows written before the time was kept.
+fn logged_time(value: &[u8]) -> Option<f64> {
+    match value.first() {
+        Some(b'{') => None,
+        Some(&EXECUTION_BATCH) => f64_at(value, 1),
+        _ => f64_at(value, 0),
     }
-    let time: [u8; 8] = value.get(..8).and_then(|b| b.try_into().ok()).ok_or(Error::CorruptStore("execution record"))?;
-    Ok((Some(f64::from_bits(u64::from_be_bytes(time))), serde_json::from_slice(&value[8..]).map_err(bad)?))
 }
+
+/// An execution row's records: a batch, or one record from before.
+fn parse_executions(value: &[u8]) -> Result<Vec<ExecutionRecord>> {
+    let bad = |_| Error::CorruptStore("execution record");
+    match value.first() {
+        Some(b'{') => Ok(vec![serde_json::from_slice(value).map_err(bad)?]),
+        Some(&EXECUTION_BATCH) => serde_json::from_slice(value.get(9..).ok_or(Error::CorruptStore("execution batch"))?).map_err(bad),
+        _ => Ok(vec![serde_json::from_slice(value.get(8..).ok_or(Error::CorruptStore("execution record"))?).map_err(bad)?]),
+    }
+}
+
+/// An idempotency batch's value: its newest finish (f64 bits, BE), then
+/// the records as a JSON array.
+fn idempotency_batch_value(records: &[IdempotencyRecord]) -> Vec<u8> {
+    let newest = records.iter().map(|r| r.finished_unix_s).fold(f64::NEG_INFINITY, f64::max);
+    let mut value = newest.to_bits().to_be_bytes().to_vec();
+    serde_json::to_writer(&mut value, records).expect("idempotency records serialise");
+    value
+}
+
+fn parse_idempotency(value: &[u8]) -> Result<Vec<IdempotencyRecord>> {
+    serde_json::from_slice(value.get(8..).ok_or(Error::CorruptStore("idempotency batch"))?).map_err(|_| Error::CorruptStore("idempotency batch"))
+}
+
+/// The trees of an older store's idempotency records: one row per record,
+/// and its index by finish time.
+const LEGACY_IDEMPOTENCY: &str = "idempotency";
+const LEGACY_IDEMPOTENCY_INDEX: &str = "idempotency_by_time";
+
+/// Records per row when the idempotency trees of an older store move into
+/// `idempotency_log`.
+const MIGRATION_BATCH: usize = 1_024;
 
 /// How long [`SledStore::open`] waits for a previous owner (this process's
 /// last node, or one that just died) to release the store's file lock.
@@ -341,10 +404,10 @@ impl SledStore {
             totals: db.open_tree("totals")?,
             samples: db.open_tree("samples")?,
             executions: db.open_tree("executions")?,
-            idempotency: db.open_tree("idempotency")?,
-            idempotency_by_time: db.open_tree("idempotency_by_time")?,
+            idempotency: db.open_tree("idempotency_log")?,
             dir: dir.to_path_buf(),
             db,
+            records: Records::default(),
             rows: RowCounts::default(),
             manifest_written: std::cell::Cell::new(None),
             checked: false,
@@ -391,9 +454,8 @@ impl SledStore {
             }
         }
         store.checked = true;
-        if store.idempotency_by_time.len() as u64 != store.rows.idempotency {
-            store.reindex_idempotency()?;
-        }
+        store.migrate_idempotency()?;
+        store.records = store.count_records()?;
         store.db.flush()?;
         store.write_manifest(store.rows)?;
         Ok(store)
@@ -410,14 +472,28 @@ impl SledStore {
         self.rows
     }
 
+    /// Rows per tree; a store from before `idempotency_log` counts its
+    /// `idempotency` tree's rows too, which its manifest promised.
     fn count_rows(&self) -> RowCounts {
+        let legacy = self.db.open_tree(LEGACY_IDEMPOTENCY).map_or(0, |tree| tree.len() as u64);
         RowCounts {
             counts: self.counts.len() as u64,
             totals: self.totals.len() as u64,
             samples: self.samples.len() as u64,
             executions: self.executions.len() as u64,
-            idempotency: self.idempotency.len() as u64,
+            idempotency: self.idempotency.len() as u64 + legacy,
         }
+    }
+
+    /// Records in the batched trees, from their keys.
+    fn count_records(&self) -> Result<Records> {
+        let mut records = Records::default();
+        for (tree, count) in [(&self.executions, &mut records.executions), (&self.idempotency, &mut records.idempotency)] {
+            for key in tree.iter().keys() {
+                *count += batch_records(&key?)?;
+            }
+        }
+        Ok(records)
     }
 
     fn manifest_path(&self) -> std::path::PathBuf {
@@ -474,16 +550,77 @@ impl SledStore {
         self.flush()
     }
 
-    /// Rebuilds `idempotency_by_time` from the records (a store written
-    /// before the index, or one repaired).
-    fn reindex_idempotency(&mut self) -> Result<()> {
-        self.idempotency_by_time.clear()?;
-        for row in self.idempotency.iter() {
-            let (key, value) = row?;
+    /// Carries out a [`PrunePlan`] on `table`: deletes the `doomed` rows
+    /// and replaces a trimmed one (old key, new key, new value) under the
+    /// manifest's rule; returns the records of the rows deleted whole.
+    fn apply_prune(&mut self, table: Table, doomed: Vec<(sled::IVec, u64)>, trimmed: Option<(sled::IVec, [u8; 12], Vec<u8>)>) -> Result<u64> {
+        if doomed.is_empty() && trimmed.is_none() {
+            return Ok(0);
+        }
+        let (rows_deleted, records_deleted) = (doomed.len() as u64, doomed.iter().map(|(_, n)| n).sum::<u64>());
+        let trimmed_records = trimmed.as_ref().map_or(0, |(old, new, _)| {
+            batch_records(old).unwrap_or(0).saturating_sub(batch_records(new).unwrap_or(0))
+        });
+        // The trimmed row's replacement is written before the old row goes,
+        // so its rows never dip below the manifest's count.
+        let remaining = match table {
+            Table::Executions => RowCounts { executions: self.rows.executions - rows_deleted, ..self.rows },
+            Table::Idempotency => RowCounts { idempotency: self.rows.idempotency - rows_deleted, ..self.rows },
+        };
+        self.delete_rows(remaining, |store| {
+            let tree = match table {
+                Table::Executions => &store.executions,
+                Table::Idempotency => &store.idempotency,
+            };
+            if let Some((old, new, value)) = trimmed {
+                tree.insert(new, value)?;
+                tree.remove(old)?;
+            }
+            doomed.into_iter().try_for_each(|(key, _)| tree.remove(key).map(drop))
+        })?;
+        let records = match table {
+            Table::Executions => &mut self.records.executions,
+            Table::Idempotency => &mut self.records.idempotency,
+        };
+        *records -= records_deleted + trimmed_records;
+        Ok(records_deleted)
+    }
+
+    /// Moves the records of an older store's `idempotency` tree (one row
+    /// per record, with an `idempotency_by_time` index) into
+    /// `idempotency_log`, oldest finish first, in batches. The batches are
+    /// written and flushed, the manifest lowered to them, and then the old
+    /// trees dropped, so a crash at any point leaves a store that opens
+    /// (and migrates what is left again).
+    fn migrate_idempotency(&mut self) -> Result<()> {
+        let legacy_names = [LEGACY_IDEMPOTENCY.as_bytes(), LEGACY_IDEMPOTENCY_INDEX.as_bytes()];
+        if !self.db.tree_names().iter().any(|name| legacy_names.contains(&name.as_ref())) {
+            return Ok(());
+        }
+        let legacy = self.db.open_tree(LEGACY_IDEMPOTENCY)?;
+        let mut records = Vec::new();
+        for row in legacy.iter() {
+            let (_, value) = row?;
+            // A repair already deleted what does not decode.
             if let Ok(record) = serde_json::from_slice::<IdempotencyRecord>(&value) {
-                self.idempotency_by_time.insert(time_key(record.finished_unix_s, &key), &[])?;
+                records.push(record);
             }
         }
+        records.sort_by(|a, b| a.finished_unix_s.total_cmp(&b.finished_unix_s));
+        let moved = records.len();
+        for batch in records.chunks(MIGRATION_BATCH) {
+            self.put_idempotency(batch)?;
+        }
+        self.db.flush()?;
+        let rows = RowCounts { idempotency: self.idempotency.len() as u64, ..self.rows };
+        self.write_manifest(rows)?;
+        self.rows = rows;
+        drop(legacy);
+        for name in [LEGACY_IDEMPOTENCY, LEGACY_IDEMPOTENCY_INDEX] {
+            self.db.drop_tree(name)?;
+        }
+        self.db.flush()?;
+        tracing::info!(message = "Moved the idempotency records into batches.", records = moved, rows = rows.idempotency);
         Ok(())
     }
 
@@ -505,8 +642,9 @@ impl SledStore {
             counts: sweep(&self.counts, |k, v| parse_hour(k).is_ok() && template_suffix(k, "count key").is_ok() && u64_value(v).is_ok())?,
             totals: sweep(&self.totals, |k, v| parse_hour(k).is_ok() && u64_value(v).is_ok())?,
             samples: sweep(&self.samples, |k, v| parse_hour(k).is_ok() && template_suffix(k, "sample key").is_ok() && v.len() == 2)?,
-            executions: sweep(&self.executions, |k, v| k.len() == 8 && parse_execution(v).is_ok())?,
-            idempotency: sweep(&self.idempotency, |_, v| serde_json::from_slice::<IdempotencyRecord>(v).is_ok())?,
+            executions: sweep(&self.executions, |k, v| batch_records(k).is_ok() && parse_executions(v).is_ok())?,
+            idempotency: sweep(&self.idempotency, |k, v| batch_records(k).is_ok() && parse_idempotency(v).is_ok())?
+                + sweep(&self.db.open_tree(LEGACY_IDEMPOTENCY)?, |_, v| serde_json::from_slice::<IdempotencyRecord>(v).is_ok())?,
         })
     }
 }
@@ -518,6 +656,53 @@ impl Drop for SledStore {
             let _ = self.write_manifest(self.rows);
         }
     }
+}
+
+/// A batched tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Table {
+    Executions,
+    Idempotency,
+}
+
+/// What one prune of a batched tree deletes: whole rows, oldest first, and
+/// at most one row trimmed of its oldest records, so that exactly the
+/// newest `kept_max` records stay.
+struct PrunePlan {
+    /// Rows deleted whole, and their records.
+    doomed: Vec<(sled::IVec, u64)>,
+    /// The row that straddles the bound: its key, its value, and how many
+    /// of its first records go.
+    trim: Option<(sled::IVec, sled::IVec, usize)>,
+    trimmed_records: u64,
+}
+
+/// Plans a prune of `tree`, which holds `records`: rows whose value is
+/// `too_old`, and the oldest records beyond `kept_max`, stopping once
+/// `budget` records are planned.
+fn plan_prune(tree: &sled::Tree, records: u64, kept_max: u64, budget: usize, too_old: impl Fn(&[u8]) -> bool) -> Result<PrunePlan> {
+    let mut over = records.saturating_sub(kept_max);
+    let mut plan = PrunePlan { doomed: Vec::new(), trim: None, trimmed_records: 0 };
+    let mut planned = 0u64;
+    for row in tree.iter() {
+        if planned >= budget as u64 {
+            break;
+        }
+        let (key, value) = row?;
+        let in_row = batch_records(&key)?;
+        if in_row <= over || too_old(&value) {
+            over = over.saturating_sub(in_row);
+            planned += in_row;
+            plan.doomed.push((key, in_row));
+            continue;
+        }
+        if over > 0 {
+            plan.trimmed_records = over;
+            plan.trim = Some((key, value, over as usize));
+        }
+        break;
+    }
+    Ok(plan)
 }
 
 impl ReservoirStore for SledStore {
@@ -541,37 +726,33 @@ impl ReservoirStore for SledStore {
         Ok(())
     }
 
-    fn append_execution(&mut self, record: &ExecutionRecord, logged_unix_s: f64) -> Result<u64> {
-        let sequence = self.db.generate_id()?;
-        if self.executions.insert(sequence.to_be_bytes(), execution_value(record, logged_unix_s))?.is_none() {
-            self.rows.executions += 1;
+    fn append_executions(&mut self, records: &[ExecutionRecord], logged_unix_s: f64) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
         }
-        Ok(sequence)
+        let key = batch_key(self.db.generate_id()?, records.len());
+        if self.executions.insert(key, execution_batch_value(records, logged_unix_s))?.is_none() {
+            self.rows.executions += 1;
+            self.records.executions += records.len() as u64;
+        }
+        Ok(())
     }
 
     fn prune_executions(&mut self, kept_max: u64, logged_before_unix_s: f64, batch_max: usize) -> Result<u64> {
-        let over = self.rows.executions.saturating_sub(kept_max);
-        let mut doomed = Vec::new();
-        for row in self.executions.iter() {
-            if doomed.len() >= batch_max {
-                break;
-            }
-            let (key, value) = row?;
-            let too_old = logged_time(&value).is_some_and(|logged| logged < logged_before_unix_s);
-            if (doomed.len() as u64) < over || too_old {
-                doomed.push(key);
-            } else {
-                break;
-            }
-        }
-        if doomed.is_empty() {
-            return Ok(0);
-        }
-        let deleted = doomed.len() as u64;
-        self.delete_rows(RowCounts { executions: self.rows.executions - deleted, ..self.rows }, |store| {
-            doomed.into_iter().try_for_each(|key| store.executions.remove(key).map(drop))
+        let plan = plan_prune(&self.executions, self.records.executions, kept_max, batch_max, |value| {
+            logged_time(value).is_some_and(|logged| logged < logged_before_unix_s)
         })?;
-        Ok(deleted)
+        let trimmed = match plan.trim {
+            Some((key, value, drop_first)) => {
+                let (sequence, kept) = (u64::from_be_bytes(key[..8].try_into().expect("eight bytes")), parse_executions(&value)?);
+                let logged = logged_time(&value).unwrap_or_else(crate::clock::unix_now_s);
+                let kept = &kept[drop_first..];
+                Some((key, batch_key(sequence, kept.len()), execution_batch_value(kept, logged)))
+            }
+            None => None,
+        };
+        let deleted = self.apply_prune(Table::Executions, plan.doomed, trimmed)?;
+        Ok(deleted + plan.trimmed_records)
     }
 
     fn delete_hours_before(&mut self, cutoff: CalendarHour, batch_max: usize) -> Result<u64> {
@@ -622,75 +803,65 @@ impl ReservoirStore for SledStore {
             let offset = u16::from_be_bytes(value.as_ref().try_into().map_err(|_| Error::CorruptStore("sample value"))?);
             tables.samples.push(((parse_hour(&key)?, slot), offset));
         }
-        tables.executions = self.rows.executions;
+        tables.executions = self.records.executions;
         Ok(tables)
     }
 
     fn recent_executions(&self, limit: usize) -> Result<Vec<ExecutionRecord>> {
-        let mut records = self
-            .executions
-            .iter()
-            .rev()
-            .take(limit)
-            .map(|row| {
-                let (_, value) = row?;
-                Ok(parse_execution(&value)?.1)
-            })
-            .collect::<Result<Vec<ExecutionRecord>>>()?;
-        records.reverse();
+        let mut batches = Vec::new();
+        let mut found = 0;
+        for row in self.executions.iter().rev() {
+            if found >= limit {
+                break;
+            }
+            let batch = parse_executions(&row?.1)?;
+            found += batch.len();
+            batches.push(batch);
+        }
+        let mut records: Vec<ExecutionRecord> = batches.into_iter().rev().flatten().collect();
+        records.drain(..records.len().saturating_sub(limit));
         Ok(records)
     }
 
-    fn put_idempotency(&mut self, record: &IdempotencyRecord) -> Result<()> {
-        let value = serde_json::to_vec(record).expect("idempotency records serialise");
-        let key = record.key();
-        match self.idempotency.insert(key.as_slice(), value)? {
-            None => self.rows.idempotency += 1,
-            Some(old) => {
-                if let Ok(old) = serde_json::from_slice::<IdempotencyRecord>(&old) {
-                    self.idempotency_by_time.remove(time_key(old.finished_unix_s, &key))?;
-                }
-            }
+    fn put_idempotency(&mut self, records: &[IdempotencyRecord]) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
         }
-        self.idempotency_by_time.insert(time_key(record.finished_unix_s, &key), &[])?;
+        let key = batch_key(self.db.generate_id()?, records.len());
+        if self.idempotency.insert(key, idempotency_batch_value(records))?.is_none() {
+            self.rows.idempotency += 1;
+            self.records.idempotency += records.len() as u64;
+        }
         Ok(())
     }
 
     fn prune_idempotency(&mut self, kept_max: u64, finished_before_unix_s: f64, batch_max: usize) -> Result<u64> {
-        let over = self.rows.idempotency.saturating_sub(kept_max);
-        let cutoff = time_key(finished_before_unix_s, &[]);
-        let mut doomed = Vec::new();
-        for row in self.idempotency_by_time.iter() {
-            let (index_key, _) = row?;
-            if doomed.len() >= batch_max || ((doomed.len() as u64) >= over && index_key.as_ref() >= cutoff.as_slice()) {
-                break;
-            }
-            doomed.push(index_key);
-        }
-        if doomed.is_empty() {
-            return Ok(0);
-        }
-        let records: Vec<Vec<u8>> = doomed.iter().map(|k| k[8..].to_vec()).collect();
-        let present = records.iter().map(|k| self.idempotency.contains_key(k)).collect::<std::result::Result<Vec<bool>, _>>()?;
-        let deleted = present.iter().filter(|&&p| p).count() as u64;
-        self.delete_rows(RowCounts { idempotency: self.rows.idempotency - deleted, ..self.rows }, |store| {
-            doomed.into_iter().zip(records).try_for_each(|(index_key, record_key)| {
-                store.idempotency.remove(record_key)?;
-                store.idempotency_by_time.remove(index_key).map(drop)
-            })
+        let plan = plan_prune(&self.idempotency, self.records.idempotency, kept_max, batch_max, |value| {
+            f64_at(value, 0).is_some_and(|newest| newest < finished_before_unix_s)
         })?;
-        Ok(deleted)
+        let trimmed = match plan.trim {
+            Some((key, value, drop_first)) => {
+                let (sequence, kept) = (u64::from_be_bytes(key[..8].try_into().expect("eight bytes")), parse_idempotency(&value)?);
+                let kept = &kept[drop_first..];
+                Some((key, batch_key(sequence, kept.len()), idempotency_batch_value(kept)))
+            }
+            None => None,
+        };
+        let deleted = self.apply_prune(Table::Idempotency, plan.doomed, trimmed)?;
+        Ok(deleted + plan.trimmed_records)
     }
 
     fn idempotency_records(&self, since_unix_s: f64) -> Result<Vec<IdempotencyRecord>> {
         let mut kept = Vec::new();
         for row in self.idempotency.iter() {
             let (_, value) = row?;
-            let record: IdempotencyRecord = serde_json::from_slice(&value).map_err(|_| Error::CorruptStore("idempotency record"))?;
-            if record.finished_unix_s >= since_unix_s {
-                kept.push(record);
+            if f64_at(&value, 0).is_some_and(|newest| newest < since_unix_s) {
+                continue;
             }
+            kept.extend(parse_idempotency(&value)?.into_iter().filter(|record| record.finished_unix_s >= since_unix_s));
         }
+        // Stable: of two records with one key, the later written stays
+        // later, and replaces the first as they are loaded.
         kept.sort_by(|a, b| a.finished_unix_s.total_cmp(&b.finished_unix_s));
         Ok(kept)
     }
@@ -719,9 +890,9 @@ pub struct ArrivalUpdate {
     pub template: TemplateId,
 }
 
-/// Logs a finished execution.
+/// Logs a finished execution (at the next flush; reads flush first).
 #[derive(Message)]
-#[rtype(result = "Result<u64>")]
+#[rtype(result = "Result<()>")]
 pub struct ExecutionUpdate(pub ExecutionRecord);
 
 /// Writes a finished query's idempotency record.
@@ -947,6 +1118,9 @@ pub struct ReservoirActor {
     history_rows_pruned: u64,
     written_since_prune: WrittenSincePrune,
     backlog: Backlog,
+    /// Executions and idempotency records waiting for the next write-out.
+    pending_executions: Vec<ExecutionRecord>,
+    pending_idempotency: Vec<IdempotencyRecord>,
 }
 
 impl ReservoirActor {
@@ -969,6 +1143,8 @@ impl ReservoirActor {
             history_rows_pruned: 0,
             written_since_prune: WrittenSincePrune::default(),
             backlog: Backlog::default(),
+            pending_executions: Vec::new(),
+            pending_idempotency: Vec::new(),
         })
     }
 
@@ -996,6 +1172,9 @@ impl ReservoirActor {
 
     /// Deletes one batch of each table's rows beyond the retention.
     fn prune(&mut self) {
+        // The buffered rows count against the bounds too; a failed write
+        // is counted.
+        let _ = self.write_out();
         let retention = self.retention;
         let written = std::mem::take(&mut self.written_since_prune);
         let cutoff_unix_s = crate::clock::unix_now_s() - retention.execution_age_max_s;
@@ -1030,9 +1209,48 @@ impl ReservoirActor {
         }
         self.unflushed += 1;
         if self.unflushed >= self.flush_every {
-            self.store()?.flush()?;
-            self.unflushed = 0;
+            self.flush_now()?;
         }
+        Ok(())
+    }
+
+    /// Writes the buffered executions and idempotency records, a row per
+    /// table. A batch that fails to write is counted and dropped: a
+    /// failing disk must not grow the buffer without bound.
+    fn write_out(&mut self) -> Result<()> {
+        let store = self.store.as_mut().ok_or(Error::ShuttingDown)?;
+        let mut failed = None;
+        if !self.pending_executions.is_empty() {
+            match store.append_executions(&self.pending_executions, crate::clock::unix_now_s()) {
+                Ok(()) => self.executions += self.pending_executions.len() as u64,
+                Err(e) => failed = Some(e),
+            }
+            self.pending_executions.clear();
+        }
+        if !self.pending_idempotency.is_empty() {
+            if let Err(e) = store.put_idempotency(&self.pending_idempotency) {
+                failed = Some(e);
+            }
+            self.pending_idempotency.clear();
+        }
+        match failed {
+            Some(e) => {
+                self.storage_errors += 1;
+                Err(e)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Writes out what is buffered and makes everything durable.
+    fn flush_now(&mut self) -> Result<()> {
+        let written = self.write_out();
+        let flushed = self.store()?.flush();
+        if flushed.is_err() {
+            self.storage_errors += 1;
+        }
+        written.and(flushed)?;
+        self.unflushed = 0;
         Ok(())
     }
 }
@@ -1044,10 +1262,8 @@ impl Actor for ReservoirActor {
         ctx.set_mailbox_capacity(self.mailbox_capacity);
         ctx.run_interval(FLUSH_INTERVAL, |actor, _ctx| {
             if actor.unflushed > 0 {
-                match actor.store().and_then(|store| store.flush()) {
-                    Ok(()) => actor.unflushed = 0,
-                    Err(_) => actor.storage_errors += 1,
-                }
+                // Counted in `storage_errors`.
+                let _ = actor.flush_now();
             }
         });
         self.prune();
@@ -1056,8 +1272,8 @@ impl Actor for ReservoirActor {
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         // Best effort: a failed flush here has no caller to tell.
-        if let Some(store) = &self.store {
-            let _ = store.flush();
+        if self.store.is_some() {
+            let _ = self.flush_now();
         }
     }
 }
@@ -1074,21 +1290,13 @@ impl Handler<ArrivalUpdate> for ReservoirActor {
 }
 
 impl Handler<ExecutionUpdate> for ReservoirActor {
-    type Result = Result<u64>;
+    type Result = Result<()>;
 
-    fn handle(&mut self, message: ExecutionUpdate, _ctx: &mut Self::Context) -> Result<u64> {
-        let sequence = self.store()?.append_execution(&message.0, crate::clock::unix_now_s());
-        let sequence = match sequence {
-            Ok(sequence) => sequence,
-            Err(e) => {
-                self.storage_errors += 1;
-                return Err(e);
-            }
-        };
-        self.executions += 1;
+    fn handle(&mut self, message: ExecutionUpdate, _ctx: &mut Self::Context) -> Result<()> {
+        self.store()?;
+        self.pending_executions.push(message.0);
         self.written_since_prune.executions += 1;
-        self.written(Ok(()))?;
-        Ok(sequence)
+        self.written(Ok(()))
     }
 }
 
@@ -1096,9 +1304,10 @@ impl Handler<IdempotencyUpdate> for ReservoirActor {
     type Result = Result<()>;
 
     fn handle(&mut self, message: IdempotencyUpdate, _ctx: &mut Self::Context) -> Result<()> {
+        self.store()?;
         self.written_since_prune.idempotency += 1;
-        let result = self.store()?.put_idempotency(&message.0);
-        self.written(result)
+        self.pending_idempotency.push(message.0);
+        self.written(Ok(()))
     }
 }
 
@@ -1106,9 +1315,7 @@ impl Handler<Flush> for ReservoirActor {
     type Result = Result<()>;
 
     fn handle(&mut self, _message: Flush, _ctx: &mut Self::Context) -> Result<()> {
-        self.store()?.flush()?;
-        self.unflushed = 0;
-        Ok(())
+        self.flush_now()
     }
 }
 
@@ -1119,11 +1326,10 @@ impl Handler<Shutdown> for ReservoirActor {
         ctx.stop();
         // Flush and close the store before replying, so the caller can
         // reopen the same directory at once (sled holds a file lock).
-        if let Some(store) = self.store.take() {
-            store.flush()?;
-        }
+        let flushed = if self.store.is_some() { self.flush_now() } else { Ok(()) };
+        self.store = None;
         self.unflushed = 0;
-        Ok(())
+        flushed
     }
 }
 
@@ -1147,6 +1353,8 @@ impl Handler<GetRecentExecutions> for ReservoirActor {
     type Result = Result<Vec<ExecutionRecord>>;
 
     fn handle(&mut self, message: GetRecentExecutions, _ctx: &mut Self::Context) -> Self::Result {
+        // What is buffered is part of the log; a failed write is counted.
+        let _ = self.write_out();
         self.store.as_ref().ok_or(Error::ShuttingDown)?.recent_executions(message.limit)
     }
 }

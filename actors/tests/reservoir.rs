@@ -96,16 +96,21 @@ async fn unflushed_updates_are_flushed_within_a_second() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// Writes `executions` executions and some arrivals, flushed, and closes
-/// the store.
+/// Executions per batch row in [`fill`].
+const FILL_BATCH: u64 = 10;
+
+/// Writes `executions` executions (in batches of [`FILL_BATCH`], each
+/// logged at 1,000 s plus its last record's number) and some arrivals,
+/// flushed, and closes the store.
 fn fill(dir: &std::path::Path, executions: u64) {
     let mut store = SledStore::open(dir).unwrap();
     let mut reservoir = slogate_core::reservoir::Reservoir::new(ReservoirConfig::default());
     for i in 0..200 {
         store.apply(&reservoir.handle_arrival(MONDAY_1PM + i * 7, TemplateId((i % 5) as u32 + 1))).unwrap();
     }
-    for i in 0..executions {
-        store.append_execution(&record(i), 1_000.0 + i as f64).unwrap();
+    for first in (0..executions).step_by(FILL_BATCH as usize) {
+        let batch: Vec<_> = (first..(first + FILL_BATCH).min(executions)).map(record).collect();
+        store.append_executions(&batch, 1_000.0 + (first + batch.len() as u64 - 1) as f64).unwrap();
     }
     store.flush().unwrap();
 }
@@ -130,8 +135,9 @@ fn a_store_reopens_intact_and_its_manifest_matches_its_rows() {
     fill(&dir, 3_000);
     let store = SledStore::open(&dir).unwrap();
     assert!(store.repair_report().is_none());
-    assert_eq!(store.rows().executions, 3_000);
-    assert_eq!(store.recent_executions(10_000).unwrap().len(), 3_000);
+    assert_eq!(store.rows().executions, 3_000 / FILL_BATCH, "a row per batch");
+    assert_eq!(store.recent_executions(10_000).unwrap(), (0..3_000).map(record).collect::<Vec<_>>());
+    assert_eq!(store.recent_executions(25).unwrap(), (2_975..3_000).map(record).collect::<Vec<_>>(), "the newest, across batches");
 }
 
 #[test]
@@ -159,8 +165,8 @@ fn a_repair_keeps_what_is_left_says_what_it_dropped_and_the_store_then_opens_cle
     assert!(!report.damage.is_empty());
     let kept = report.kept;
     if report.moved_to.is_none() {
-        assert_eq!(report.expected.executions, 20_000, "{report:?}");
-        assert!(kept.executions < 20_000, "{report:?}");
+        assert_eq!(report.expected.executions, 20_000 / FILL_BATCH, "{report:?}");
+        assert!(kept.executions < 20_000 / FILL_BATCH, "{report:?}");
     }
     assert_eq!(store.rows(), kept);
     drop(store);
@@ -175,7 +181,7 @@ fn a_missing_or_edited_manifest_is_damage() {
     fill(&dir, 100);
     let manifest = dir.join("slogate-manifest.json");
     let text = std::fs::read_to_string(&manifest).unwrap();
-    std::fs::write(&manifest, text.replace("100", "99")).unwrap();
+    std::fs::write(&manifest, text.replace("\"executions\": 10", "\"executions\": 9")).unwrap();
     let error = SledStore::open(&dir).err().expect("an edited manifest is damage").to_string();
     assert!(error.contains("checksum"), "{error}");
     std::fs::remove_file(&manifest).unwrap();
@@ -188,18 +194,22 @@ fn pruning_keeps_the_newest_executions_and_none_older_than_the_cutoff() {
     let dir = scratch("prune");
     fill(&dir, 1_000);
     let mut store = SledStore::open(&dir).unwrap();
-    // By count, in batches.
+    // By count, at most a budget per prune.
     assert_eq!(store.prune_executions(800, 0.0, 150).unwrap(), 150);
     assert_eq!(store.prune_executions(800, 0.0, 150).unwrap(), 50);
     assert_eq!(store.prune_executions(800, 0.0, 150).unwrap(), 0);
     let kept = store.recent_executions(10_000).unwrap();
     assert_eq!(kept, (200..1_000).map(record).collect::<Vec<_>>());
-    // By age: execution i was logged at 1000 + i.
-    assert_eq!(store.prune_executions(10_000, 1_900.0, 10_000).unwrap(), 700);
+    // A bound inside a batch trims that batch: exactly the newest stay.
+    assert_eq!(store.prune_executions(795, 0.0, 150).unwrap(), 5);
+    assert_eq!(store.recent_executions(10_000).unwrap(), (205..1_000).map(record).collect::<Vec<_>>());
+    // By age, whole batches: the batch ending at i was logged at 1000 + i.
+    assert_eq!(store.prune_executions(10_000, 1_900.0, 10_000).unwrap(), 695);
     assert_eq!(store.recent_executions(10_000).unwrap(), (900..1_000).map(record).collect::<Vec<_>>());
     drop(store);
     let store = SledStore::open(&dir).expect("pruning keeps the manifest truthful");
-    assert_eq!(store.rows().executions, 100);
+    assert_eq!(store.rows().executions, 100 / FILL_BATCH);
+    assert_eq!(store.recent_executions(10_000).unwrap().len(), 100);
 }
 
 #[actix_rt::test]
@@ -298,24 +308,76 @@ fn idempotency_record(id: u64, finished_unix_s: f64) -> slogate_actors::idempote
 }
 
 #[test]
-fn idempotency_records_are_pruned_oldest_finish_first_by_count_and_age() {
+fn idempotency_records_are_pruned_oldest_first_by_count_and_age() {
     let dir = scratch("idempotency-prune");
     let mut store = SledStore::open(&dir).unwrap();
-    // Written out of finish order: id i finished at 10_000 + (i * 7919) % 1_000.
-    let finished = |i: u64| 10_000.0 + ((i * 7_919) % 1_000) as f64;
-    for i in 0..1_000 {
-        store.put_idempotency(&idempotency_record(i, finished(i))).unwrap();
+    // Ten batches of a hundred, in finish order: id i finished at 10,000 + i.
+    let finished = |i: u64| 10_000.0 + i as f64;
+    for first in (0..1_000).step_by(100) {
+        let batch: Vec<_> = (first..first + 100).map(|i| idempotency_record(i, finished(i))).collect();
+        store.put_idempotency(&batch).unwrap();
     }
-    // A rewrite of a record keeps one row and one index entry.
-    store.put_idempotency(&idempotency_record(5, finished(5))).unwrap();
-    assert_eq!(store.rows().idempotency, 1_000);
-    assert_eq!(store.prune_idempotency(600, 0.0, 10_000).unwrap(), 400);
+    assert_eq!(store.rows().idempotency, 10, "a row per batch");
+    assert_eq!(store.prune_idempotency(650, 0.0, 10_000).unwrap(), 350, "three batches and half of the fourth");
     let kept = store.idempotency_records(0.0).unwrap();
-    assert_eq!(kept.len(), 600);
-    assert!(kept.iter().all(|r| r.finished_unix_s >= 10_400.0), "the oldest finishes went first");
-    assert_eq!(store.prune_idempotency(10_000, 10_900.0, 10_000).unwrap(), 500);
+    assert_eq!(kept.iter().map(|r| r.finished_unix_s).collect::<Vec<_>>(), (350..1_000).map(finished).collect::<Vec<_>>());
+    // By age, whole batches: those all finished before 10,900.
+    assert_eq!(store.prune_idempotency(10_000, 10_900.0, 10_000).unwrap(), 550);
     assert_eq!(store.idempotency_records(0.0).unwrap().len(), 100);
+    // Reading from a time skips what finished before it.
+    assert_eq!(store.idempotency_records(10_950.0).unwrap().len(), 50);
     drop(store);
     let store = SledStore::open(&dir).expect("pruning keeps the manifest truthful");
-    assert_eq!(store.rows().idempotency, 100);
+    assert_eq!(store.rows().idempotency, 1);
+    assert_eq!(store.idempotency_records(0.0).unwrap().len(), 100);
+}
+
+#[test]
+fn a_store_with_one_row_per_idempotency_record_moves_them_into_batches_when_it_opens() {
+    let dir = scratch("idempotency-migrate");
+    // A store as an older node left it: an intact manifest of zero rows,
+    // then the records in their own tree, one row each, with an index.
+    drop(SledStore::open(&dir).unwrap());
+    {
+        let db = sled::open(&dir).unwrap();
+        let (legacy, index) = (db.open_tree("idempotency").unwrap(), db.open_tree("idempotency_by_time").unwrap());
+        for i in 0..2_500u64 {
+            let record = idempotency_record(i, 20_000.0 - i as f64);
+            legacy.insert(record.key(), serde_json::to_vec(&record).unwrap()).unwrap();
+            index.insert(i.to_be_bytes(), &[]).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    let store = SledStore::open(&dir).unwrap();
+    let records = store.idempotency_records(0.0).unwrap();
+    assert_eq!(records.len(), 2_500);
+    assert!(records.windows(2).all(|w| w[0].finished_unix_s <= w[1].finished_unix_s), "oldest finish first");
+    assert_eq!(store.rows().idempotency, 3, "1,024 records a row");
+    drop(store);
+    let store = SledStore::open(&dir).expect("the moved store opens as it is");
+    assert_eq!((store.rows().idempotency, store.idempotency_records(0.0).unwrap().len()), (3, 2_500));
+    drop(store);
+    let db = sled::open(&dir).unwrap();
+    assert!(!db.tree_names().iter().any(|name| name.as_ref() == b"idempotency" || name.as_ref() == b"idempotency_by_time"), "the old trees are gone");
+}
+
+#[test]
+fn single_record_execution_rows_from_before_batches_read_and_prune_with_the_batches() {
+    let dir = scratch("legacy-executions");
+    drop(SledStore::open(&dir).unwrap());
+    {
+        let db = sled::open(&dir).unwrap();
+        let executions = db.open_tree("executions").unwrap();
+        // One row of JSON alone, one of the logged time then JSON.
+        executions.insert(1u64.to_be_bytes(), serde_json::to_vec(&record(0)).unwrap()).unwrap();
+        let mut timed = 900.0f64.to_bits().to_be_bytes().to_vec();
+        timed.extend(serde_json::to_vec(&record(1)).unwrap());
+        executions.insert(2u64.to_be_bytes(), timed).unwrap();
+        db.flush().unwrap();
+    }
+    let mut store = SledStore::open(&dir).unwrap();
+    store.append_executions(&(2..12).map(record).collect::<Vec<_>>(), 1_000.0).unwrap();
+    assert_eq!(store.recent_executions(100).unwrap(), (0..12).map(record).collect::<Vec<_>>());
+    assert_eq!(store.prune_executions(5, 0.0, 100).unwrap(), 7, "the single rows, then five of the batch");
+    assert_eq!(store.recent_executions(100).unwrap(), (7..12).map(record).collect::<Vec<_>>());
 }
