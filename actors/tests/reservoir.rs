@@ -1,7 +1,7 @@
 //! The Reservoir actor against a real sled store in a scratch directory.
 
 use actix::Actor;
-use slogate_actors::reservoir::{ArrivalUpdate, ExecutionUpdate, Flush, GetCounts, GetRecentExecutions, GetState, Prune, ReservoirActor, ReservoirStore, Shutdown, SledStore};
+use slogate_actors::reservoir::{ArrivalUpdate, HourRow, ExecutionUpdate, Flush, GetCounts, GetRecentExecutions, GetState, Prune, ReservoirActor, ReservoirStore, Shutdown, SledStore};
 use slogate_core::model::{ClusterId, QueryId, Rpu, TemplateId};
 use slogate_core::reservoir::{CalendarHour, ExecutionRecord, ReservoirConfig};
 use slogate_core::time::Duration;
@@ -106,8 +106,9 @@ fn fill(dir: &std::path::Path, executions: u64) {
     let mut store = SledStore::open(dir).unwrap();
     let mut reservoir = slogate_core::reservoir::Reservoir::new(ReservoirConfig::default());
     for i in 0..200 {
-        store.apply(&reservoir.handle_arrival(MONDAY_1PM + i * 7, TemplateId((i % 5) as u32 + 1))).unwrap();
+        reservoir.handle_arrival(MONDAY_1PM + i * 7, TemplateId((i % 5) as u32 + 1));
     }
+    store.put_hours(&reservoir.hours().filter_map(|hour| HourRow::of(&reservoir, hour)).collect::<Vec<_>>()).unwrap();
     for first in (0..executions).step_by(FILL_BATCH as usize) {
         let batch: Vec<_> = (first..(first + FILL_BATCH).min(executions)).map(record).collect();
         store.append_executions(&batch, 1_000.0 + (first + batch.len() as u64 - 1) as f64).unwrap();
@@ -380,4 +381,44 @@ fn single_record_execution_rows_from_before_batches_read_and_prune_with_the_batc
     assert_eq!(store.recent_executions(100).unwrap(), (0..12).map(record).collect::<Vec<_>>());
     assert_eq!(store.prune_executions(5, 0.0, 100).unwrap(), 7, "the single rows, then five of the batch");
     assert_eq!(store.recent_executions(100).unwrap(), (7..12).map(record).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_store_with_a_row_per_count_and_sample_moves_its_history_into_hour_rows_when_it_opens() {
+    let dir = scratch("history-migrate");
+    let mut reservoir = slogate_core::reservoir::Reservoir::new(ReservoirConfig { arrival_samples_per_hour_max: 8, ..ReservoirConfig::default() });
+    let mut updates = Vec::new();
+    for i in 0..500 {
+        updates.push(reservoir.handle_arrival(MONDAY_1PM + i * 29, TemplateId((i % 7) as u32 + 1)));
+    }
+    // The layout an older node wrote: a row per count, per hour total and
+    // per sample slot.
+    drop(SledStore::open(&dir).unwrap());
+    {
+        let db = sled::open(&dir).unwrap();
+        let (counts, totals, samples) = (db.open_tree("counts").unwrap(), db.open_tree("totals").unwrap(), db.open_tree("samples").unwrap());
+        let hour_key = |hour: slogate_core::reservoir::CalendarHour| {
+            let day = (hour.day as u32 ^ 0x8000_0000).to_be_bytes();
+            vec![day[0], day[1], day[2], day[3], hour.hour]
+        };
+        for update in &updates {
+            let key = hour_key(update.hour);
+            counts.insert([key.clone(), update.template.0.to_be_bytes().to_vec()].concat(), &update.count.to_be_bytes()).unwrap();
+            totals.insert(key.clone(), &update.arrivals_total.to_be_bytes()).unwrap();
+            if let Some((slot, offset)) = update.sample {
+                samples.insert([key, slot.to_be_bytes().to_vec()].concat(), &offset.to_be_bytes()).unwrap();
+            }
+        }
+        db.flush().unwrap();
+    }
+    let expected: Vec<HourRow> = reservoir.hours().filter_map(|hour| HourRow::of(&reservoir, hour)).collect();
+    for _ in 0..2 {
+        let store = SledStore::open(&dir).expect("the older layout opens, and so does the moved one");
+        let rows = store.rows();
+        assert_eq!((rows.counts, rows.samples, rows.totals), (0, 0, expected.len() as u64), "a row per hour, nothing else");
+        let mut restored = slogate_core::reservoir::Reservoir::new(ReservoirConfig { arrival_samples_per_hour_max: 8, ..ReservoirConfig::default() });
+        let tables = store.load().unwrap();
+        restored.restore(tables.counts, tables.totals, tables.samples);
+        assert_eq!(restored.hours().filter_map(|hour| HourRow::of(&restored, hour)).collect::<Vec<_>>(), expected);
+    }
 }

@@ -1097,6 +1097,9 @@ impl NodeConfig {
         if !(file.reservoir.history_days.is_finite() && file.reservoir.history_days >= 1.0) {
             return Err(invalid("reservoir.history_days", "must be a finite number of days ≥ 1"));
         }
+        if limits.idempotency_kept > 10_000_000 {
+            return Err(invalid("limits.idempotency_kept", "must be at most 10,000,000 (its table is allocated at start, 32 bytes a record)"));
+        }
         if file.reservoir.backlog_max == 0 || file.reservoir.backlog_max >= file.limits.mailbox_capacity {
             return Err(invalid("reservoir.backlog_max", "must be at least 1 and below limits.mailbox_capacity"));
         }
