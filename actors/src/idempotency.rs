@@ -185,7 +185,7 @@ impl FixedTable {
 }
 
 /// One pool's records in memory (see the module docs). Its capacity is
-/// fixed at `kept` when it is made ([`FixedTable`]): an insert never
+/// fixed at `kept` when it is made (a `FixedTable`): an insert never
 /// rehashes (a rehash at 100,000 records stalled the routing thread for
 /// 15–30 ms), and a lookup allocates nothing.
 pub struct IdempotencyTable {

@@ -10,7 +10,7 @@
 //! - [`workload`]: BaseWorkload(λ), the phased mixes, the multi-day diurnal
 //!   workload, `SLO = κ × ℓ_baseline`, and conversion to queries.
 //! - [`replay`]: the gRPC replayer behind the `slogate-loadgen` binary.
-//! - [`bench`]: `slogate-loadgen bench-gateway`, a node against the bare
+//! - [`bench`](mod@bench): `slogate-loadgen bench-gateway`, a node against the bare
 //!   gRPC server of the `slogate-bare-gateway` binary.
 //! - [`service`]: request-level workloads (Spandana): millisecond
 //!   services, fluctuating per-second rate traces, a load spike, rate-trace
