@@ -134,6 +134,8 @@ pub struct BenchConfig {
     pub time_compression: f64,
     /// The node's clusters, RPU each.
     pub clusters: Vec<u32>,
+    /// The node's `grpc_threads`: 0 serves gRPC on its routing thread.
+    pub grpc_threads: usize,
     /// Where the nodes' data directories go.
     pub scratch: PathBuf,
 }
@@ -193,9 +195,9 @@ fn median(values: &[f64]) -> f64 {
 fn node_config(data_dir: &Path, policy: &str, config: &BenchConfig) -> String {
     let clusters = config.clusters.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
     format!(
-        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = {data_dir:?}\ntime_compression = {:?}\n\
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = {data_dir:?}\ntime_compression = {:?}\ngrpc_threads = {}\n\
          [[pool]]\nname = \"default\"\npolicy = {policy:?}\nclusters = [{clusters}]\n",
-        config.time_compression
+        config.time_compression, config.grpc_threads
     )
 }
 
@@ -355,6 +357,7 @@ mod tests {
             repeat: 1,
             time_compression: 1e6,
             clusters: vec![16],
+            grpc_threads: 0,
             scratch: std::env::temp_dir(),
         };
         let error = bench_gateway(&config, &mut |_| {}).await.unwrap_err();

@@ -131,6 +131,9 @@ pub struct NodeSection {
     pub tls_cert_path: Option<PathBuf>,
     /// PEM private key for `tls_cert_path`.
     pub tls_key_path: Option<PathBuf>,
+    /// Threads of the gRPC server's own tokio runtime; 0 runs gRPC on the
+    /// routing thread with the actors.
+    pub grpc_threads: usize,
 }
 
 /// `[limits]`.
@@ -834,6 +837,7 @@ impl Default for NodeSection {
             calendar: "wall".into(),
             tls_cert_path: None,
             tls_key_path: None,
+            grpc_threads: 0,
         }
     }
 }
@@ -1096,6 +1100,9 @@ impl NodeConfig {
         }
         if !(file.reservoir.history_days.is_finite() && file.reservoir.history_days >= 1.0) {
             return Err(invalid("reservoir.history_days", "must be a finite number of days ≥ 1"));
+        }
+        if file.node.grpc_threads > 64 {
+            return Err(invalid("node.grpc_threads", "must be at most 64"));
         }
         if limits.idempotency_kept > 10_000_000 {
             return Err(invalid("limits.idempotency_kept", "must be at most 10,000,000 (its table is allocated at start, 32 bytes a record)"));

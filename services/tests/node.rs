@@ -593,3 +593,31 @@ async fn planned_spinups_fire_at_their_time_of_day_in_a_live_replay_of_the_trace
     node.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[actix_rt::test]
+async fn grpc_on_a_runtime_of_its_own_answers_every_query_and_shuts_down_cleanly() {
+    let dir = scratch("grpc-threads");
+    let mut config = config(&dir);
+    config.file.node.grpc_threads = 2;
+    let node = node::start(config).await.unwrap();
+    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let replies: Vec<_> = (0..64)
+        .map(|i| {
+            let mut client = client.clone();
+            tokio::spawn(async move { client.submit(request(&format!("q{i}"), 1 + i % 20, 600_000)).await.map(|r| r.into_inner()) })
+        })
+        .collect();
+    for reply in replies {
+        let reply = reply.await.unwrap().unwrap();
+        assert_eq!(reply.status(), QueryStatus::Completed, "{reply:?}");
+    }
+    // The gRPC server's threads are the runtime's, not the routing thread.
+    let threads: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .collect();
+    assert!(threads.iter().filter(|name| name.as_str() == "slogate-grpc").count() >= 2, "{threads:?}");
+    assert_eq!(node.shutdown().await, 0);
+    std::fs::remove_dir_all(&dir).ok();
+}

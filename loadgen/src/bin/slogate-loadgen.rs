@@ -49,6 +49,9 @@ struct BenchArgs {
     /// The node's cluster sizes, comma-separated RPU.
     #[arg(long, value_delimiter = ',', default_values_t = [16, 16])]
     clusters: Vec<u32>,
+    /// The node's `grpc_threads` (0: gRPC on the routing thread).
+    #[arg(long, default_value_t = 0)]
+    grpc_threads: usize,
     /// The `slogate` binary (default: next to this one).
     #[arg(long)]
     node_binary: Option<PathBuf>,
@@ -152,6 +155,7 @@ async fn bench(args: BenchArgs) -> i32 {
         repeat: args.repeat,
         time_compression: args.time_compression,
         clusters: args.clusters,
+        grpc_threads: args.grpc_threads,
         scratch: std::env::temp_dir().join("slogate-bench-gateway"),
     };
     let report = match slogate_loadgen::bench::bench_gateway(&config, &mut |line| eprintln!("{line}")).await {

@@ -7,7 +7,9 @@
 //! gRPC intake holds new queries while more than `reservoir.backlog_max`
 //! updates wait for it, see [`grpc::Intake`]), each Autoscaler's and
 //! Tuner's replays on theirs, and predictor refits on tokio's blocking
-//! pool. [`start`] binds both listeners (port 0 picks a free one), starts
+//! pool. With `node.grpc_threads` > 0 the gRPC server runs on a tokio
+//! runtime of its own with that many threads instead, and reaches the
+//! actors through their `Addr`s. [`start`] binds both listeners (port 0 picks a free one), starts
 //! the actors, and returns a [`Node`] with the bound addresses;
 //! [`Node::shutdown`] stops gracefully:
 //!
@@ -72,6 +74,38 @@ pub struct Node {
     grace: std::time::Duration,
     close_deadline: std::time::Duration,
     arbiters: Vec<actix::Arbiter>,
+    /// gRPC's own runtime, when `node.grpc_threads` > 0.
+    grpc_runtime: Option<GrpcRuntime>,
+}
+
+/// The gRPC server's multi-thread tokio runtime. The actors stay on the
+/// actix System's thread; the service reaches them through their `Addr`s,
+/// which are Send. Dropped, it shuts down in the background: a runtime may
+/// not block its way down inside another's async context.
+struct GrpcRuntime(Option<tokio::runtime::Runtime>);
+
+impl GrpcRuntime {
+    fn new(threads: usize) -> Result<GrpcRuntime> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("slogate-grpc")
+            .enable_all()
+            .build()
+            .map(|runtime| GrpcRuntime(Some(runtime)))
+            .map_err(|e| io("cannot start the gRPC runtime", e))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("present until dropped").handle()
+    }
+}
+
+impl Drop for GrpcRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 fn io(what: &str, error: std::io::Error) -> Error {
@@ -237,9 +271,14 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         arbiters.push(arbiter);
     }
 
-    // gRPC.
-    let listener = tokio::net::TcpListener::bind(config.grpc_addr).await.map_err(|e| io(&format!("cannot bind gRPC on {}", config.grpc_addr), e))?;
-    let grpc_addr = listener.local_addr().map_err(|e| io("gRPC address", e))?;
+    // gRPC, on the routing thread or on a runtime of its own.
+    let grpc_runtime = match file.node.grpc_threads {
+        0 => None,
+        threads => Some(GrpcRuntime::new(threads)?),
+    };
+    let std_listener = std::net::TcpListener::bind(config.grpc_addr).map_err(|e| io(&format!("cannot bind gRPC on {}", config.grpc_addr), e))?;
+    std_listener.set_nonblocking(true).map_err(|e| io("gRPC listener", e))?;
+    let grpc_addr = std_listener.local_addr().map_err(|e| io("gRPC address", e))?;
     let (health, health_service) = slogate_proto::health_service();
     let (closing, closing_seen) = tokio::sync::watch::channel(false);
     let tenants = Arc::new(tenants::Tenants::new(&file.tenant));
@@ -275,7 +314,6 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         handshake_timeout: std::time::Duration::from_secs(file.limits.grpc_handshake_timeout_s),
         idle_timeout: std::time::Duration::from_secs(file.limits.grpc_idle_timeout_s),
     };
-    let incoming = transport::incoming(listener, transport_limits, connections.clone());
     let keepalive = (file.limits.grpc_keepalive_interval_s > 0).then(|| std::time::Duration::from_secs(file.limits.grpc_keepalive_interval_s));
     let tls = load_tls(file)?;
     let mut builder = tonic::transport::Server::builder();
@@ -293,6 +331,11 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         .http2_keepalive_interval(keepalive)
         .http2_keepalive_timeout(Some(std::time::Duration::from_secs(file.limits.grpc_keepalive_timeout_s)))
         .layer(transport::StreamTrackingLayer);
+    // Everything the gRPC server spawns (the accept loop, each connection)
+    // goes to its runtime. The guard is dropped before the next await.
+    let entered = grpc_runtime.as_ref().map(|runtime| runtime.handle().enter());
+    let listener = tokio::net::TcpListener::from_std(std_listener).map_err(|e| io("gRPC listener", e))?;
+    let incoming = transport::incoming(listener, transport_limits, connections.clone());
     let grpc_task = tokio::spawn(async move {
         let result = { server }
             .add_service(health_service)
@@ -307,6 +350,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             tracing::error!(message = "gRPC server stopped with an error.", %error);
         }
     });
+    drop(entered);
 
     // Admin API.
     let ready = Arc::new(AtomicBool::new(true));
@@ -354,6 +398,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         grace: std::time::Duration::from_secs(file.limits.shutdown_grace_s),
         close_deadline: std::time::Duration::from_secs(file.limits.shutdown_close_s),
         arbiters,
+        grpc_runtime,
     })
 }
 
@@ -523,6 +568,8 @@ impl Node {
         for arbiter in self.arbiters {
             arbiter.stop();
         }
+        // Its server has stopped; its threads wind down in the background.
+        drop(self.grpc_runtime);
         in_flight
     }
 }
