@@ -1,7 +1,9 @@
 //! Latency histograms the shells publish (core never exports metrics).
 //!
 //! A [`Histogram`] has fixed, roughly logarithmic buckets from 1 µs to
-//! 10 s, lock-free counters, and renders as a Prometheus histogram.
+//! 10 s, lock-free counters, and renders as a Prometheus histogram plus a
+//! `_max` gauge: the largest observation since start (a stall's length,
+//! which the buckets only bound).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +21,7 @@ pub struct Histogram {
     overflow: AtomicU64,
     sum_ns: AtomicU64,
     count: AtomicU64,
+    max_ns: AtomicU64,
 }
 
 impl Histogram {
@@ -29,13 +32,20 @@ impl Histogram {
             Some(i) => self.buckets[i].fetch_add(1, Ordering::Relaxed),
             None => self.overflow.fetch_add(1, Ordering::Relaxed),
         };
-        self.sum_ns.fetch_add(value.as_nanos().min(u128::from(u64::MAX)) as u64, Ordering::Relaxed);
+        let nanos = value.as_nanos().min(u128::from(u64::MAX)) as u64;
+        self.sum_ns.fetch_add(nanos, Ordering::Relaxed);
+        self.max_ns.fetch_max(nanos, Ordering::Relaxed);
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Observations so far.
     pub fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
+    }
+
+    /// The largest observation so far (zero if none).
+    pub fn max(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.max_ns.load(Ordering::Relaxed))
     }
 
     /// The `q`-quantile's bucket upper bound, seconds (`None` if empty).
@@ -69,6 +79,12 @@ impl Histogram {
         writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cumulative}").expect("write to String");
         let sum_s = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
         writeln!(out, "{name}_sum{{{labels}}} {sum_s}\n{name}_count{{{labels}}} {}", self.count()).expect("write to String");
+        writeln!(
+            out,
+            "# HELP {name}_max The largest observation of {name} since start.\n# TYPE {name}_max gauge\n{name}_max{{{labels}}} {}",
+            self.max().as_secs_f64()
+        )
+        .expect("write to String");
     }
 }
 
@@ -92,5 +108,7 @@ mod tests {
         h.render(&mut text, "x_seconds", "test", "");
         assert!(text.contains("x_seconds_bucket{le=\"+Inf\"} 3"));
         assert!(text.contains("x_seconds_count{} 3"));
+        assert_eq!(h.max(), Duration::from_secs(60));
+        assert!(text.contains("# TYPE x_seconds_max gauge\nx_seconds_max{} 60"), "{text}");
     }
 }
