@@ -6,7 +6,7 @@
 //!
 //! | tree | key | value |
 //! | --- | --- | --- |
-//! | `totals` | day (i32 BE, sign-flipped), hour (u8) | the hour's [`HourRow`]: arrivals, each template's count, sampled offsets |
+//! | `totals` | day (i32 BE, sign-flipped), hour (u8), chunk (u16 BE) | up to 6 KiB of the hour's [`HourRow`]: arrivals, each template's count, sampled offsets |
 //! | `executions` | sequence number (u64 BE), records (u32 BE) | `0xB7`, logged time (f64 BE), JSON array of [`ExecutionRecord`] |
 //! | `idempotency_log` | sequence number (u64 BE), records (u32 BE) | newest finish (f64 BE), JSON array of [`IdempotencyRecord`] |
 //!
@@ -289,6 +289,13 @@ fn hour_key(hour: CalendarHour) -> [u8; 5] {
     // Flip the sign bit so negative days sort before positive ones.
     let day = (hour.day as u32 ^ 0x8000_0000).to_be_bytes();
     [day[0], day[1], day[2], day[3], hour.hour]
+}
+
+/// An hour row's chunk key: the hour, then the chunk's index (u16 BE).
+fn hour_chunk_key(hour: CalendarHour, index: usize) -> [u8; 7] {
+    let key = hour_key(hour);
+    let index = u16::try_from(index).expect("an hour row is under 400 MB").to_be_bytes();
+    [key[0], key[1], key[2], key[3], key[4], index[0], index[1]]
 }
 
 fn parse_hour(key: &[u8]) -> Result<CalendarHour> {
@@ -681,7 +688,8 @@ impl SledStore {
     /// rows dropped, so a crash at any point leaves a store that opens
     /// (and moves what is left again).
     fn migrate_history(&mut self) -> Result<()> {
-        if self.counts.is_empty() && self.samples.is_empty() {
+        let whole_rows: Vec<sled::IVec> = self.totals.iter().keys().filter(|key| key.as_ref().map_or(true, |k| k.len() == 5)).collect::<sled::Result<_>>()?;
+        if self.counts.is_empty() && self.samples.is_empty() && whole_rows.is_empty() {
             return Ok(());
         }
         let tables = self.load()?;
@@ -690,11 +698,14 @@ impl SledStore {
         let hours: Vec<HourRow> = reservoir.hours().filter_map(|hour| HourRow::of(&reservoir, hour)).collect();
         self.put_hours(&hours)?;
         self.db.flush()?;
-        let rows = RowCounts { counts: 0, samples: 0, totals: self.totals.len() as u64, ..self.rows };
+        let rows = RowCounts { counts: 0, samples: 0, totals: self.totals.len() as u64 - whole_rows.len() as u64, ..self.rows };
         self.write_manifest(rows)?;
         self.rows = rows;
         self.counts.clear()?;
         self.samples.clear()?;
+        for key in whole_rows {
+            self.totals.remove(key)?;
+        }
         self.db.flush()?;
         tracing::info!(message = "Moved the arrival history into a row per hour.", hours = hours.len());
         Ok(())
@@ -754,7 +765,9 @@ impl SledStore {
         }
         Ok(RowCounts {
             counts: sweep(&self.counts, |k, v| parse_hour(k).is_ok() && template_suffix(k, "count key").is_ok() && u64_value(v).is_ok())?,
-            totals: sweep(&self.totals, |k, v| parse_hour(k).is_ok_and(|hour| u64_value(v).is_ok() || HourRow::decode(hour, v).is_ok()))?,
+            totals: sweep(&self.totals, |k, v| {
+                parse_hour(k).is_ok_and(|hour| k.len() == 7 || (k.len() == 5 && (u64_value(v).is_ok() || HourRow::decode(hour, v).is_ok())))
+            })?,
             samples: sweep(&self.samples, |k, v| parse_hour(k).is_ok() && template_suffix(k, "sample key").is_ok() && v.len() == 2)?,
             executions: sweep(&self.executions, |k, v| batch_records(k).is_ok() && parse_executions(v).is_ok())?,
             idempotency: sweep(&self.idempotency, |k, v| batch_records(k).is_ok() && parse_idempotency(v).is_ok())?
@@ -821,9 +834,14 @@ fn plan_prune(tree: &sled::Tree, records: u64, kept_max: u64, budget: usize, too
 
 impl ReservoirStore for SledStore {
     fn put_hours(&mut self, hours: &[HourRow]) -> Result<()> {
+        // An hour's encoding only grows (templates and samples are only
+        // added), so its chunks are rewritten in place and none is left
+        // over past the last.
         for row in hours {
-            if self.totals.insert(hour_key(row.hour), row.encode())?.is_none() {
-                self.rows.totals += 1;
+            for (index, chunk) in row.encode().chunks(ROW_JSON_BYTES_MAX).enumerate() {
+                if self.totals.insert(hour_chunk_key(row.hour, index), chunk)?.is_none() {
+                    self.rows.totals += 1;
+                }
             }
         }
         Ok(())
@@ -894,14 +912,36 @@ impl ReservoirStore for SledStore {
 
     fn load(&self) -> Result<StoredTables> {
         let mut tables = StoredTables::default();
+        // Hour rows are chunks in key order; an hour whose first chunk is
+        // gone was being pruned and is skipped.
+        let mut whole: Vec<(CalendarHour, Vec<u8>)> = Vec::new();
+        let mut open: Option<(CalendarHour, usize, Vec<u8>)> = None;
         for row in self.totals.iter() {
             let (key, value) = row?;
             let hour = parse_hour(&key)?;
-            if value.len() == 8 {
-                tables.totals.push((hour, u64_value(&value)?));
-                continue;
+            match key.len() {
+                // An older store's total alone, or a whole hour row.
+                5 if value.len() == 8 => tables.totals.push((hour, u64_value(&value)?)),
+                5 => whole.push((hour, value.to_vec())),
+                7 => {
+                    let index = usize::from(u16::from_be_bytes([key[5], key[6]]));
+                    match &mut open {
+                        Some((open_hour, next, bytes)) if *open_hour == hour && *next == index => {
+                            bytes.extend_from_slice(&value);
+                            *next += 1;
+                        }
+                        _ => {
+                            whole.extend(open.take().map(|(hour, _, bytes)| (hour, bytes)));
+                            open = (index == 0).then(|| (hour, 1, value.to_vec()));
+                        }
+                    }
+                }
+                _ => return Err(Error::CorruptStore("hour key")),
             }
-            let row = HourRow::decode(hour, &value)?;
+        }
+        whole.extend(open.map(|(hour, _, bytes)| (hour, bytes)));
+        for (hour, bytes) in whole {
+            let row = HourRow::decode(hour, &bytes)?;
             tables.totals.push((hour, row.total));
             tables.counts.extend(row.counts.iter().map(|&(template, count)| ((hour, template), count)));
             tables.samples.extend(row.samples.iter().enumerate().map(|(slot, &offset)| ((hour, slot as u32), offset)));

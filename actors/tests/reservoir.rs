@@ -428,3 +428,34 @@ fn a_store_with_a_row_per_count_and_sample_moves_its_history_into_hour_rows_when
         assert_eq!(restored.hours().filter_map(|hour| HourRow::of(&restored, hour)).collect::<Vec<_>>(), expected);
     }
 }
+
+#[test]
+fn a_large_hour_is_kept_in_chunks_that_load_back_whole_and_a_half_pruned_hour_is_skipped() {
+    let dir = scratch("hour-chunks");
+    let mut store = SledStore::open(&dir).unwrap();
+    let hour = |h: u8| CalendarHour { day: 19_870, hour: h };
+    // 2,000 templates and 4,096 samples: about 32 KB, six chunks.
+    let large = |h: u8| HourRow {
+        hour: hour(h),
+        total: 10_000,
+        counts: (1..=2_000).map(|t| (TemplateId(t), 5)).collect(),
+        samples: (0..4_096).map(|i| (i % 3_600) as u16).collect(),
+    };
+    store.put_hours(&[large(1), large(2)]).unwrap();
+    assert!(store.rows().totals >= 10, "{:?}", store.rows());
+    store.flush().unwrap();
+    drop(store);
+    let mut store = SledStore::open(&dir).unwrap();
+    let tables = store.load().unwrap();
+    assert_eq!(tables.totals, vec![(hour(1), 10_000), (hour(2), 10_000)]);
+    assert_eq!(tables.counts.len(), 4_000);
+    assert_eq!(tables.samples.len(), 8_192);
+    // A prune cut short in hour 1 leaves its later chunks: it is skipped,
+    // hour 2 loads whole.
+    assert_eq!(store.delete_hours_before(hour(2), 2).unwrap(), 2);
+    let tables = store.load().unwrap();
+    assert_eq!(tables.totals, vec![(hour(2), 10_000)]);
+    assert_eq!(tables.counts.len(), 2_000);
+    drop(store);
+    assert!(SledStore::open(&dir).is_ok(), "the manifest follows the chunks");
+}
