@@ -192,9 +192,12 @@ impl Iterator for Arrivals<'_> {
             let end = (self.second + 1) as f64;
             if rate > 0.0 {
                 let gap = -(1.0 - self.rng.random::<f64>()).ln() / rate;
-                if self.at_s + gap < end {
+                // Compared as the microsecond instants returned: an arrival a
+                // hair before the second's end must not round up onto it.
+                let at = Instant::from_secs_f64(self.at_s + gap);
+                if at < Instant::from_secs_f64(end) {
                     self.at_s += gap;
-                    return Some(Instant::from_secs_f64(self.at_s));
+                    return Some(at);
                 }
             }
             // Memorylessness: the next second starts afresh.
