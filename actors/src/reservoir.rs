@@ -1039,7 +1039,7 @@ impl ReservoirStore for SledStore {
 
 /// Records an arrival (a notification; the reply only reports storage
 /// errors).
-#[derive(Message)]
+#[derive(Clone, Debug, Message)]
 #[rtype(result = "Result<()>")]
 pub struct ArrivalUpdate {
     /// Wall-clock arrival, seconds since the Unix epoch (UTC).
@@ -1110,6 +1110,55 @@ impl ReservoirLink {
         }
         self.backlog.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         false
+    }
+
+    /// Sends `updates` as one message (one wake-up of the reservoir's
+    /// thread, one envelope), without waiting; `Err` gives them back when
+    /// the mailbox is full.
+    pub fn offer_batch(&self, updates: Vec<LogUpdate>) -> std::result::Result<(), Vec<LogUpdate>> {
+        let count = updates.len();
+        self.backlog.0.fetch_add(count, std::sync::atomic::Ordering::Relaxed);
+        match self.addr.try_send(OfferedBatch(updates)) {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                self.backlog.0.fetch_sub(count, std::sync::atomic::Ordering::Relaxed);
+                Err(error.into_inner().0)
+            }
+        }
+    }
+}
+
+/// One update of a [`ReservoirLink::offer_batch`].
+#[derive(Clone, Debug)]
+pub enum LogUpdate {
+    /// An arrival, as [`ArrivalUpdate`].
+    Arrival(ArrivalUpdate),
+    /// A finished execution, as [`ExecutionUpdate`].
+    Execution(ExecutionRecord),
+    /// A finished query's idempotency record, as [`IdempotencyUpdate`].
+    Idempotency(IdempotencyRecord),
+}
+
+/// Updates sent together through [`ReservoirLink::offer_batch`].
+struct OfferedBatch(Vec<LogUpdate>);
+
+impl Message for OfferedBatch {
+    type Result = ();
+}
+
+impl Handler<OfferedBatch> for ReservoirActor {
+    type Result = ();
+
+    fn handle(&mut self, message: OfferedBatch, ctx: &mut Self::Context) {
+        self.backlog.0.fetch_sub(message.0.len(), std::sync::atomic::Ordering::Relaxed);
+        // A failed write is counted in `storage_errors`; nobody waits.
+        for update in message.0 {
+            let _ = match update {
+                LogUpdate::Arrival(arrival) => <Self as Handler<ArrivalUpdate>>::handle(self, arrival, ctx),
+                LogUpdate::Execution(record) => <Self as Handler<ExecutionUpdate>>::handle(self, ExecutionUpdate(record), ctx),
+                LogUpdate::Idempotency(record) => <Self as Handler<IdempotencyUpdate>>::handle(self, IdempotencyUpdate(record), ctx),
+            };
+        }
     }
 }
 

@@ -50,7 +50,7 @@ use crate::backend::{Backend, CancelReason, ClusterUpdate, Completion, Execution
 use crate::clock::VirtualClock;
 use crate::provider::Provider;
 use crate::idempotency::{IdempotencyRecord, IdempotencyTable, RequestDigest};
-use crate::reservoir::{ArrivalUpdate, ExecutionUpdate, IdempotencyUpdate, ReservoirLink};
+use crate::reservoir::{ArrivalUpdate, LogUpdate, ReservoirLink};
 use crate::tracker::{Cancel, ClusterTracker, Dispatch, Release, TrackerSetup};
 use crate::{Error, Result};
 
@@ -448,12 +448,11 @@ pub struct RouterShard {
     event_loop_lag: std::sync::Arc<crate::metrics::Histogram>,
     lag_probe_every: Option<std::time::Duration>,
     pools: HashMap<PoolId, PoolRuntime>,
-    reservoir: Option<ReservoirLink>,
+    log: Outbox,
     decisions: VecDeque<DecisionRecord>,
     decisions_max: usize,
     next_query: u64,
     draining: bool,
-    reservoir_updates_dropped: u64,
     scale_notices_dropped: u64,
     mailbox_capacity: usize,
     tracker_mailbox_capacity: usize,
@@ -547,7 +546,7 @@ impl RouterShard {
             event_loop_lag: std::sync::Arc::default(),
             lag_probe_every: None,
             pools,
-            reservoir,
+            log: Outbox { link: reservoir, updates: Vec::new(), dropped: 0 },
             decisions: VecDeque::new(),
             decisions_max: limits.decisions_max,
             tracker_mailbox_capacity: limits.mailbox_capacity,
@@ -555,7 +554,6 @@ impl RouterShard {
             billing: limits.billing.clone(),
             next_query: 0,
             draining: false,
-            reservoir_updates_dropped: 0,
             scale_notices_dropped: 0,
             mailbox_capacity: limits.mailbox_capacity,
         }
@@ -618,6 +616,65 @@ impl Actor for RouterShard {
         if let Some(every) = self.lag_probe_every {
             self.probe_lag(every, ctx);
         }
+        ctx.run_interval(OUTBOX_EVERY, |actor, _ctx| actor.log.flush());
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        self.log.flush();
+    }
+}
+
+/// The longest an update waits in the shard's outbox for the Reservoir.
+const OUTBOX_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Updates the outbox sends at once, at most.
+const OUTBOX_MAX: usize = 256;
+
+/// The shard's updates for the Reservoir, sent a batch per message (every
+/// [`OUTBOX_EVERY`], or at [`OUTBOX_MAX`]): one message per update woke
+/// the reservoir's thread for each, which cost it as much as the writes.
+struct Outbox {
+    link: Option<ReservoirLink>,
+    updates: Vec<LogUpdate>,
+    /// Updates dropped because the Reservoir's mailbox was full.
+    dropped: u64,
+}
+
+impl Outbox {
+    fn push(&mut self, update: LogUpdate) {
+        if self.link.is_none() {
+            return;
+        }
+        self.updates.push(update);
+        if self.updates.len() >= OUTBOX_MAX {
+            self.flush();
+        }
+    }
+
+    /// Sends what waits.
+    fn flush(&mut self) {
+        let Some(link) = &self.link else { return };
+        if self.updates.is_empty() {
+            return;
+        }
+        let updates = std::mem::replace(&mut self.updates, Vec::with_capacity(OUTBOX_MAX));
+        if let Err(refused) = link.offer_batch(updates) {
+            self.dropped += refused.len() as u64;
+        }
+    }
+}
+
+/// Sends the shard's waiting Reservoir updates now (a shutdown does before
+/// it closes the Reservoir; the outbox otherwise waits up to 5 ms).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct FlushLog;
+
+impl Handler<FlushLog> for RouterShard {
+    type Result = ();
+
+    fn handle(&mut self, _message: FlushLog, _ctx: &mut Self::Context) {
+        self.log.flush();
     }
 }
 
@@ -845,11 +902,9 @@ impl Handler<Submit> for RouterShard {
             pool.stats.templates_evicted += 1;
         }
         pool.slos.insert(query.template, query.slo.latency);
-        if let Some(reservoir) = &self.reservoir {
+        if self.log.link.is_some() {
             let unix_secs = self.clock.calendar_now_s().floor() as i64;
-            if !reservoir.offer(ArrivalUpdate { unix_secs, template: query.template }) {
-                self.reservoir_updates_dropped += 1;
-            }
+            self.log.push(LogUpdate::Arrival(ArrivalUpdate { unix_secs, template: query.template }));
         }
 
         let (sender, receiver) = oneshot::channel();
@@ -1062,7 +1117,7 @@ impl RouterShard {
                 }
                 // The execution log teaches the cluster predictors: elastic
                 // executions are not cluster executions.
-                if let Some(reservoir) = &self.reservoir
+                if self.log.link.is_some()
                     && let Target::Cluster(cluster) = report.target
                 {
                     let size = pool.view.clusters.iter().find(|c| c.id == cluster).map_or(Rpu(0), |c| c.size);
@@ -1077,9 +1132,7 @@ impl RouterShard {
                         ran_alone: !flight.overlapped,
                         queued: report.started.map_or(slogate_core::time::Duration::ZERO, |started| started.saturating_duration_since(report.dispatched)),
                     };
-                    if !reservoir.offer(ExecutionUpdate(record)) {
-                        self.reservoir_updates_dropped += 1;
-                    }
+                    self.log.push(LogUpdate::Execution(record));
                 }
                 SubmitOutcome {
                     client_query_id: flight.client_query_id.clone(),
@@ -1128,10 +1181,8 @@ impl RouterShard {
                 finished_unix_s,
                 outcome: outcome.without_rows(),
             };
-            if let Some(reservoir) = &self.reservoir
-                && !reservoir.offer(IdempotencyUpdate(record.clone()))
-            {
-                self.reservoir_updates_dropped += 1;
+            if self.log.link.is_some() {
+                self.log.push(LogUpdate::Idempotency(record.clone()));
             }
             pool.done.insert(record, finished_unix_s);
         }
@@ -1258,7 +1309,7 @@ impl Handler<GetState> for RouterShard {
         MessageResult(RouterState {
             draining: self.draining,
             pools,
-            reservoir_updates_dropped: self.reservoir_updates_dropped,
+            reservoir_updates_dropped: self.log.dropped,
             scale_notices_dropped: self.scale_notices_dropped,
         })
     }

@@ -236,6 +236,7 @@ async fn the_execution_log_records_queueing_and_whether_a_query_ran_alone() {
     for reply in replies {
         reply.reply.await.unwrap();
     }
+    router.send(slogate_actors::router::FlushLog).await.unwrap();
     reservoir.addr().send(Flush).await.unwrap().unwrap();
     let log = reservoir.addr().send(GetRecentExecutions { limit: 100 }).await.unwrap().unwrap();
     assert_eq!(log.len(), 9);

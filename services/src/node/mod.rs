@@ -564,6 +564,8 @@ impl Node {
             }
         }
         self.admin_handle.stop(true).await;
+        // The shard's last updates reach the Reservoir before it closes.
+        let _ = self.router.send(router::FlushLog).await;
         let _ = self.reservoir.send(reservoir::Shutdown).await;
         for arbiter in self.arbiters {
             arbiter.stop();
