@@ -1135,8 +1135,9 @@ pub enum LogUpdate {
     Arrival(ArrivalUpdate),
     /// A finished execution, as [`ExecutionUpdate`].
     Execution(ExecutionRecord),
-    /// A finished query's idempotency record, as [`IdempotencyUpdate`].
-    Idempotency(IdempotencyRecord),
+    /// A finished query's idempotency record, as [`IdempotencyUpdate`]
+    /// (boxed: it is many times the others' size).
+    Idempotency(Box<IdempotencyRecord>),
 }
 
 /// Updates sent together through [`ReservoirLink::offer_batch`].
@@ -1156,7 +1157,7 @@ impl Handler<OfferedBatch> for ReservoirActor {
             let _ = match update {
                 LogUpdate::Arrival(arrival) => <Self as Handler<ArrivalUpdate>>::handle(self, arrival, ctx),
                 LogUpdate::Execution(record) => <Self as Handler<ExecutionUpdate>>::handle(self, ExecutionUpdate(record), ctx),
-                LogUpdate::Idempotency(record) => <Self as Handler<IdempotencyUpdate>>::handle(self, IdempotencyUpdate(record), ctx),
+                LogUpdate::Idempotency(record) => <Self as Handler<IdempotencyUpdate>>::handle(self, IdempotencyUpdate(*record), ctx),
             };
         }
     }

@@ -1182,7 +1182,7 @@ impl RouterShard {
                 outcome: outcome.without_rows(),
             };
             if self.log.link.is_some() {
-                self.log.push(LogUpdate::Idempotency(record.clone()));
+                self.log.push(LogUpdate::Idempotency(Box::new(record.clone())));
             }
             pool.done.insert(record, finished_unix_s);
         }
