@@ -345,16 +345,21 @@ fn json_rows<T: Serialize>(records: &[T]) -> Vec<(std::ops::Range<usize>, Vec<u8
     let mut rows = Vec::new();
     let (mut start, mut json) = (0, b"[".to_vec());
     for (i, record) in records.iter().enumerate() {
-        let encoded = serde_json::to_vec(record).expect("records serialise");
-        if i > start && json.len() + encoded.len() + 2 > ROW_JSON_BYTES_MAX {
-            json.push(b']');
-            rows.push((start..i, std::mem::replace(&mut json, b"[".to_vec())));
-            start = i;
-        }
+        // Each record is written straight into the row; one that takes it
+        // past the bound moves to the next row.
+        let at = json.len();
         if i > start {
             json.push(b',');
         }
-        json.extend_from_slice(&encoded);
+        serde_json::to_writer(&mut json, record).expect("records serialise");
+        if i > start && json.len() + 1 > ROW_JSON_BYTES_MAX {
+            let mut next = b"[".to_vec();
+            next.extend_from_slice(&json[at + 1..]);
+            json.truncate(at);
+            json.push(b']');
+            rows.push((start..i, std::mem::replace(&mut json, next)));
+            start = i;
+        }
     }
     if start < records.len() {
         json.push(b']');
@@ -419,9 +424,6 @@ fn parse_idempotency(value: &[u8]) -> Result<Vec<IdempotencyRecord>> {
 const LEGACY_IDEMPOTENCY: &str = "idempotency";
 const LEGACY_IDEMPOTENCY_INDEX: &str = "idempotency_by_time";
 
-/// Records per row when the idempotency trees of an older store move into
-/// `idempotency_log`.
-const MIGRATION_BATCH: usize = 1_024;
 
 /// How long [`SledStore::open`] waits for a previous owner (this process's
 /// last node, or one that just died) to release the store's file lock.
@@ -733,9 +735,7 @@ impl SledStore {
         }
         records.sort_by(|a, b| a.finished_unix_s.total_cmp(&b.finished_unix_s));
         let moved = records.len();
-        for batch in records.chunks(MIGRATION_BATCH) {
-            self.put_idempotency(batch)?;
-        }
+        self.put_idempotency(&records)?;
         self.db.flush()?;
         let rows = RowCounts { idempotency: self.idempotency.len() as u64, ..self.rows };
         self.write_manifest(rows)?;
@@ -1096,22 +1096,6 @@ impl ReservoirLink {
         self.backlog.clone()
     }
 
-    /// Sends `update` without waiting for it; `false` when the mailbox is
-    /// full and the update was dropped.
-    pub fn offer<M>(&self, update: M) -> bool
-    where
-        M: Message + Send + 'static,
-        M::Result: Send,
-        ReservoirActor: Handler<M>,
-    {
-        self.backlog.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if self.addr.try_send::<Offered<M>>(Offered(update)).is_ok() {
-            return true;
-        }
-        self.backlog.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        false
-    }
-
     /// Sends `updates` as one message (one wake-up of the reservoir's
     /// thread, one envelope), without waiting; `Err` gives them back when
     /// the mailbox is full.
@@ -1160,29 +1144,6 @@ impl Handler<OfferedBatch> for ReservoirActor {
                 LogUpdate::Idempotency(record) => <Self as Handler<IdempotencyUpdate>>::handle(self, IdempotencyUpdate(*record), ctx),
             };
         }
-    }
-}
-
-/// An update sent through [`ReservoirLink::offer`]: handled as `M`, with
-/// the backlog counted down.
-struct Offered<M>(M);
-
-impl<M: Message> Message for Offered<M> {
-    type Result = ();
-}
-
-impl<M> Handler<Offered<M>> for ReservoirActor
-where
-    M: Message + Send + 'static,
-    ReservoirActor: Handler<M>,
-{
-    type Result = ();
-
-    fn handle(&mut self, message: Offered<M>, ctx: &mut Self::Context) {
-        self.backlog.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        // A failed write is counted in `storage_errors`; nobody waits for
-        // the reply.
-        let _ = <Self as Handler<M>>::handle(self, message.0, ctx);
     }
 }
 

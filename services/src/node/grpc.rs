@@ -338,7 +338,7 @@ impl Gateway for GatewayService {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use slogate_actors::reservoir::{ArrivalUpdate, Flush, ReservoirActor, SledStore};
+    use slogate_actors::reservoir::{ArrivalUpdate, Flush, LogUpdate, ReservoirActor, SledStore};
     use slogate_core::model::TemplateId;
 
     /// A reservoir on an arbiter that is busy for `busy`, with `updates`
@@ -356,9 +356,8 @@ mod tests {
             std::thread::sleep(busy);
         }));
         sleeping.await.unwrap();
-        for i in 0..updates {
-            assert!(link.offer(ArrivalUpdate { unix_secs: 1_716_817_510 + i as i64, template: TemplateId(1) }));
-        }
+        let arrivals = (0..updates).map(|i| LogUpdate::Arrival(ArrivalUpdate { unix_secs: 1_716_817_510 + i as i64, template: TemplateId(1) })).collect();
+        assert!(link.offer_batch(arrivals).is_ok());
         (arbiter, link, dir)
     }
 
