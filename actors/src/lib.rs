@@ -26,6 +26,8 @@
 //!   [`reservoir::ReservoirStore`].
 //! - [`router`]: the RouterShard: admission, idempotency, routing with
 //!   core's policies, dispatch, and replies.
+//! - [`shards`]: the node's RouterShards, which pool each owns, and the
+//!   calls that fan out to all of them and merge.
 //! - [`tracker`]: one ClusterTracker per cluster: running queries,
 //!   slogate's own billing timer, lifecycle, backend calls.
 //! - [`tuner`]: one Tuner per tuned pool: the policy tuner on a schedule
@@ -63,6 +65,7 @@ pub mod metrics;
 pub mod provider;
 pub mod reservoir;
 pub mod router;
+pub mod shards;
 pub mod tracker;
 pub mod tuner;
 pub mod warehouse;

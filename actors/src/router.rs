@@ -205,13 +205,13 @@ pub struct AttachAutoscaler {
 
 /// Stop accepting submissions (graceful shutdown); in-flight queries
 /// finish.
-#[derive(Message)]
+#[derive(Clone, Message)]
 #[rtype(result = "()")]
 pub struct Drain;
 
 /// Fails every query still in flight with a reason (end of a shutdown's
 /// grace period), so no accepted query goes unanswered. Returns how many.
-#[derive(Message)]
+#[derive(Clone, Message)]
 #[rtype(result = "usize")]
 pub struct FailInFlight {
     /// Why, for the replies.
@@ -219,7 +219,7 @@ pub struct FailInFlight {
 }
 
 /// Reads the recent routing decisions, newest first.
-#[derive(Message)]
+#[derive(Clone, Message)]
 #[rtype(result = "Vec<DecisionRecord>")]
 pub struct GetDecisions {
     /// At most this many.
@@ -229,7 +229,7 @@ pub struct GetDecisions {
 }
 
 /// Reads the observable state.
-#[derive(Message)]
+#[derive(Clone, Message)]
 #[rtype(result = "RouterState")]
 pub struct GetState;
 
@@ -438,6 +438,22 @@ pub struct RouterState {
     pub reservoir_updates_dropped: u64,
     /// Autoscaler notices dropped because its mailbox was full.
     pub scale_notices_dropped: u64,
+    /// The shards this state covers (one for a shard's own; every shard's
+    /// when [`crate::shards::RouterShards`] merges them).
+    pub shards: Vec<ShardInfo>,
+}
+
+/// Which shard a [`RouterState`] came from, and where it runs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ShardInfo {
+    /// Its index among the node's shards.
+    pub index: usize,
+    /// The thread its event loop runs on.
+    pub thread: String,
+    /// The pools it owns, by name.
+    pub pools: Vec<PoolId>,
+    /// Whether it refuses new submissions.
+    pub draining: bool,
 }
 
 /// The actor. See the module docs.
@@ -452,6 +468,11 @@ pub struct RouterShard {
     decisions: VecDeque<DecisionRecord>,
     decisions_max: usize,
     next_query: u64,
+    /// Query ids step by the shard count, so the node's shards never hand
+    /// out the same one.
+    query_id_step: u64,
+    index: usize,
+    thread: String,
     draining: bool,
     scale_notices_dropped: u64,
     mailbox_capacity: usize,
@@ -553,6 +574,9 @@ impl RouterShard {
             clusters_per_pool_max: limits.clusters_per_pool_max.max(1),
             billing: limits.billing.clone(),
             next_query: 0,
+            query_id_step: 1,
+            index: 0,
+            thread: String::new(),
             draining: false,
             scale_notices_dropped: 0,
             mailbox_capacity: limits.mailbox_capacity,
@@ -568,6 +592,28 @@ impl RouterShard {
                 pool.done.insert(record, now);
             }
         }
+    }
+
+    /// Makes this shard `index` of `count`: its query ids are those equal
+    /// to `index` modulo `count`, so no two shards of a node share one.
+    pub fn as_shard(mut self, index: usize, count: usize) -> Self {
+        let count = count.max(1) as u64;
+        self.index = index;
+        self.next_query = index as u64 % count;
+        self.query_id_step = count;
+        self
+    }
+
+    /// Records into `decision_time` and `event_loop_lag` instead of the
+    /// shard's own histograms: a node's shards share one of each.
+    pub fn with_histograms(
+        mut self,
+        decision_time: std::sync::Arc<crate::metrics::Histogram>,
+        event_loop_lag: std::sync::Arc<crate::metrics::Histogram>,
+    ) -> Self {
+        self.decision_time = decision_time;
+        self.event_loop_lag = event_loop_lag;
+        self
     }
 
     /// Wall-clock time of each `route()` call, for the metrics endpoint.
@@ -610,6 +656,8 @@ impl Actor for RouterShard {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(self.mailbox_capacity);
+        let current = std::thread::current();
+        self.thread = current.name().map_or_else(|| format!("{:?}", current.id()), str::to_owned);
         for (id, pool) in &self.pools {
             pool.backend.watch_clusters(id.clone(), ctx.address().recipient());
         }
@@ -666,7 +714,7 @@ impl Outbox {
 
 /// Sends the shard's waiting Reservoir updates now (a shutdown does before
 /// it closes the Reservoir; the outbox otherwise waits up to 5 ms).
-#[derive(Message)]
+#[derive(Clone, Message)]
 #[rtype(result = "()")]
 pub struct FlushLog;
 
@@ -889,7 +937,7 @@ impl Handler<Submit> for RouterShard {
         }
 
         let id = QueryId(self.next_query);
-        self.next_query += 1;
+        self.next_query += self.query_id_step;
         // Without a client id the node's id stands in; it cannot be retried,
         // so it is not indexed for deduplication.
         let client_supplied = !message.client_query_id.is_empty();
@@ -1306,8 +1354,10 @@ impl Handler<GetState> for RouterShard {
             })
             .collect();
         pools.sort_by(|a, b| a.id.cmp(&b.id));
+        let shard = ShardInfo { index: self.index, thread: self.thread.clone(), pools: pools.iter().map(|p| p.id.clone()).collect(), draining: self.draining };
         MessageResult(RouterState {
             draining: self.draining,
+            shards: vec![shard],
             pools,
             reservoir_updates_dropped: self.log.dropped,
             scale_notices_dropped: self.scale_notices_dropped,

@@ -134,6 +134,12 @@ pub struct NodeSection {
     /// Threads of the gRPC server's own tokio runtime; 0 runs gRPC on the
     /// routing thread with the actors.
     pub grpc_threads: usize,
+    /// RouterShards, each routing its pools on a thread of its own with
+    /// their trackers (and emulated warehouses). Pool `i` goes to shard
+    /// `i % router_shards` unless it names its `shard`. Shard 0 shares the
+    /// node's main thread with the admin API (and gRPC, when
+    /// `grpc_threads` is 0). At most the number of pools.
+    pub router_shards: usize,
 }
 
 /// `[limits]`.
@@ -266,9 +272,18 @@ pub struct PoolSection {
     /// The pool's policy tuner.
     #[serde(default)]
     pub tune: TuneSection,
+    /// The RouterShard that owns the pool (below `node.router_shards`);
+    /// unset: its index in the file modulo the shard count.
+    #[serde(default)]
+    pub shard: Option<usize>,
 }
 
 impl PoolSection {
+    /// The shard that owns the pool at `index` in the file, of `shards`.
+    pub fn shard_index(&self, index: usize, shards: usize) -> usize {
+        self.shard.unwrap_or(index % shards.max(1))
+    }
+
     /// The provisioned clusters' billing, if the pool bills so.
     pub fn provisioned_billing(&self) -> Option<slogate_core::elastic::ProvisionedBilling> {
         (self.billing == "provisioned").then(|| slogate_core::elastic::ProvisionedBilling {
@@ -838,6 +853,7 @@ impl Default for NodeSection {
             tls_cert_path: None,
             tls_key_path: None,
             grpc_threads: 0,
+            router_shards: 1,
         }
     }
 }
@@ -907,6 +923,7 @@ impl Default for ConfigV1 {
                 autoscale: AutoscaleSection::default(),
                 elastic: ElasticSection::default(),
                 tune: TuneSection::default(),
+                shard: None,
             }],
             tenant: Vec::new(),
         }
@@ -1104,6 +1121,18 @@ impl NodeConfig {
         if file.node.grpc_threads > 64 {
             return Err(invalid("node.grpc_threads", "must be at most 64"));
         }
+        let shards = file.node.router_shards;
+        if shards == 0 || shards > file.pool.len().max(1) {
+            return Err(invalid("node.router_shards", format!("must be between 1 and the number of pools ({}): each shard owns at least one", file.pool.len())));
+        }
+        for (i, pool) in file.pool.iter().enumerate() {
+            if let Some(shard) = pool.shard.filter(|&s| s >= shards) {
+                return Err(invalid(&format!("pool[{i}].shard"), format!("is {shard}, but node.router_shards is {shards} (shards 0..{})", shards - 1)));
+            }
+        }
+        if let Some(idle) = (0..shards).find(|&k| !file.pool.iter().enumerate().any(|(i, p)| p.shard_index(i, shards) == k)) {
+            return Err(invalid("node.router_shards", format!("shard {idle} would own no pool; set fewer shards or give a pool `shard = {idle}`")));
+        }
         if limits.idempotency_kept > 10_000_000 {
             return Err(invalid("limits.idempotency_kept", "must be at most 10,000,000 (its table is allocated at start, 32 bytes a record)"));
         }
@@ -1285,6 +1314,24 @@ mod tests {
             let error = NodeConfig::load(&file, &env(&[]), &Overrides::default()).unwrap_err().to_string();
             assert!(error.contains("pool[0].name"), "{name:?}: {error}");
         }
+    }
+
+    #[test]
+    fn router_shards_that_would_own_no_pool_or_a_pool_on_no_shard_are_refused() {
+        let two_pools = |node: &str, pool_b: &str| {
+            format!("version = \"1\"\n[node]\n{node}\n[[pool]]\nname = \"a\"\nclusters = [16]\n[[pool]]\nname = \"b\"\nclusters = [16]\n{pool_b}\n")
+        };
+        let error = |text: String| NodeConfig::load(&text, &env(&[]), &Overrides::default()).unwrap_err().to_string();
+        assert!(error(two_pools("router_shards = 0", "")).contains("`node.router_shards`"));
+        let too_many = error(two_pools("router_shards = 3", ""));
+        assert!(too_many.contains("`node.router_shards`") && too_many.contains("number of pools (2)"), "{too_many}");
+        let out_of_range = error(two_pools("router_shards = 2", "shard = 2"));
+        assert!(out_of_range.contains("`pool[1].shard`") && out_of_range.contains("0..1"), "{out_of_range}");
+        let idle = error(two_pools("router_shards = 2", "shard = 0"));
+        assert!(idle.contains("shard 1 would own no pool"), "{idle}");
+        let config = NodeConfig::load(&two_pools("router_shards = 2", ""), &env(&[]), &Overrides::default()).unwrap();
+        let owners: Vec<usize> = config.file.pool.iter().enumerate().map(|(i, p)| p.shard_index(i, 2)).collect();
+        assert_eq!(owners, vec![0, 1]);
     }
 
     #[test]

@@ -621,3 +621,72 @@ async fn grpc_on_a_runtime_of_its_own_answers_every_query_and_shuts_down_cleanly
     assert_eq!(node.shutdown().await, 0);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[actix_rt::test]
+async fn pools_on_two_router_shards_route_on_their_own_threads_and_the_admin_api_merges_them() {
+    let dir = scratch("shards");
+    // Three pools on two shards: `a` and `c` on shard 0 (by index), `b`
+    // pinned to shard 1; `c` autoscales, so its Autoscaler talks to its
+    // own shard.
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\n\
+         admin_token = \"s3cret\"\nrouter_shards = 2\n\
+         [[pool]]\nname = \"a\"\nclusters = [16]\n\
+         [[pool]]\nname = \"b\"\npolicy = \"slogate\"\nclusters = [16, 8]\nshard = 1\n\
+         [[pool]]\nname = \"c\"\npolicy = \"stage-cost\"\nclusters = [8]\nshard = 0\n[pool.autoscale]\nenabled = true\n",
+        dir.display()
+    );
+    let config = NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
+    let node = node::start(config).await.unwrap();
+    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let replies: Vec<_> = (0..90)
+        .map(|i| {
+            let mut client = client.clone();
+            let pool = ["a", "b", "c"][i % 3];
+            tokio::spawn(async move {
+                let mut request = request(&format!("{pool}{i}"), 1 + (i as u32) % 20, 600_000);
+                request.pool = pool.into();
+                client.submit(request).await.map(|r| r.into_inner())
+            })
+        })
+        .collect();
+    for reply in replies {
+        let reply = reply.await.unwrap().unwrap();
+        assert_eq!(reply.status(), QueryStatus::Completed, "{reply:?}");
+    }
+    // A retry reaches the shard that answered the first time.
+    let mut retry = request("b1", 2, 600_000);
+    retry.pool = "b".into();
+    let again = client.clone().submit(retry).await.unwrap().into_inner();
+    assert_eq!(again.status(), QueryStatus::Completed);
+
+    let (_, body) = admin_get(node.admin_addr, "/v1/actors").await;
+    let actors: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let shards = actors["router_shard"]["shards"].as_array().unwrap();
+    assert_eq!(shards.len(), 2, "{shards:?}");
+    assert_eq!(shards[0]["pools"], serde_json::json!(["a", "c"]));
+    assert_eq!(shards[1]["pools"], serde_json::json!(["b"]));
+    assert_ne!(shards[0]["thread"], shards[1]["thread"], "{shards:?}");
+    let (_, body) = admin_get(node.admin_addr, "/v1/pools").await;
+    let pools: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+    let accepted: Vec<(String, u64)> =
+        pools.iter().map(|p| (p["id"].as_str().unwrap().to_owned(), p["stats"]["accepted"].as_u64().unwrap())).collect();
+    assert_eq!(accepted, vec![("a".to_owned(), 30), ("b".to_owned(), 30), ("c".to_owned(), 30)]);
+    // The decision log holds every shard's decisions, newest first, and
+    // no two queries share a node id.
+    let (_, body) = admin_get(node.admin_addr, "/v1/decisions?limit=100").await;
+    let decisions: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+    assert_eq!(decisions.len(), 90);
+    let times: Vec<f64> = decisions.iter().map(|d| d["at_s"].as_f64().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] >= w[1]), "{times:?}");
+    let ids: std::collections::HashSet<u64> = decisions.iter().map(|d| d["query"].as_u64().unwrap()).collect();
+    assert_eq!(ids.len(), 90);
+    // Pool operations reach the owner; an unknown pool is named.
+    let (status, body) = admin(node.admin_addr, "POST", "/v1/pools/b/clusters", Some("s3cret"), r#"{"size": 4}"#).await;
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = admin_get(node.admin_addr, "/v1/pools/zzz/queries").await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("zzz"), "{body}");
+    assert_eq!(node.shutdown().await, 0);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -16,6 +16,7 @@ use slogate_actors::backend::{Backend, BackendState};
 use slogate_actors::provider::Provider;
 use slogate_actors::reservoir::{self, ReservoirActor};
 use slogate_actors::router::{self, RouterShard};
+use slogate_actors::shards::RouterShards;
 use slogate_actors::tracker;
 use slogate_actors::tuner;
 use slogate_core::model::{ClusterState, PoolId};
@@ -24,8 +25,8 @@ use slogate_proto::GatewayError;
 /// What the admin handlers share.
 #[derive(Clone)]
 pub struct AdminState {
-    /// The RouterShard.
-    pub router: Addr<RouterShard>,
+    /// The RouterShards, and which pool each owns.
+    pub router: RouterShards,
     /// The Reservoir.
     pub reservoir: Addr<ReservoirActor>,
     /// Each pool's backend and provider.
@@ -271,17 +272,22 @@ fn backend_unavailable(error: slogate_actors::backend::ExecuteError) -> GatewayE
     GatewayError::Unavailable(error.to_string())
 }
 
+/// The shard that owns `pool`.
+fn shard_of<'a>(state: &'a AdminState, pool: &PoolId) -> Result<&'a Addr<RouterShard>, GatewayError> {
+    state.router.for_pool(pool).ok_or_else(|| GatewayError::UnknownPool(pool.0.clone()))
+}
+
 /// The states of `pool`'s cluster trackers, by cluster id.
 async fn tracker_states(state: &AdminState, pool: &PoolId) -> Result<Vec<tracker::TrackerState>, GatewayError> {
     let mut states = Vec::new();
-    for (_, tracker) in state.router.send(router::GetTrackers(pool.clone())).await.map_err(mailbox)? {
+    for (_, tracker) in shard_of(state, pool)?.send(router::GetTrackers(pool.clone())).await.map_err(mailbox)? {
         states.push(tracker.send(tracker::GetState).await.map_err(mailbox)?);
     }
     Ok(states)
 }
 
 async fn pool_views(state: &AdminState) -> Result<Vec<PoolView>, GatewayError> {
-    let router = state.router.send(router::GetState).await.map_err(mailbox)?;
+    let router = state.router.state().await.map_err(mailbox)?;
     let mut views = Vec::new();
     for pool in router.pools {
         let backend = match state.backends.iter().find(|b| b.pool == pool.id) {
@@ -342,13 +348,13 @@ async fn queries(request: HttpRequest, state: web::Data<AdminState>, path: web::
         let viewer = viewer(&request, &state)?;
         let limit = params.limit.unwrap_or(100).min(10_000);
         let which = params.state.as_deref().unwrap_or("running");
-        let router = state.router.send(router::GetState).await.map_err(mailbox)?;
+        let router = state.router.state().await.map_err(mailbox)?;
         let pool = router.pools.into_iter().find(|p| p.id.0 == name).ok_or_else(|| GatewayError::UnknownPool(name.clone()))?;
         match which {
             "running" => {
                 let mine: Option<std::collections::HashSet<slogate_core::model::QueryId>> = match viewer.tenant() {
                     Some(tenant) => Some(
-                        state.router.send(router::GetTenantInFlight { pool: pool.id.clone(), tenant }).await.map_err(mailbox)?.into_iter().collect(),
+                        shard_of(&state, &pool.id)?.send(router::GetTenantInFlight { pool: pool.id.clone(), tenant }).await.map_err(mailbox)?.into_iter().collect(),
                     ),
                     None => None,
                 };
@@ -364,7 +370,7 @@ async fn queries(request: HttpRequest, state: web::Data<AdminState>, path: web::
                 Ok(serde_json::json!({"state": "running", "queries": running}))
             }
             "done" => {
-                let done = state.router.send(router::GetRecentOutcomes { pool: pool.id, limit, tenant: viewer.tenant() }).await.map_err(mailbox)?;
+                let done = shard_of(&state, &pool.id)?.send(router::GetRecentOutcomes { pool: pool.id.clone(), limit, tenant: viewer.tenant() }).await.map_err(mailbox)?;
                 Ok(serde_json::json!({"state": "done", "queries": done}))
             }
             other => Err(GatewayError::InvalidArgument(format!("state must be `running` or `done`, got `{other}`"))),
@@ -380,7 +386,7 @@ async fn queries(request: HttpRequest, state: web::Data<AdminState>, path: web::
 async fn actors(request: HttpRequest, state: web::Data<AdminState>) -> HttpResponse {
     let result = async {
         authorised(&request, &state, false)?;
-        let router = state.router.send(router::GetState).await.map_err(mailbox)?;
+        let router = state.router.state().await.map_err(mailbox)?;
         let reservoir = state.reservoir.send(reservoir::GetState).await.map_err(mailbox)?;
         let mut backend_states = serde_json::Map::new();
         let mut trackers = serde_json::Map::new();
@@ -468,9 +474,8 @@ async fn add_cluster(request: HttpRequest, state: web::Data<AdminState>, path: w
         authorised(&request, &state, true)?;
         let body = read_body(payload).await?;
         let size = parse_new_cluster(&body)?;
-        let cluster = state
-            .router
-            .send(router::RequestCluster { pool, size })
+        let cluster = shard_of(&state, &pool)?
+            .send(router::RequestCluster { pool: pool.clone(), size })
             .await
             .map_err(mailbox)?
             .map_err(router_error)?;
@@ -499,8 +504,9 @@ async fn remove_cluster(request: HttpRequest, state: web::Data<AdminState>, path
         let cluster = parse_cluster_id(&cluster)?;
         let query = web::Query::<RemoveClusterQuery>::from_query(request.query_string())
             .map_err(|e| GatewayError::InvalidArgument(format!("query string: {e} (the only parameter is force=true|false)")))?;
-        let release = router::ReleaseCluster { pool: PoolId(pool), cluster, force: query.force };
-        state.router.send(release).await.map_err(mailbox)?.map_err(router_error)?;
+        let pool = PoolId(pool);
+        let release = router::ReleaseCluster { pool: pool.clone(), cluster, force: query.force };
+        shard_of(&state, &pool)?.send(release).await.map_err(mailbox)?.map_err(router_error)?;
         Ok(cluster)
     }
     .await;
@@ -541,7 +547,7 @@ async fn decisions(request: HttpRequest, state: web::Data<AdminState>) -> HttpRe
         let viewer = viewer(&request, &state)?;
         match params.kind.as_deref().unwrap_or("routing") {
             "routing" => {
-                let decisions = state.router.send(router::GetDecisions { limit, tenant: viewer.tenant() }).await.map_err(mailbox)?;
+                let decisions = state.router.decisions(limit, viewer.tenant()).await.map_err(mailbox)?;
                 Ok(serde_json::to_value(decisions).expect("decisions serialise"))
             }
             "scaling" => {

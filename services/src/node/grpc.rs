@@ -13,6 +13,7 @@ use slogate_actors::idempotency::{RequestDigest, fnv1a};
 use super::tenants::{InFlightSlot, Tenant, Tenants, bearer, retry_after};
 use super::transport::connection_info;
 use slogate_actors::router::{ClientGone, RouterShard, Submit, SubmitOutcome, SubmitStatus};
+use slogate_actors::shards::RouterShards;
 use slogate_proto::GatewayError;
 use slogate_proto::v1::gateway_server::Gateway;
 use slogate_proto::v1::{QueryStatus, ResultSet, Row, SubmitRequest, SubmitResponse, submit_request};
@@ -83,7 +84,7 @@ impl Intake {
 /// The Gateway service.
 #[derive(Clone)]
 pub struct GatewayService {
-    router: Addr<RouterShard>,
+    router: RouterShards,
     limits: Limits,
     added_latency: Arc<Histogram>,
     stream_in_flight_max: usize,
@@ -104,12 +105,12 @@ struct Validated {
 }
 
 impl GatewayService {
-    /// A service forwarding to `router`, recording each query's time in
+    /// A service forwarding each query to its pool's shard of `router`, recording each query's time in
     /// slogate outside the backend in `added_latency`; each `SubmitStream`
     /// has at most `stream_in_flight_max` queries in progress, and stops
     /// reading once `closing` turns true; new queries wait at `intake`.
     pub fn new(
-        router: Addr<RouterShard>,
+        router: RouterShards,
         limits: Limits,
         added_latency: Arc<Histogram>,
         stream_in_flight_max: usize,
@@ -163,8 +164,8 @@ impl GatewayService {
     async fn route_and_wait(&self, query: Validated) -> Result<SubmitOutcome, GatewayError> {
         let Validated { spec, sql, digest, tenant, _slot } = query;
         let pool = spec.pool.clone();
-        let submitted = self
-            .router
+        let shard = self.router.for_pool(&pool).ok_or_else(|| GatewayError::UnknownPool(pool.0.clone()))?;
+        let submitted = shard
             .send(Submit {
                 pool: spec.pool,
                 client_query_id: spec.client_query_id,
@@ -183,7 +184,7 @@ impl GatewayService {
         // Dropped unanswered (the client hung up, or its deadline passed
         // and tonic dropped this future), it tells the router, which
         // cancels the query on the server once no client waits for it.
-        let mut waiting = ClientWaiting { router: self.router.clone(), pool, query: submitted.query, answered: false };
+        let mut waiting = ClientWaiting { router: shard.clone(), pool, query: submitted.query, answered: false };
         let outcome = submitted.reply.await.map_err(|_| GatewayError::Internal("the router dropped the query's reply".into()));
         waiting.answered = true;
         outcome

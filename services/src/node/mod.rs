@@ -2,7 +2,11 @@
 //!
 //! One actix System runs the RouterShard and its trackers, the actix-web
 //! admin API and the tonic gRPC server (spawned on the same tokio runtime)
-//! on one thread: the routing thread. Work that would stall it runs
+//! on one thread: the routing thread. With `node.router_shards` > 1,
+//! every shard after the first runs on an arbiter of its own with its pools'
+//! trackers and emulated warehouses, and the gRPC service sends each query
+//! to its pool's shard ([`RouterShards`]); shard 0 stays on the main
+//! thread. Work that would stall a shard runs
 //! elsewhere: the Reservoir's sled writes on an arbiter of its own (the
 //! gRPC intake holds new queries while more than `reservoir.backlog_max`
 //! updates wait for it, see [`grpc::Intake`]), each Autoscaler's and
@@ -42,6 +46,7 @@ use slogate_actors::backend::Backend;
 use slogate_actors::provider::{EmulatedProvider, FixedEndpoints, Provider};
 use slogate_actors::reservoir::{self, ReservoirActor, SledStore};
 use slogate_actors::router::{self, PoolSetup, RouterLimits, RouterShard};
+use slogate_actors::shards::RouterShards;
 use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse};
 use slogate_core::fingerprint::SqlCatalog;
 use slogate_core::model::{ClusterId, ClusterState, PoolId, Rpu};
@@ -61,7 +66,7 @@ pub struct Node {
     pub grpc_addr: SocketAddr,
     /// Where the admin API listens.
     pub admin_addr: SocketAddr,
-    router: Addr<RouterShard>,
+    router: RouterShards,
     reservoir: Addr<ReservoirActor>,
     ready: Arc<AtomicBool>,
     health: tonic_health::server::HealthReporter,
@@ -153,17 +158,23 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         history.extend(extra);
     }
     // Pools first: a backend that fails to start then drops the store,
-    // which releases the data directory's lock.
-    let mut pools = Vec::new();
+    // which releases the data directory's lock. Shard 0 runs on this
+    // thread; each other shard on an arbiter of its own, where its pools'
+    // emulated warehouses and trackers run too.
+    let shard_count = file.node.router_shards.max(1);
+    let shard_arbiters: Vec<Option<actix::Arbiter>> = (0..shard_count).map(|k| (k > 0).then(actix::Arbiter::new)).collect();
+    let mut pending: Vec<Vec<PendingPool>> = (0..shard_count).map(|_| Vec::new()).collect();
     let mut backends = Vec::new();
     for (i, pool) in file.pool.iter().enumerate() {
         let id = PoolId(pool.name.clone());
+        let shard = pool.shard_index(i, shard_count);
         let elastic = if pool.elastic.enabled { Some(pool.elastic.to_core(&format!("pool[{i}].elastic"))?) } else { None };
         let provisioned_billing = pool.provisioned_billing();
         let provisioned = provisioned_billing.is_some();
+        let arbiter = shard_arbiters[shard].as_ref().map(|a| a.handle());
         let wiring = match pool.backend.as_str() {
             "postgres" => postgres_pool(&id, pool, i, clock).await?,
-            _ => emulated_pool(file.node.seed, pool, elastic.as_ref(), clock, mailbox).await?,
+            _ => emulated_pool(file.node.seed, pool, elastic.as_ref(), clock, mailbox, arbiter.as_ref()).await?,
         };
         let terms = crate::eval::PoolTerms {
             elastic: elastic.clone(),
@@ -171,20 +182,19 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             director_queue_per_16_rpu: Some(pool.elastic.director_queue_per_16_rpu),
             templates_max: Some(file.limits.templates_per_pool_max),
         };
-        let policy = crate::eval::build_policy_with(&pool.policy, &history, &terms).map_err(|e| Error::Config(e.to_string()))?;
+        crate::eval::policy_by_name(&pool.policy).map_err(|e| Error::Config(format!("pool[{i}].policy: {e}")))?;
         backends.push(admin::PoolBackends { pool: id.clone(), backend: wiring.backend.clone(), provider: wiring.provider.clone() });
-        pools.push(PoolSetup {
+        pending[shard].push(PendingPool {
             id,
-            policy,
-            backend: wiring.backend,
-            provider: wiring.provider,
-            catalog: wiring.catalog,
-            clusters: wiring.clusters,
+            policy: pool.policy.clone(),
+            terms,
+            wiring,
             in_flight_max: file.limits.in_flight_per_pool_max,
             elastic: elastic.is_some(),
             provisioned: provisioned_billing,
         });
     }
+    let history = Arc::new(history);
     // Retries after a restart are answered from the records kept on disk.
     let retention_s = file.limits.idempotency_retention_h * 3_600.0;
     let idempotency = {
@@ -226,27 +236,60 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         clusters_per_pool_max: file.limits.clusters_per_pool_max,
     };
     let intake = grpc::Intake { reservoir_backlog: reservoir_link.backlog(), backlog_max: file.reservoir.backlog_max, wait_max: grpc::INTAKE_WAIT_MAX, held: Arc::default() };
-    let mut router = RouterShard::new(clock, pools, Some(reservoir_link), limits).with_lag_probe(LAG_PROBE_EVERY);
-    router.restore_idempotency(idempotency);
-    let histograms =
-        admin::Histograms { decision_time: router.decision_time(), added_latency: Arc::default(), event_loop_lag: router.event_loop_lag() };
-    let router = router.start();
+    let histograms = admin::Histograms { decision_time: Arc::default(), added_latency: Arc::default(), event_loop_lag: Arc::default() };
+    let mut shards = Vec::new();
+    let mut idempotency_by_shard: Vec<Vec<_>> = (0..shard_count).map(|_| Vec::new()).collect();
+    for record in idempotency {
+        if let Some(shard) = pending.iter().position(|pools| pools.iter().any(|p| p.id == record.pool)) {
+            idempotency_by_shard[shard].push(record);
+        }
+    }
+    for (index, (pools, records)) in pending.into_iter().zip(idempotency_by_shard).enumerate() {
+        let owned: Vec<PoolId> = pools.iter().map(|p| p.id.clone()).collect();
+        let plan = ShardPlan {
+            index,
+            count: shard_count,
+            clock,
+            pools,
+            history: history.clone(),
+            reservoir: reservoir_link.clone(),
+            limits: limits.clone(),
+            idempotency: records,
+            histograms: (histograms.decision_time.clone(), histograms.event_loop_lag.clone()),
+        };
+        let address = match &shard_arbiters[index] {
+            None => plan.build()?.start(),
+            Some(arbiter) => {
+                // The shard (its policies, its trackers) is built and
+                // started on its own thread; its address comes back.
+                let (sent, received) = tokio::sync::oneshot::channel();
+                arbiter.spawn(async move {
+                    let _ = sent.send(plan.build().map(Actor::start));
+                });
+                received.await.map_err(|_| Error::Node(format!("router shard {index} did not start")))??
+            }
+        };
+        shards.push((address, owned));
+    }
+    let router = RouterShards::new(shards);
 
     // Autoscalers, each on its own thread: the size selector's replays run
     // there, off the routing path.
     let mut autoscalers = Vec::new();
     let mut tuners = Vec::new();
     let mut arbiters = vec![reservoir_arbiter];
+    arbiters.extend(shard_arbiters.into_iter().flatten());
     for (i, pool) in file.pool.iter().enumerate().filter(|(_, p)| p.autoscale.enabled) {
         let (knobs, policy) = pool.autoscale.to_core(&format!("pool[{i}].autoscale"))?;
         let core = slogate_core::scale::Autoscaler::new(knobs.clone(), policy, slogate_core::billing::BillingConfig::default());
         let id = PoolId(pool.name.clone());
+        let owner = router.for_pool(&id).expect("every pool has a shard").clone();
         let arbiter = actix::Arbiter::new();
         let actor = {
-            let (id, router) = (id.clone(), router.clone());
+            let (id, router) = (id.clone(), owner.clone());
             AutoscalerActor::start_in_arbiter(&arbiter.handle(), move |_| AutoscalerActor::new(id, core, router, clock, mailbox))
         };
-        router
+        owner
             .send(router::AttachAutoscaler { pool: id.clone(), autoscaler: actor.clone().recipient() })
             .await
             .map_err(|e| Error::Node(e.to_string()))?
@@ -261,7 +304,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             let settings = tuner_settings(&config, pool, i)?;
             let tuner_arbiter = actix::Arbiter::new();
             let tuner = {
-                let (id, router, reservoir, autoscaler) = (id.clone(), router.clone(), reservoir.clone(), actor.clone());
+                let (id, router, reservoir, autoscaler) = (id.clone(), owner.clone(), reservoir.clone(), actor.clone());
                 TunerActor::start_in_arbiter(&tuner_arbiter.handle(), move |_| TunerActor::new(id, settings, clock, router, reservoir, autoscaler))
             };
             tuners.push((id.clone(), tuner));
@@ -427,6 +470,63 @@ fn admin_tls(cert: &[u8], key: &[u8]) -> Result<rustls::ServerConfig> {
 }
 
 /// What runs a pool's queries and holds its clusters.
+/// A pool waiting for its shard: everything but its policy, which is
+/// not `Send` and is built on the shard's own thread.
+struct PendingPool {
+    id: PoolId,
+    policy: String,
+    terms: crate::eval::PoolTerms,
+    wiring: PoolWiring,
+    in_flight_max: usize,
+    elastic: bool,
+    provisioned: Option<slogate_core::elastic::ProvisionedBilling>,
+}
+
+/// What a RouterShard is built from, on the thread it will run on.
+struct ShardPlan {
+    index: usize,
+    count: usize,
+    clock: VirtualClock,
+    pools: Vec<PendingPool>,
+    /// The executions the learned policies warm up on.
+    history: Arc<Vec<Observation>>,
+    reservoir: reservoir::ReservoirLink,
+    limits: RouterLimits,
+    idempotency: Vec<slogate_actors::idempotency::IdempotencyRecord>,
+    /// The node's decision-time and event-loop-lag histograms, shared by
+    /// its shards.
+    histograms: (Arc<slogate_actors::metrics::Histogram>, Arc<slogate_actors::metrics::Histogram>),
+}
+
+impl ShardPlan {
+    /// Builds the policies and the shard (its trackers start on the
+    /// calling thread's arbiter when it starts).
+    fn build(self) -> Result<RouterShard> {
+        let mut pools = Vec::with_capacity(self.pools.len());
+        for pool in self.pools {
+            let policy = crate::eval::build_policy_with(&pool.policy, &self.history, &pool.terms).map_err(|e| Error::Config(e.to_string()))?;
+            pools.push(PoolSetup {
+                id: pool.id,
+                policy,
+                backend: pool.wiring.backend,
+                provider: pool.wiring.provider,
+                catalog: pool.wiring.catalog,
+                clusters: pool.wiring.clusters,
+                in_flight_max: pool.in_flight_max,
+                elastic: pool.elastic,
+                provisioned: pool.provisioned,
+            });
+        }
+        let (decision_time, event_loop_lag) = self.histograms;
+        let mut shard = RouterShard::new(self.clock, pools, Some(self.reservoir), self.limits)
+            .as_shard(self.index, self.count)
+            .with_histograms(decision_time, event_loop_lag)
+            .with_lag_probe(LAG_PROBE_EVERY);
+        shard.restore_idempotency(self.idempotency);
+        Ok(shard)
+    }
+}
+
 struct PoolWiring {
     backend: Arc<dyn Backend>,
     provider: Arc<dyn Provider>,
@@ -442,18 +542,28 @@ async fn emulated_pool(
     elastic: Option<&slogate_core::route::elastic::ElasticOptions>,
     clock: VirtualClock,
     mailbox: usize,
+    arbiter: Option<&actix::ArbiterHandle>,
 ) -> Result<PoolWiring> {
     let mut world = WorldConfig::default();
     world.seed(seed);
     world.elastic = elastic.map(|e| e.config.clone());
     world.provisioned = pool.provisioned_billing();
-    let warehouse = EmulatedWarehouse::new(world, clock, mailbox).start();
+    let warehouse = match arbiter {
+        Some(arbiter) => EmulatedWarehouse::start_in_arbiter(arbiter, move |_| EmulatedWarehouse::new(world, clock, mailbox)),
+        None => EmulatedWarehouse::new(world, clock, mailbox).start(),
+    };
     let mut clusters = Vec::new();
     for &size in &pool.clusters {
         let id = warehouse.send(AddCluster { size: Rpu(size), warm: true }).await.map_err(|e| Error::Node(e.to_string()))?;
         clusters.push((id, Rpu(size), ClusterState::Ready));
     }
-    let provider = EmulatedProvider::new(warehouse.clone(), clock, mailbox).start();
+    let provider = match arbiter {
+        Some(arbiter) => {
+            let warehouse = warehouse.clone();
+            EmulatedProvider::start_in_arbiter(arbiter, move |_| EmulatedProvider::new(warehouse, clock, mailbox))
+        }
+        None => EmulatedProvider::new(warehouse.clone(), clock, mailbox).start(),
+    };
     Ok(PoolWiring { backend: Arc::new(warehouse), provider: Arc::new(provider), catalog: Arc::default(), clusters })
 }
 
@@ -533,11 +643,11 @@ impl Node {
     pub async fn shutdown(self) -> usize {
         self.ready.store(false, Ordering::Relaxed);
         self.health.set_not_serving::<GatewayServer<grpc::GatewayService>>().await;
-        let _ = self.router.send(router::Drain).await;
+        let _ = self.router.broadcast(router::Drain).await;
         let deadline = tokio::time::Instant::now() + self.grace;
         let mut in_flight = 0;
         loop {
-            if let Ok(state) = self.router.send(router::GetState).await {
+            if let Ok(state) = self.router.state().await {
                 in_flight = state.pools.iter().map(|p| p.in_flight).sum();
             }
             if in_flight == 0 || tokio::time::Instant::now() >= deadline {
@@ -547,7 +657,7 @@ impl Node {
         }
         if in_flight > 0 {
             let reason = "the node shut down before the query finished".to_owned();
-            let _ = self.router.send(router::FailInFlight { reason }).await;
+            let _ = self.router.broadcast(router::FailInFlight { reason }).await;
         }
         // Streams answer what they accepted and end; then HTTP/2 asks every
         // connection to close (GOAWAY). One the client holds open past the
@@ -564,8 +674,8 @@ impl Node {
             }
         }
         self.admin_handle.stop(true).await;
-        // The shard's last updates reach the Reservoir before it closes.
-        let _ = self.router.send(router::FlushLog).await;
+        // The shards' last updates reach the Reservoir before it closes.
+        let _ = self.router.broadcast(router::FlushLog).await;
         let _ = self.reservoir.send(reservoir::Shutdown).await;
         for arbiter in self.arbiters {
             arbiter.stop();
