@@ -136,6 +136,12 @@ pub struct BenchConfig {
     pub clusters: Vec<u32>,
     /// The node's `grpc_threads`: 0 serves gRPC on its routing thread.
     pub grpc_threads: usize,
+    /// Pools on the node (`p0`, `p1`, …), each with `clusters`; the client
+    /// splits its concurrency evenly among them, one connection each (the
+    /// bare server gets the same client).
+    pub pools: usize,
+    /// The node's `router_shards` (at most `pools`).
+    pub router_shards: usize,
     /// Where the nodes' data directories go.
     pub scratch: PathBuf,
 }
@@ -194,11 +200,42 @@ fn median(values: &[f64]) -> f64 {
 /// The node's configuration for one run.
 fn node_config(data_dir: &Path, policy: &str, config: &BenchConfig) -> String {
     let clusters = config.clusters.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
-    format!(
-        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = {data_dir:?}\ntime_compression = {:?}\ngrpc_threads = {}\n\
-         [[pool]]\nname = \"default\"\npolicy = {policy:?}\nclusters = [{clusters}]\n",
-        config.time_compression, config.grpc_threads
-    )
+    let mut text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = {data_dir:?}\ntime_compression = {:?}\ngrpc_threads = {}\nrouter_shards = {}\n",
+        config.time_compression, config.grpc_threads, config.router_shards
+    );
+    for pool in pool_names(config) {
+        text.push_str(&format!("[[pool]]\nname = {pool:?}\npolicy = {policy:?}\nclusters = [{clusters}]\n"));
+    }
+    text
+}
+
+/// The node's pools: `default` alone, or `p0`, `p1`, ….
+fn pool_names(config: &BenchConfig) -> Vec<String> {
+    match config.pools {
+        0 | 1 => vec!["default".to_owned()],
+        n => (0..n).map(|i| format!("p{i}")).collect(),
+    }
+}
+
+/// The reports of one run's concurrent replays (one per pool) as one:
+/// counts summed, the rate over the longest replay's time, and the worst
+/// replay's round-trip percentiles.
+fn combined(reports: Vec<ReplayReport>) -> ReplayReport {
+    let mut reports = reports.into_iter();
+    let mut total = reports.next().expect("at least one pool");
+    for report in reports {
+        total.submitted += report.submitted;
+        total.completed += report.completed;
+        total.timed_out += report.timed_out;
+        total.failed += report.failed;
+        total.elapsed_s = total.elapsed_s.max(report.elapsed_s);
+        if report.round_trip_ms.p99 > total.round_trip_ms.p99 {
+            total.round_trip_ms = report.round_trip_ms;
+        }
+    }
+    total.submissions_per_s = total.submitted as f64 / total.elapsed_s.max(f64::MIN_POSITIVE);
+    total
 }
 
 /// One run of `side` at `concurrency`.
@@ -217,18 +254,22 @@ async fn run_once(side: &str, concurrency: usize, run: usize, config: &BenchConf
         command.arg("serve").arg("--config").arg(&path);
         (ServerProcess::start(command, &format!("slogate serve ({side})"))?, Some(dir))
     };
-    let replay_config = ReplayConfig {
-        target: format!("http://{}", server.grpc_addr),
-        pool: "default".into(),
-        time_scale: 0.0,
-        concurrency,
-        repeat: config.repeat,
-        deadline: Duration::from_secs(600),
-        progress: false,
-        run_id: ReplayConfig::fresh_run_id(),
-        sql: None,
-    };
-    let report = replay(&config.workload, &replay_config).await;
+    let pools = pool_names(config);
+    let replays = pools.iter().map(|pool| {
+        let replay_config = ReplayConfig {
+            target: format!("http://{}", server.grpc_addr),
+            pool: pool.clone(),
+            time_scale: 0.0,
+            concurrency: (concurrency / pools.len()).max(1),
+            repeat: config.repeat,
+            deadline: Duration::from_secs(600),
+            progress: false,
+            run_id: ReplayConfig::fresh_run_id(),
+            sql: None,
+        };
+        async move { replay(&config.workload, &replay_config).await }
+    });
+    let report = futures_util::future::try_join_all(replays).await.map(combined);
     drop(server);
     if let Some(dir) = data_dir {
         let _ = std::fs::remove_dir_all(dir);
@@ -246,6 +287,9 @@ pub async fn bench_gateway(config: &BenchConfig, progress: &mut dyn FnMut(&str))
     }
     if config.policies.is_empty() {
         return Err(Error::InvalidParameter("bench-gateway needs at least one policy".into()));
+    }
+    if config.router_shards == 0 || config.router_shards > config.pools.max(1) {
+        return Err(Error::InvalidParameter(format!("--router-shards must be between 1 and --pools ({})", config.pools.max(1))));
     }
     for binary in [&config.bare_binary, &config.node_binary] {
         if !binary.is_file() {
@@ -358,10 +402,50 @@ mod tests {
             time_compression: 1e6,
             clusters: vec![16],
             grpc_threads: 0,
+            pools: 1,
+            router_shards: 1,
             scratch: std::env::temp_dir(),
         };
         let error = bench_gateway(&config, &mut |_| {}).await.unwrap_err();
         assert!(matches!(&error, Error::InvalidParameter(reason) if reason.contains("/nonexistent/slogate-bare-gateway")), "{error}");
+    }
+
+    #[test]
+    fn replays_of_several_pools_combine_into_one_run_over_the_longest_time() {
+        let report = |submitted: u64, elapsed_s: f64, p99: f64| ReplayReport {
+            submitted,
+            completed: submitted,
+            elapsed_s,
+            round_trip_ms: crate::replay::Percentiles { p50: 1.0, p95: 2.0, p99 },
+            ..ReplayReport::default()
+        };
+        let total = combined(vec![report(1_000, 2.0, 3.0), report(3_000, 4.0, 5.0)]);
+        assert_eq!((total.submitted, total.completed), (4_000, 4_000));
+        assert_eq!(total.submissions_per_s, 1_000.0);
+        assert_eq!(total.round_trip_ms.p99, 5.0);
+    }
+
+    #[test]
+    fn a_node_of_several_pools_names_each_and_its_shard_count() {
+        let config = BenchConfig {
+            bare_binary: PathBuf::new(),
+            node_binary: PathBuf::new(),
+            policies: vec!["slogate".into()],
+            concurrencies: vec![32],
+            runs: 1,
+            workload: Vec::new(),
+            repeat: 1,
+            time_compression: 1e6,
+            clusters: vec![16, 8],
+            grpc_threads: 0,
+            pools: 2,
+            router_shards: 2,
+            scratch: std::env::temp_dir(),
+        };
+        let text = node_config(Path::new("/tmp/x"), "slogate", &config);
+        assert!(text.contains("router_shards = 2\n"), "{text}");
+        assert_eq!(text.matches("[[pool]]").count(), 2);
+        assert!(text.contains("name = \"p0\"") && text.contains("name = \"p1\"") && text.contains("clusters = [16, 8]"), "{text}");
     }
 
     #[test]

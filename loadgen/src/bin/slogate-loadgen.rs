@@ -52,6 +52,13 @@ struct BenchArgs {
     /// The node's `grpc_threads` (0: gRPC on the routing thread).
     #[arg(long, default_value_t = 0)]
     grpc_threads: usize,
+    /// Pools on the node, each with --clusters; the client splits its
+    /// concurrency among them, a connection each.
+    #[arg(long, default_value_t = 1)]
+    pools: usize,
+    /// The node's `router_shards` (at most --pools).
+    #[arg(long, default_value_t = 1)]
+    router_shards: usize,
     /// The `slogate` binary (default: next to this one).
     #[arg(long)]
     node_binary: Option<PathBuf>,
@@ -156,6 +163,8 @@ async fn bench(args: BenchArgs) -> i32 {
         time_compression: args.time_compression,
         clusters: args.clusters,
         grpc_threads: args.grpc_threads,
+        pools: args.pools,
+        router_shards: args.router_shards,
         scratch: std::env::temp_dir().join("slogate-bench-gateway"),
     };
     let report = match slogate_loadgen::bench::bench_gateway(&config, &mut |line| eprintln!("{line}")).await {
