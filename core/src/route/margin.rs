@@ -170,6 +170,10 @@ pub struct SloMargin {
     /// `global`.
     by_load: [Spread; LOAD_BUCKET_UPPER.len()],
     quantile: f64,
+    /// [`SloMargin::factor`] by load bucket, kept current by every update:
+    /// the router asks for it for every running query of every candidate,
+    /// which computed the same quantile and `exp` each time.
+    factors: [f64; LOAD_BUCKET_UPPER.len()],
     gap: f64,
     finished: u64,
     predicted_misses: u64,
@@ -186,7 +190,16 @@ impl SloMargin {
     /// A margin with `config`, nothing learned.
     pub fn new(config: MarginConfig) -> Self {
         let quantile = config.quantile_start.clamp(config.quantile_min, config.quantile_max);
-        SloMargin { config, global: Spread::default(), by_load: Default::default(), quantile, gap: 0.0, finished: 0, predicted_misses: 0, realised_misses: 0 }
+        let factors = [1.0; LOAD_BUCKET_UPPER.len()];
+        SloMargin { config, global: Spread::default(), by_load: Default::default(), quantile, factors, gap: 0.0, finished: 0, predicted_misses: 0, realised_misses: 0 }
+    }
+
+    /// Recomputes [`SloMargin::factors`] after the spreads or the quantile
+    /// changed.
+    fn refresh_factors(&mut self) {
+        for (bucket, &upper) in LOAD_BUCKET_UPPER.iter().enumerate() {
+            self.factors[bucket] = self.spread(upper).map_or(1.0, |spread| spread.quantile(self.quantile).exp());
+        }
     }
 
     /// The spread that applies to a prediction made at `neighbours`, if
@@ -207,7 +220,7 @@ impl SloMargin {
     /// residual at the decision quantile, exponentiated; 1 until the margin
     /// applies.
     pub fn factor(&self, neighbours: u32) -> f64 {
-        self.spread(neighbours).map_or(1.0, |spread| spread.quantile(self.quantile).exp())
+        self.factors[load_bucket(neighbours)]
     }
 
     /// `predicted` (made at `neighbours`) at the decision quantile.
@@ -250,6 +263,7 @@ impl SloMargin {
     /// it took. The miss counts and the quantile are left as they are.
     pub fn handle_past_execution(&mut self, predicted: Duration, actual: Duration, neighbours: u32) {
         self.push_residual(predicted, actual, false, neighbours);
+        self.refresh_factors();
     }
 
     /// Learns from one finished query: its last point prediction and the
@@ -268,6 +282,7 @@ impl SloMargin {
             self.quantile = (self.quantile - self.config.step_down).max(self.config.quantile_min);
         }
         self.push_residual(predicted, actual, censored, neighbours);
+        self.refresh_factors();
     }
 
     fn push_residual(&mut self, predicted: Duration, actual: Duration, censored: bool, neighbours: u32) {
@@ -355,6 +370,11 @@ mod tests {
                 // (A)
                 if margin.state().samples < config.min_samples {
                     prop_assert_eq!(margin.factor(neighbours), 1.0);
+                }
+                // (B): the kept factor is the spread's quantile at every load.
+                for load in 0..12 {
+                    let fresh = margin.spread(load).map_or(1.0, |spread| spread.quantile(margin.quantile).exp());
+                    prop_assert_eq!(margin.factor(load), fresh);
                 }
             }
             // (D)
