@@ -68,8 +68,11 @@ impl Histogram {
     /// Appends the Prometheus text of this histogram as `name` with
     /// `labels` (e.g. `pool="default"`, or empty).
     pub fn render(&self, out: &mut String, name: &str, help: &str, labels: &str) {
+        render_family(out, name, help, &[(labels, self)]);
+    }
+
+    fn render_series(&self, out: &mut String, name: &str, labels: &str) {
         let sep = if labels.is_empty() { "" } else { "," };
-        writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram").expect("write to String");
         let mut cumulative = 0;
         for (i, bound) in BUCKETS_S.iter().enumerate() {
             cumulative += self.buckets[i].load(Ordering::Relaxed);
@@ -79,12 +82,19 @@ impl Histogram {
         writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cumulative}").expect("write to String");
         let sum_s = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
         writeln!(out, "{name}_sum{{{labels}}} {sum_s}\n{name}_count{{{labels}}} {}", self.count()).expect("write to String");
-        writeln!(
-            out,
-            "# HELP {name}_max The largest observation of {name} since start.\n# TYPE {name}_max gauge\n{name}_max{{{labels}}} {}",
-            self.max().as_secs_f64()
-        )
-        .expect("write to String");
+    }
+}
+
+/// Appends one histogram family `name`, a series per `(labels, histogram)`,
+/// with its help and type written once, then its `_max` gauge family.
+pub fn render_family(out: &mut String, name: &str, help: &str, series: &[(&str, &Histogram)]) {
+    writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram").expect("write to String");
+    for (labels, histogram) in series {
+        histogram.render_series(out, name, labels);
+    }
+    writeln!(out, "# HELP {name}_max The largest observation of {name} since start.\n# TYPE {name}_max gauge").expect("write to String");
+    for (labels, histogram) in series {
+        writeln!(out, "{name}_max{{{labels}}} {}", histogram.max().as_secs_f64()).expect("write to String");
     }
 }
 
@@ -110,5 +120,17 @@ mod tests {
         assert!(text.contains("x_seconds_count{} 3"));
         assert_eq!(h.max(), Duration::from_secs(60));
         assert!(text.contains("# TYPE x_seconds_max gauge\nx_seconds_max{} 60"), "{text}");
+    }
+
+    #[test]
+    fn a_family_of_several_series_writes_its_help_and_type_once() {
+        let (a, b) = (Histogram::default(), Histogram::default());
+        a.observe(Duration::from_millis(1));
+        b.observe(Duration::from_millis(7));
+        let mut text = String::new();
+        render_family(&mut text, "lag_seconds", "test", &[("shard=\"0\"", &a), ("shard=\"1\"", &b)]);
+        assert_eq!(text.matches("# TYPE lag_seconds histogram").count(), 1);
+        assert_eq!(text.matches("# TYPE lag_seconds_max gauge").count(), 1);
+        assert!(text.contains("lag_seconds_count{shard=\"1\"} 1") && text.contains("lag_seconds_max{shard=\"1\"} 0.007"), "{text}");
     }
 }

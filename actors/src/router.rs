@@ -605,7 +605,8 @@ impl RouterShard {
     }
 
     /// Records into `decision_time` and `event_loop_lag` instead of the
-    /// shard's own histograms: a node's shards share one of each.
+    /// shard's own histograms: the node's shards share one decision-time
+    /// histogram and each has a lag histogram the metrics endpoint labels.
     pub fn with_histograms(
         mut self,
         decision_time: std::sync::Arc<crate::metrics::Histogram>,

@@ -102,7 +102,7 @@ async fn three_hundred_concurrent_submissions_all_complete_and_show_in_the_admin
     assert!(reservoir_disk_bytes > 0);
     let lag_probes: u64 = body
         .lines()
-        .find_map(|line| line.strip_prefix("slogate_event_loop_lag_seconds_count{} "))
+        .find_map(|line| line.strip_prefix("slogate_event_loop_lag_seconds_count{shard=\"0\"} "))
         .and_then(|value| value.parse().ok())
         .unwrap_or_else(|| panic!("no slogate_event_loop_lag_seconds_count in {body}"));
     assert!(lag_probes > 0, "the routing thread's lag probe fires while the node runs");
@@ -681,6 +681,12 @@ async fn pools_on_two_router_shards_route_on_their_own_threads_and_the_admin_api
     assert!(times.windows(2).all(|w| w[0] >= w[1]), "{times:?}");
     let ids: std::collections::HashSet<u64> = decisions.iter().map(|d| d["query"].as_u64().unwrap()).collect();
     assert_eq!(ids.len(), 90);
+    // Each shard's event loop has its own lag series.
+    let (_, metrics) = admin_get(node.admin_addr, "/metrics").await;
+    for shard in ["0", "1"] {
+        let series = format!("slogate_event_loop_lag_seconds_max{{shard=\"{shard}\"}} ");
+        assert!(metrics.contains(&series), "no {series} in {metrics}");
+    }
     // Pool operations reach the owner; an unknown pool is named.
     let (status, body) = admin(node.admin_addr, "POST", "/v1/pools/b/clusters", Some("s3cret"), r#"{"size": 4}"#).await;
     assert_eq!(status, 202, "{body}");

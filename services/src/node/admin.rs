@@ -72,8 +72,8 @@ pub struct Histograms {
     pub decision_time: Arc<Histogram>,
     /// Each query's time in slogate outside the backend.
     pub added_latency: Arc<Histogram>,
-    /// How late the routing thread's lag probe fires.
-    pub event_loop_lag: Arc<Histogram>,
+    /// How late each RouterShard's lag probe fires, by shard index.
+    pub event_loop_lag: Vec<Arc<Histogram>>,
 }
 
 /// Routes of the admin API. A path it has answers any other method with
@@ -616,11 +616,13 @@ async fn metrics(request: HttpRequest, state: web::Data<AdminState>) -> HttpResp
         }
     }
     state.histograms.decision_time.render(&mut out, "slogate_decision_time_seconds", "Wall time of each routing decision.", "");
-    state.histograms.event_loop_lag.render(
+    let shards: Vec<String> = (0..state.histograms.event_loop_lag.len()).map(|k| format!("shard=\"{k}\"")).collect();
+    let lag: Vec<(&str, &Histogram)> = shards.iter().map(String::as_str).zip(state.histograms.event_loop_lag.iter().map(|h| &**h)).collect();
+    slogate_actors::metrics::render_family(
         &mut out,
         "slogate_event_loop_lag_seconds",
-        "How late a timer on the routing thread fires, every 10 ms: how long a message waits behind other work there (with about 1 ms of timer granularity).",
-        "",
+        "How late a timer on each RouterShard's thread fires, every 10 ms: how long a message waits behind other work there (with about 1 ms of timer granularity).",
+        &lag,
     );
     state.histograms.added_latency.render(
         &mut out,

@@ -236,7 +236,11 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         clusters_per_pool_max: file.limits.clusters_per_pool_max,
     };
     let intake = grpc::Intake { reservoir_backlog: reservoir_link.backlog(), backlog_max: file.reservoir.backlog_max, wait_max: grpc::INTAKE_WAIT_MAX, held: Arc::default() };
-    let histograms = admin::Histograms { decision_time: Arc::default(), added_latency: Arc::default(), event_loop_lag: Arc::default() };
+    let histograms = admin::Histograms {
+        decision_time: Arc::default(),
+        added_latency: Arc::default(),
+        event_loop_lag: (0..shard_count).map(|_| Arc::default()).collect(),
+    };
     let mut shards = Vec::new();
     let mut idempotency_by_shard: Vec<Vec<_>> = (0..shard_count).map(|_| Vec::new()).collect();
     for record in idempotency {
@@ -255,7 +259,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             reservoir: reservoir_link.clone(),
             limits: limits.clone(),
             idempotency: records,
-            histograms: (histograms.decision_time.clone(), histograms.event_loop_lag.clone()),
+            histograms: (histograms.decision_time.clone(), histograms.event_loop_lag[index].clone()),
         };
         let address = match &shard_arbiters[index] {
             None => plan.build()?.start(),
@@ -493,8 +497,8 @@ struct ShardPlan {
     reservoir: reservoir::ReservoirLink,
     limits: RouterLimits,
     idempotency: Vec<slogate_actors::idempotency::IdempotencyRecord>,
-    /// The node's decision-time and event-loop-lag histograms, shared by
-    /// its shards.
+    /// The node's decision-time histogram (its shards share it) and this
+    /// shard's event-loop lag.
     histograms: (Arc<slogate_actors::metrics::Histogram>, Arc<slogate_actors::metrics::Histogram>),
 }
 
