@@ -621,7 +621,7 @@ async fn metrics(request: HttpRequest, state: web::Data<AdminState>) -> HttpResp
     slogate_actors::metrics::render_family(
         &mut out,
         "slogate_event_loop_lag_seconds",
-        "How late a timer on each RouterShard's thread fires, every 10 ms: how long a message waits behind other work there (with about 1 ms of timer granularity).",
+        "How long a message sent to each RouterShard every 10 ms waits before its handler runs: behind the messages ahead of it and whatever else runs on the shard's thread.",
         &lag,
     );
     state.histograms.added_latency.render(
