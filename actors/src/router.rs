@@ -1067,7 +1067,6 @@ impl Handler<Submit> for RouterShard {
             self.scale_notices_dropped += 1;
         }
         let pool_id = message.pool;
-        let me = ctx.address();
         let clock = self.clock;
         // Clusters run through their tracker; the elastic tier straight on
         // the backend.
@@ -1089,13 +1088,18 @@ impl Handler<Submit> for RouterShard {
             }
         };
         self.record_decision(decision);
+        // The completion is handled as the future ends, on the shard, with
+        // no second trip through its mailbox.
         ctx.spawn(
             async move {
                 let sent = std::time::Instant::now();
                 let completion = completion.await;
-                me.do_send(CompletionUpdate { pool: pool_id, query: id, completion, backend_wall: sent.elapsed() });
+                (completion, sent.elapsed())
             }
-            .into_actor(self),
+            .into_actor(self)
+            .map(move |(completion, backend_wall), actor, ctx| {
+                actor.handle(CompletionUpdate { pool: pool_id, query: id, completion, backend_wall }, ctx);
+            }),
         );
         Ok(Submitted { query: id, reply: receiver })
     }

@@ -195,14 +195,12 @@ impl Handler<Dispatch> for ClusterTracker {
         let execution = Execution { query: message.query, target: Target::Cluster(self.cluster), sql: message.sql };
         let running = self.backend.execute(execution);
         let clock = self.clock;
-        let me = ctx.address();
         let reply = message.reply;
+        // Handled as the run ends, with no second trip through the mailbox.
         ctx.spawn(
-            async move {
-                let completion = running.await.unwrap_or_else(|refused| Completion::refused(&refused, clock.now()));
-                me.do_send(Finished { query: id, completion, reply });
-            }
-            .into_actor(self),
+            async move { running.await.unwrap_or_else(|refused| Completion::refused(&refused, clock.now())) }
+                .into_actor(self)
+                .map(move |completion, actor, ctx| actor.handle(Finished { query: id, completion, reply }, ctx)),
         );
         Ok(())
     }
