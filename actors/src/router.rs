@@ -1396,6 +1396,20 @@ impl Handler<GetState> for RouterShard {
     }
 }
 
+/// Small tables for tests of a shard with no pools.
+#[cfg(test)]
+pub(crate) fn small_limits() -> RouterLimits {
+    RouterLimits {
+        billing: slogate_core::billing::BillingConfig::default(),
+        decisions_max: 8,
+        idempotency_max: 8,
+        idempotency_retention_s: 60.0,
+        mailbox_capacity: 64,
+        templates_max: 8,
+        clusters_per_pool_max: 4,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1403,16 +1417,7 @@ mod tests {
     #[test]
     fn the_lag_probe_measures_how_long_the_shards_thread_was_held() {
         actix::System::new().block_on(async {
-            let limits = RouterLimits {
-                billing: slogate_core::billing::BillingConfig::default(),
-                decisions_max: 8,
-                idempotency_max: 8,
-                idempotency_retention_s: 60.0,
-                mailbox_capacity: 64,
-                templates_max: 8,
-                clusters_per_pool_max: 4,
-            };
-            let shard = RouterShard::new(VirtualClock::start(1.0), Vec::new(), None, limits).with_lag_probe(std::time::Duration::from_millis(2));
+            let shard = RouterShard::new(VirtualClock::start(1.0), Vec::new(), None, small_limits()).with_lag_probe(std::time::Duration::from_millis(2));
             let lag = shard.event_loop_lag();
             let _address = shard.start();
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;

@@ -161,16 +161,7 @@ mod tests {
         system.block_on(async {
             let shard = |index| {
                 let clock = crate::clock::VirtualClock::start(1.0);
-                let limits = crate::router::RouterLimits {
-                    billing: slogate_core::billing::BillingConfig::default(),
-                    decisions_max: 8,
-                    idempotency_max: 8,
-                    idempotency_retention_s: 60.0,
-                    mailbox_capacity: 64,
-                    templates_max: 8,
-                    clusters_per_pool_max: 4,
-                };
-                actix::Actor::start(RouterShard::new(clock, Vec::new(), None, limits).as_shard(index, 2))
+                actix::Actor::start(RouterShard::new(clock, Vec::new(), None, crate::router::small_limits()).as_shard(index, 2))
             };
             let (a, b) = (shard(0), shard(1));
             let shards = RouterShards::new(vec![(a.clone(), vec![PoolId("x".into())]), (b.clone(), vec![PoolId("y".into())])]);
