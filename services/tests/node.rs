@@ -696,3 +696,54 @@ async fn pools_on_two_router_shards_route_on_their_own_threads_and_the_admin_api
     assert_eq!(node.shutdown().await, 0);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[actix_rt::test]
+async fn a_shutdown_answers_every_query_in_flight_on_every_shard() {
+    let dir = scratch("shards-drain");
+    // Real time: BaseWorkload's templates take seconds, so the queries are
+    // still running when the (zero) grace period ends.
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 1.0\nrouter_shards = 2\n\
+         [limits]\nshutdown_grace_s = 0\n[[pool]]\nname = \"a\"\nclusters = [4]\n[[pool]]\nname = \"b\"\nclusters = [4]\n",
+        dir.display()
+    );
+    let config = NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
+    let node = node::start(config).await.unwrap();
+    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let replies: Vec<_> = (0..20)
+        .map(|i| {
+            let mut client = client.clone();
+            let pool = ["a", "b"][i % 2];
+            tokio::spawn(async move {
+                let mut request = request(&format!("{pool}{i}"), 1 + i as u32, 600_000);
+                request.pool = pool.into();
+                client.submit(request).await.map(|r| r.into_inner())
+            })
+        })
+        .collect();
+    // Shut down once all 20 are accepted (bounded: 2 s).
+    for _ in 0..400 {
+        let (_, body) = admin_get(node.admin_addr, "/v1/pools").await;
+        let pools: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+        if pools.iter().map(|p| p["stats"]["accepted"].as_u64().unwrap()).sum::<u64>() == 20 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let failed = node.shutdown().await;
+    let mut failed_replies = 0;
+    for reply in replies {
+        let reply = reply.await.unwrap().unwrap();
+        match reply.status() {
+            QueryStatus::Completed => {}
+            QueryStatus::Failed => {
+                assert!(reply.explanation.contains("shut down"), "{reply:?}");
+                failed_replies += 1;
+            }
+            other => panic!("{other:?}: {reply:?}"),
+        }
+    }
+    assert!(failed > 0, "the queries were still running");
+    assert_eq!(failed_replies, failed);
+    std::fs::remove_dir_all(&dir).ok();
+}
