@@ -16,6 +16,10 @@ struct Cli {
     listen: std::net::SocketAddr,
 }
 
+/// mimalloc: the bare server takes the node's allocator, so the two stacks compare like for like.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

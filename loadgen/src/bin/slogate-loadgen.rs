@@ -127,6 +127,10 @@ struct RunArgs {
     json: Option<PathBuf>,
 }
 
+/// mimalloc: the same allocator as the servers it drives.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
