@@ -17,7 +17,32 @@ fn config_at(dir: &std::path::Path, compression: f64) -> NodeConfig {
         "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = {compression:.1}\nadmin_token = \"s3cret\"\n[limits]\npayload_bytes_max = 1024\nshutdown_grace_s = 10\n[[pool]]\nname = \"default\"\nclusters = [16, 16]\n",
         dir.display()
     );
-    NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap()
+    load(&text)
+}
+
+/// A node configuration from `text`, with no environment or flags.
+fn load(text: &str) -> NodeConfig {
+    NodeConfig::load(text, &std::collections::HashMap::new(), &Overrides::default()).unwrap()
+}
+
+/// Submits `count` queries, the i-th to `pools[i % pools.len()]` with
+/// template `1 + i % 20` and id `{pool}{i}`, each on a task of its own.
+fn submit_to_pools(
+    client: &GatewayClient<tonic::transport::Channel>,
+    pools: &[&'static str],
+    count: usize,
+) -> Vec<tokio::task::JoinHandle<Result<slogate_proto::v1::SubmitResponse, tonic::Status>>> {
+    (0..count)
+        .map(|i| {
+            let mut client = client.clone();
+            let pool = pools[i % pools.len()];
+            tokio::spawn(async move {
+                let mut request = request(&format!("{pool}{i}"), 1 + (i as u32) % 20, 600_000);
+                request.pool = pool.into();
+                client.submit(request).await.map(|r| r.into_inner())
+            })
+        })
+        .collect()
 }
 
 fn scratch(name: &str) -> std::path::PathBuf {
@@ -259,7 +284,7 @@ async fn the_slo_aware_router_serves_live_with_predictions_and_learns_from_compl
         "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\n[[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [32, 16]\n",
         dir.display()
     );
-    let config = NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
+    let config = load(&text);
     let node = node::start(config.clone()).await.unwrap();
     let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
     let mut tasks = Vec::new();
@@ -310,7 +335,7 @@ async fn a_burst_spins_a_cluster_up_and_an_idle_period_tears_one_down() {
          [pool.autoscale]\nenabled = true\nmin_observations = 8\nidle_teardown_s = 120\nmin_lifetime_s = 120\n",
         dir.display()
     );
-    let config = NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
+    let config = load(&text);
     let node = node::start(config).await.unwrap();
     let addr = node.admin_addr;
     let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
@@ -361,7 +386,7 @@ async fn queries_no_cluster_can_serve_in_time_are_offloaded_to_the_elastic_tier(
          [pool.elastic]\nenabled = true\nspeed_factor = 4.0\ncold_start_ms = 100\n",
         dir.display()
     );
-    let config = NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
+    let config = load(&text);
     let node = node::start(config).await.unwrap();
     let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
     // A burst of 40 queries with 30 s SLOs on one 4-RPU cluster: the
@@ -400,7 +425,7 @@ async fn the_slo_director_offloads_what_overflows_a_clusters_queue() {
          [pool.elastic]\nenabled = true\ndirector_queue_per_16_rpu = 8.0\ncold_start_ms = 100\n",
         dir.display()
     );
-    let config = NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
+    let config = load(&text);
     let node = node::start(config).await.unwrap();
     let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
     let mut tasks = Vec::new();
@@ -436,7 +461,7 @@ fn tuned_config(dir: &std::path::Path) -> NodeConfig {
          [[pool]]\nname = \"plain\"\nclusters = [16]\n",
         dir.display()
     );
-    NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap()
+    load(&text)
 }
 
 async fn wait_for_tuning_runs(addr: std::net::SocketAddr, runs: u64) -> serde_json::Value {
@@ -513,7 +538,7 @@ async fn provisioned_clusters_bill_while_they_exist_and_trackers_agree() {
          [[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [16]\nbilling = \"provisioned\"\n",
         dir.display()
     );
-    let config = NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
+    let config = load(&text);
     let node = node::start(config).await.unwrap();
     let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
     let reply = client.submit(request("p1", 5, 600_000)).await.unwrap().into_inner();
@@ -557,7 +582,7 @@ async fn planned_spinups_fire_at_their_time_of_day_in_a_live_replay_of_the_trace
          [[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [16]\n{fragment}",
         dir.display()
     );
-    let config = NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
+    let config = load(&text);
     let node = node::start(config).await.unwrap();
     // The trace: a query every 80 s for the first 80 minutes of the day.
     let mut trace = "arrival_s,template,slo_s\n".to_owned();
@@ -636,20 +661,10 @@ async fn pools_on_two_router_shards_route_on_their_own_threads_and_the_admin_api
          [[pool]]\nname = \"c\"\npolicy = \"stage-cost\"\nclusters = [8]\nshard = 0\n[pool.autoscale]\nenabled = true\n",
         dir.display()
     );
-    let config = NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
+    let config = load(&text);
     let node = node::start(config).await.unwrap();
     let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
-    let replies: Vec<_> = (0..90)
-        .map(|i| {
-            let mut client = client.clone();
-            let pool = ["a", "b", "c"][i % 3];
-            tokio::spawn(async move {
-                let mut request = request(&format!("{pool}{i}"), 1 + (i as u32) % 20, 600_000);
-                request.pool = pool.into();
-                client.submit(request).await.map(|r| r.into_inner())
-            })
-        })
-        .collect();
+    let replies = submit_to_pools(&client, &["a", "b", "c"], 90);
     for reply in replies {
         let reply = reply.await.unwrap().unwrap();
         assert_eq!(reply.status(), QueryStatus::Completed, "{reply:?}");
@@ -707,20 +722,10 @@ async fn a_shutdown_answers_every_query_in_flight_on_every_shard() {
          [limits]\nshutdown_grace_s = 0\n[[pool]]\nname = \"a\"\nclusters = [4]\n[[pool]]\nname = \"b\"\nclusters = [4]\n",
         dir.display()
     );
-    let config = NodeConfig::load(&text, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
+    let config = load(&text);
     let node = node::start(config).await.unwrap();
     let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
-    let replies: Vec<_> = (0..20)
-        .map(|i| {
-            let mut client = client.clone();
-            let pool = ["a", "b"][i % 2];
-            tokio::spawn(async move {
-                let mut request = request(&format!("{pool}{i}"), 1 + i as u32, 600_000);
-                request.pool = pool.into();
-                client.submit(request).await.map(|r| r.into_inner())
-            })
-        })
-        .collect();
+    let replies = submit_to_pools(&client, &["a", "b"], 20);
     // Shut down once all 20 are accepted (bounded: 2 s).
     for _ in 0..400 {
         let (_, body) = admin_get(node.admin_addr, "/v1/pools").await;

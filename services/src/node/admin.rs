@@ -288,8 +288,18 @@ async fn tracker_states(state: &AdminState, pool: &PoolId) -> Result<Vec<tracker
 
 async fn pool_views(state: &AdminState) -> Result<Vec<PoolView>, GatewayError> {
     let router = state.router.state().await.map_err(mailbox)?;
+    views_of(state, router.pools).await
+}
+
+/// `pool`'s state, from its own shard alone.
+async fn pool_state(state: &AdminState, pool: &PoolId) -> Result<router::PoolState, GatewayError> {
+    let shard = shard_of(state, pool)?.send(router::GetState).await.map_err(mailbox)?;
+    shard.pools.into_iter().find(|p| p.id == *pool).ok_or_else(|| GatewayError::UnknownPool(pool.0.clone()))
+}
+
+async fn views_of(state: &AdminState, pools: Vec<router::PoolState>) -> Result<Vec<PoolView>, GatewayError> {
     let mut views = Vec::new();
-    for pool in router.pools {
+    for pool in pools {
         let backend = match state.backends.iter().find(|b| b.pool == pool.id) {
             Some(backends) => Some(backends.backend.state().await.map_err(backend_unavailable)?),
             None => None,
@@ -320,8 +330,8 @@ async fn pool(request: HttpRequest, state: web::Data<AdminState>, path: web::Pat
     let name = path.into_inner();
     let result = async {
         authorised(&request, &state, false)?;
-        let views = pool_views(&state).await?;
-        views.into_iter().find(|v| v.router.id.0 == name).ok_or_else(|| GatewayError::UnknownPool(name.clone()))
+        let pool = pool_state(&state, &PoolId(name.clone())).await?;
+        Ok::<_, GatewayError>(views_of(&state, vec![pool]).await?.remove(0))
     }
     .await;
     match result {
@@ -348,8 +358,7 @@ async fn queries(request: HttpRequest, state: web::Data<AdminState>, path: web::
         let viewer = viewer(&request, &state)?;
         let limit = params.limit.unwrap_or(100).min(10_000);
         let which = params.state.as_deref().unwrap_or("running");
-        let router = state.router.state().await.map_err(mailbox)?;
-        let pool = router.pools.into_iter().find(|p| p.id.0 == name).ok_or_else(|| GatewayError::UnknownPool(name.clone()))?;
+        let pool = pool_state(&state, &PoolId(name.clone())).await?;
         match which {
             "running" => {
                 let mine: Option<std::collections::HashSet<slogate_core::model::QueryId>> = match viewer.tenant() {

@@ -164,10 +164,12 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     let shard_count = file.node.router_shards.max(1);
     let shard_arbiters: Vec<Option<actix::Arbiter>> = (0..shard_count).map(|k| (k > 0).then(actix::Arbiter::new)).collect();
     let mut pending: Vec<Vec<PendingPool>> = (0..shard_count).map(|_| Vec::new()).collect();
+    let mut owners: std::collections::HashMap<PoolId, usize> = std::collections::HashMap::new();
     let mut backends = Vec::new();
     for (i, pool) in file.pool.iter().enumerate() {
         let id = PoolId(pool.name.clone());
         let shard = pool.shard_index(i, shard_count);
+        owners.insert(id.clone(), shard);
         let elastic = if pool.elastic.enabled { Some(pool.elastic.to_core(&format!("pool[{i}].elastic"))?) } else { None };
         let provisioned_billing = pool.provisioned_billing();
         let provisioned = provisioned_billing.is_some();
@@ -244,7 +246,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     let mut shards = Vec::new();
     let mut idempotency_by_shard: Vec<Vec<_>> = (0..shard_count).map(|_| Vec::new()).collect();
     for record in idempotency {
-        if let Some(shard) = pending.iter().position(|pools| pools.iter().any(|p| p.id == record.pool)) {
+        if let Some(&shard) = owners.get(&record.pool) {
             idempotency_by_shard[shard].push(record);
         }
     }
@@ -473,7 +475,6 @@ fn admin_tls(cert: &[u8], key: &[u8]) -> Result<rustls::ServerConfig> {
         .map_err(|e| Error::Config(format!("node.tls_cert_path: the certificate and key do not make a TLS configuration: {e}")))
 }
 
-/// What runs a pool's queries and holds its clusters.
 /// A pool waiting for its shard: everything but its policy, which is
 /// not `Send` and is built on the shard's own thread.
 struct PendingPool {
@@ -531,6 +532,7 @@ impl ShardPlan {
     }
 }
 
+/// What runs a pool's queries and holds its clusters.
 struct PoolWiring {
     backend: Arc<dyn Backend>,
     provider: Arc<dyn Provider>,
