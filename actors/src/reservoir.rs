@@ -339,46 +339,62 @@ fn batch_records(key: &[u8]) -> Result<u64> {
 const ROW_JSON_BYTES_MAX: usize = 6 << 10;
 
 /// `records` cut into batch rows: each row's range of records and its
-/// JSON array, at most [`ROW_JSON_BYTES_MAX`] unless one record alone is
-/// larger.
-fn json_rows<T: Serialize>(records: &[T]) -> Vec<(std::ops::Range<usize>, Vec<u8>)> {
+/// value, `header` bytes (zeros, for the caller to fill in place) then the
+/// records' JSON array, at most [`ROW_JSON_BYTES_MAX`] of JSON unless one
+/// record alone is larger.
+fn json_rows<T: Serialize>(records: &[T], header: usize) -> Vec<(std::ops::Range<usize>, Vec<u8>)> {
+    let fresh = || {
+        let mut row = vec![0; header];
+        row.push(b'[');
+        row
+    };
     let mut rows = Vec::new();
-    let (mut start, mut json) = (0, b"[".to_vec());
+    let (mut start, mut row) = (0, fresh());
     for (i, record) in records.iter().enumerate() {
         // Each record is written straight into the row; one that takes it
         // past the bound moves to the next row.
-        let at = json.len();
+        let at = row.len();
         if i > start {
-            json.push(b',');
+            row.push(b',');
         }
-        serde_json::to_writer(&mut json, record).expect("records serialise");
-        if i > start && json.len() + 1 > ROW_JSON_BYTES_MAX {
-            let mut next = b"[".to_vec();
-            next.extend_from_slice(&json[at + 1..]);
-            json.truncate(at);
-            json.push(b']');
-            rows.push((start..i, std::mem::replace(&mut json, next)));
+        serde_json::to_writer(&mut row, record).expect("records serialise");
+        if i > start && row.len() - header + 1 > ROW_JSON_BYTES_MAX {
+            let mut next = fresh();
+            next.extend_from_slice(&row[at + 1..]);
+            row.truncate(at);
+            row.push(b']');
+            rows.push((start..i, std::mem::replace(&mut row, next)));
             start = i;
         }
     }
     if start < records.len() {
-        json.push(b']');
-        rows.push((start..records.len(), json));
+        row.push(b']');
+        rows.push((start..records.len(), row));
     }
     rows
+}
+
+/// `records` as one row: `header` zero bytes, then their JSON array.
+fn json_row<T: Serialize>(records: &[T], header: usize) -> Vec<u8> {
+    let mut row = vec![0; header];
+    serde_json::to_writer(&mut row, records).expect("records serialise");
+    row
 }
 
 /// Marks an execution batch's value (no single-record value starts with
 /// it: those start with `{` or a positive time's first byte).
 const EXECUTION_BATCH: u8 = 0xB7;
 
+/// The bytes before an execution batch's JSON: the marker and the time.
+const EXECUTION_HEADER: usize = 9;
+
 /// An execution batch's value: [`EXECUTION_BATCH`], the time it was logged
-/// (f64 bits, BE), then the records' JSON array.
-fn execution_batch_value(json: &[u8], logged_unix_s: f64) -> Vec<u8> {
-    let mut value = vec![EXECUTION_BATCH];
-    value.extend_from_slice(&logged_unix_s.to_bits().to_be_bytes());
-    value.extend_from_slice(json);
-    value
+/// (f64 bits, BE), then the records' JSON array; written into the header
+/// `row` leaves for it.
+fn execution_batch_value(mut row: Vec<u8>, logged_unix_s: f64) -> Vec<u8> {
+    row[0] = EXECUTION_BATCH;
+    row[1..EXECUTION_HEADER].copy_from_slice(&logged_unix_s.to_bits().to_be_bytes());
+    row
 }
 
 fn f64_at(value: &[u8], at: usize) -> Option<f64> {
@@ -406,13 +422,16 @@ fn parse_executions(value: &[u8]) -> Result<Vec<ExecutionRecord>> {
     }
 }
 
+/// The bytes before an idempotency batch's JSON: its newest finish.
+const IDEMPOTENCY_HEADER: usize = 8;
+
 /// An idempotency batch's value: the newest finish of its `records` (f64
-/// bits, BE), then their JSON array.
-fn idempotency_batch_value(records: &[IdempotencyRecord], json: &[u8]) -> Vec<u8> {
+/// bits, BE), then their JSON array; written into the header `row` leaves
+/// for it.
+fn idempotency_batch_value(records: &[IdempotencyRecord], mut row: Vec<u8>) -> Vec<u8> {
     let newest = records.iter().map(|r| r.finished_unix_s).fold(f64::NEG_INFINITY, f64::max);
-    let mut value = newest.to_bits().to_be_bytes().to_vec();
-    value.extend_from_slice(json);
-    value
+    row[..IDEMPOTENCY_HEADER].copy_from_slice(&newest.to_bits().to_be_bytes());
+    row
 }
 
 fn parse_idempotency(value: &[u8]) -> Result<Vec<IdempotencyRecord>> {
@@ -851,9 +870,9 @@ impl ReservoirStore for SledStore {
         if records.is_empty() {
             return Ok(());
         }
-        for (range, json) in json_rows(records) {
+        for (range, row) in json_rows(records, EXECUTION_HEADER) {
             let key = batch_key(self.db.generate_id()?, range.len());
-            if self.executions.insert(key, execution_batch_value(&json, logged_unix_s))?.is_none() {
+            if self.executions.insert(key, execution_batch_value(row, logged_unix_s))?.is_none() {
                 self.rows.executions += 1;
                 self.records.executions += range.len() as u64;
             }
@@ -870,8 +889,7 @@ impl ReservoirStore for SledStore {
                 let (sequence, kept) = (u64::from_be_bytes(key[..8].try_into().expect("eight bytes")), parse_executions(&value)?);
                 let logged = logged_time(&value).unwrap_or_else(crate::clock::unix_now_s);
                 let kept = &kept[drop_first..];
-                let json = serde_json::to_vec(kept).expect("execution records serialise");
-                Some((key, batch_key(sequence, kept.len()), execution_batch_value(&json, logged)))
+                Some((key, batch_key(sequence, kept.len()), execution_batch_value(json_row(kept, EXECUTION_HEADER), logged)))
             }
             None => None,
         };
@@ -982,9 +1000,9 @@ impl ReservoirStore for SledStore {
         if records.is_empty() {
             return Ok(());
         }
-        for (range, json) in json_rows(records) {
+        for (range, row) in json_rows(records, IDEMPOTENCY_HEADER) {
             let key = batch_key(self.db.generate_id()?, range.len());
-            if self.idempotency.insert(key, idempotency_batch_value(&records[range.clone()], &json))?.is_none() {
+            if self.idempotency.insert(key, idempotency_batch_value(&records[range.clone()], row))?.is_none() {
                 self.rows.idempotency += 1;
                 self.records.idempotency += range.len() as u64;
             }
@@ -1000,8 +1018,7 @@ impl ReservoirStore for SledStore {
             Some((key, value, drop_first)) => {
                 let (sequence, kept) = (u64::from_be_bytes(key[..8].try_into().expect("eight bytes")), parse_idempotency(&value)?);
                 let kept = &kept[drop_first..];
-                let json = serde_json::to_vec(kept).expect("idempotency records serialise");
-                Some((key, batch_key(sequence, kept.len()), idempotency_batch_value(kept, &json)))
+                Some((key, batch_key(sequence, kept.len()), idempotency_batch_value(kept, json_row(kept, IDEMPOTENCY_HEADER))))
             }
             None => None,
         };
@@ -1602,13 +1619,15 @@ mod tests {
         /// Rows cover the records in order, each row's JSON is its records,
         /// and none is over the bound but a row of one record.
         #[test]
-        fn json_rows_cover_the_records_in_order_within_the_bound(lengths in proptest::collection::vec(0usize..9_000, 0..60)) {
+        fn json_rows_cover_the_records_in_order_within_the_bound(lengths in proptest::collection::vec(0usize..9_000, 0..60), header in 0usize..10) {
             let records: Vec<String> = lengths.iter().map(|&n| "x".repeat(n)).collect();
-            let rows = json_rows(&records);
+            let rows = json_rows(&records, header);
             let mut next = 0;
-            for (range, json) in &rows {
+            for (range, row) in &rows {
                 proptest::prop_assert_eq!(range.start, next);
                 next = range.end;
+                proptest::prop_assert!(row[..header].iter().all(|&b| b == 0));
+                let json = &row[header..];
                 let decoded: Vec<String> = serde_json::from_slice(json).unwrap();
                 proptest::prop_assert_eq!(&decoded[..], &records[range.clone()]);
                 proptest::prop_assert!(json.len() <= ROW_JSON_BYTES_MAX || range.len() == 1, "{} bytes in {} records", json.len(), range.len());
