@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 pub mod director;
 pub mod elastic;
 pub mod margin;
+pub mod reserve;
 pub mod slo;
 
 use crate::model::{ClusterId, ClusterState, ClusterView, Pool, Query, QueryId, Target};

@@ -90,6 +90,7 @@ use crate::objective::{Outcome, best_with_target};
 use crate::predict::{LatencyPredictor, Observation, Placement, QueryState, guard};
 use crate::route::elastic::{ElasticOptions, ElasticRouting};
 use crate::route::margin::{MarginState, SloMargin};
+use crate::route::reserve::{OverloadReserve, ReserveConfig};
 use crate::route::{PlanningRouter, RouteDecision, Routing, RoutingPolicy};
 use crate::time::{Duration, Instant};
 use crate::model::{ExecutionOutcome, ExecutionReport};
@@ -159,6 +160,21 @@ pub struct CandidateScore {
     pub delay_to_others: Duration,
 }
 
+/// The size the overload reserve takes isolated estimates at: one size
+/// for every query, so that the estimates compare as work.
+const RESERVE_REFERENCE_SIZE: Rpu = Rpu(16);
+
+/// The overload reserve's call on one query: its overflow cluster (an
+/// index into the candidates) and whether the query is long.
+#[derive(Clone, Copy, Debug)]
+struct Reserve {
+    overflow: usize,
+    long: bool,
+    work_share_below: f64,
+    damage_control_share: f64,
+    decisions: usize,
+}
+
 /// A candidate's rank in damage control (see the module docs): lower is
 /// better.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -201,6 +217,8 @@ pub struct SloRouter<P: LatencyPredictor> {
     elastic: Option<ElasticRouting>,
     provisioned: bool,
     margin: SloMargin,
+    /// The overload reserve, when the router was built with one.
+    reserve: Option<OverloadReserve>,
 }
 
 impl<P: LatencyPredictor> SloRouter<P> {
@@ -216,7 +234,15 @@ impl<P: LatencyPredictor> SloRouter<P> {
             elastic: None,
             provisioned: false,
             margin: SloMargin::default(),
+            reserve: None,
         }
+    }
+
+    /// Adds the overload reserve (see [`super::reserve`]): under
+    /// overload, long queries go to an overflow cluster.
+    pub fn with_reserve(mut self, config: ReserveConfig) -> Self {
+        self.reserve = Some(OverloadReserve::new(config));
+        self
     }
 
     /// The pool's clusters are **provisioned** (billed from spinup until
@@ -342,6 +368,12 @@ impl<P: LatencyPredictor> SloRouter<P> {
         self.clusters.get(&cluster).map_or(0, |c| c.states.len())
     }
 
+    /// The predicted time still to run of the queries placed on `cluster`,
+    /// added up, in seconds.
+    fn predicted_work_s(&self, now: Instant, cluster: ClusterId) -> f64 {
+        self.clusters.get(&cluster).map_or(0.0, |c| c.states.iter().map(|s| (s.arrival + s.predicted).saturating_duration_since(now).as_secs_f64()).sum())
+    }
+
     /// `" (q0.62: 13.1s)"` once the margin applies, else nothing.
     fn quantile_note(&self, at_quantile: Duration) -> String {
         let state = self.margin.state();
@@ -441,6 +473,34 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
             }
             keys
         });
+        // The overload reserve: while the pool is overloaded, a long query
+        // goes to the overflow cluster and the others stay off it.
+        let isolated_s = self.predictor.isolated(query.template, RESERVE_REFERENCE_SIZE).as_secs_f64();
+        let work: Vec<(ClusterId, f64)> = candidates.iter().map(|c| (c.id, self.predicted_work_s(now, c.id))).collect();
+        let reserve = self.reserve.as_mut().and_then(|reserve| {
+            reserve.handle_arrival(isolated_s);
+            let overloaded = reserve.overloaded();
+            let damage_control_share = reserve.damage_control_share();
+            reserve.handle_decision(misses_everywhere);
+            if !overloaded {
+                return None;
+            }
+            let overflow = reserve.overflow_cluster(&work)?;
+            Some(Reserve {
+                overflow: candidates.iter().position(|c| c.id == overflow)?,
+                long: reserve.is_long(isolated_s),
+                work_share_below: reserve.work_share_below(isolated_s),
+                damage_control_share,
+                decisions: reserve.config().decisions,
+            })
+        });
+        let mut damage = damage;
+        if let Some(r) = reserve.filter(|r| !r.long) {
+            outcomes[r.overflow].violations = f64::INFINITY;
+            if let Some(keys) = &mut damage {
+                keys[r.overflow].others_violations = i64::MAX;
+            }
+        }
         // BestWithTarget with the target just above the fewest expected
         // violations: the cheapest of the candidates within the tolerance.
         let target = outcomes.iter().map(|o| o.violations).fold(f64::INFINITY, f64::min) + EXPECTED_VIOLATION_TOLERANCE;
@@ -448,12 +508,20 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
             Some(keys) => (0..keys.len()).min_by(|&a, &b| keys[a].cmp(&keys[b]).then(a.cmp(&b))),
             None => best_with_target(&outcomes, target),
         };
+        // A long query goes to the overflow cluster unless it is offloaded.
+        let chosen_index = match reserve {
+            Some(r) if r.long && chosen_index.is_some_and(|i| i < candidates.len()) => Some(r.overflow),
+            _ => chosen_index,
+        };
         // An uncertain template keeps the choice the predictions call for
         // (an offload, damage control), but among the clusters within the
         // tolerance of the fewest expected violations it spreads instead of
         // packing by cost.
         let seen = self.predictor.template_observations(query.template);
-        let uncertain = seen < UNCERTAIN_TEMPLATE_OBSERVATIONS && damage.is_none() && chosen_index.is_some_and(|i| i < candidates.len());
+        let uncertain = seen < UNCERTAIN_TEMPLATE_OBSERVATIONS
+            && damage.is_none()
+            && !reserve.is_some_and(|r| r.long)
+            && chosen_index.is_some_and(|i| i < candidates.len());
         let chosen_index = if uncertain {
             (0..candidates.len()).filter(|&i| outcomes[i].violations <= target).min_by(|&a, &b| {
                 let per_rpu = |c: &ClusterView| self.placed_on(c.id) as f64 / f64::from(c.size.0.max(1));
@@ -518,6 +586,19 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         let runner_up = runner_up.map_or_else(String::new, |r| {
             format!("; runner-up {} (+{} violations, +${:.4})", r.cluster, r.marginal_violations, r.marginal_cost_usd)
         });
+        let reserve_note = reserve.map_or_else(String::new, |r| {
+            let overflow = candidates[r.overflow].id;
+            format!(
+                "overload reserve ({:.0}% of the last {} decisions were damage control): {}; ",
+                r.damage_control_share * 100.0,
+                r.decisions,
+                if r.long {
+                    format!("a long query (shorter ones carry {:.0}% of the recent work) goes to overflow cluster {overflow}", r.work_share_below * 100.0)
+                } else {
+                    format!("a short query (shorter ones carry {:.0}% of the recent work) stays off overflow cluster {overflow}", r.work_share_below * 100.0)
+                }
+            )
+        });
         let mode = match &damage {
             _ if uncertain => format!(
                 "template {} learned from {seen} executions (fewer than {UNCERTAIN_TEMPLATE_OBSERVATIONS}): spread like least-loaded, {} ran the fewest queries per RPU ({} before this one), until its estimate firms up; ",
@@ -537,7 +618,7 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         Routing::Dispatch(RouteDecision {
             target: Target::Cluster(chosen.cluster),
             explanation: format!(
-                "{mode}predicted {:.1}s{} vs SLO {:.1}s, +{} violations, +${:.4}{}{}",
+                "{reserve_note}{mode}predicted {:.1}s{} vs SLO {:.1}s, +{} violations, +${:.4}{}{}",
                 chosen.predicted_latency.as_secs_f64(),
                 self.quantile_note(chosen.predicted_latency_at_quantile),
                 query.slo.latency.as_secs_f64(),

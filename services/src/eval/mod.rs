@@ -33,6 +33,7 @@ use slogate_core::predict::{ConcurrencyAware, LatencyPredictor, Observation, Sta
 use slogate_core::route::director::{DirectorPlacement, SloDirector};
 use slogate_core::route::elastic::ElasticOptions;
 use slogate_core::route::slo::SloRouter;
+use slogate_core::route::reserve::ReserveConfig;
 use slogate_core::route::{BaselinePolicy, Routing, RoutingPolicy};
 use slogate_core::reservoir::ExecutionRecord;
 use slogate_core::sim::Simulation;
@@ -46,8 +47,10 @@ pub use scenario::{Scenario, WorkloadSpec};
 
 use crate::{Error, Result};
 
-/// The learned routing policies: the SLO-aware router over each predictor.
-pub const LEARNED_POLICIES: [&str; 2] = ["stage-cost", "slogate"];
+/// The learned routing policies: the SLO-aware router over each predictor,
+/// and `slogate` with the overload reserve
+/// ([`slogate_core::route::reserve`]).
+pub const LEARNED_POLICIES: [&str; 3] = ["stage-cost", "slogate", "slogate-reserve"];
 
 /// Spandana's SLO Director on the warehouse (`core::route::director`): a
 /// bounded queue per cluster behind round-robin, or a central balancer.
@@ -212,6 +215,9 @@ pub fn build_policy_with(name: &str, history: &[Observation], terms: &PoolTerms)
         return Ok(Box::new(router));
     }
     let mut router = SloRouter::new(name, ConcurrencyAware::new(terms.concurrency()), billing);
+    if name == "slogate-reserve" {
+        router = router.with_reserve(ReserveConfig::default());
+    }
     if let Some(options) = elastic {
         router = router.with_elastic(options);
     }
