@@ -12,29 +12,45 @@
 //! The reserve watches the router's own decisions. Once at least
 //! [`ReserveConfig::overload_share`] of the last
 //! [`ReserveConfig::decisions`] were damage control (the query missed its
-//! SLO on every ready cluster), the pool counts as overloaded. While it is,
-//! and it has two or more ready clusters:
+//! SLO on every ready cluster), the pool counts as overloaded, and it
+//! stays so until the share falls to [`ReserveConfig::recovered_share`]
+//! (the reserve cuts the very damage control it reacts to, so leaving at
+//! the entry mark would undo it at once). While it is overloaded, with two
+//! or more ready clusters:
 //!
-//! - one ready cluster is the **overflow** cluster: the one the reserve
-//!   named before if it is still ready, else the one with the most
-//!   predicted work placed;
+//! - one ready cluster is the **overflow** cluster: the one named before
+//!   if it is still ready, else the one with the most predicted work
+//!   placed;
 //! - a **long** query goes to the overflow cluster. A query is long when
-//!   the queries whose isolated estimates are smaller than its own carry
-//!   at least [`ReserveConfig::protected_work_share`] of the recent work
-//!   (each recent arrival's isolated estimate counts as its work);
+//!   the recent arrivals with smaller isolated estimates carry at least the
+//!   current **short share** of the recent work (each arrival's isolated
+//!   estimate counts as its work);
 //! - every other query is placed by the router's own rule among the other
-//!   clusters, so the overflow cluster's backlog never reaches them.
+//!   clusters, so the overflow cluster's backlog never reaches them;
+//! - the short share starts at [`ReserveConfig::protected_work_share`]
+//!   and adapts: each short query predicted to miss on the protected
+//!   clusters lowers it, each predicted to meet raises it, so that about
+//!   [`ReserveConfig::protected_miss_target`] of them miss.
+//!
+//! It is the policy `slogate-reserve`, not `slogate`'s default: it pays
+//! off when the overload lasts, and costs when it is brief (a flash crowd,
+//! a shift towards heavier queries), where protecting short queries sends
+//! the long ones to a cluster that is then overloaded on its own. `eval
+//! router-table2 --policies round-robin,slogate,slogate-reserve` and `eval
+//! shapes-dev` show both sides.
 //!
 //! # Properties
 //!
 //! - (A) It never reports overload before it has seen
-//!   [`ReserveConfig::decisions`] decisions, and never with fewer than
-//!   `overload_share` of the last ones in damage control.
-//! - (B) The queries below a long query's estimate carry at least
-//!   `protected_work_share` of the recent work; those below a short
-//!   query's carry less.
+//!   [`ReserveConfig::decisions`] decisions; it enters with at least
+//!   `overload_share` of the last ones in damage control and leaves with
+//!   at most `recovered_share`.
+//! - (B) The arrivals below a long query's estimate carry at least the
+//!   short share of the recent work; those below a short query's, less.
 //! - (C) Its memory is bounded: `decisions` flags and `arrivals` estimates.
 //! - (D) It is a deterministic function of what it was shown.
+//! - (E) The short share stays within `[share_min, share_max]`; a predicted
+//!   miss never raises it and a predicted meet never lowers it.
 
 use std::collections::VecDeque;
 
@@ -60,11 +76,31 @@ pub struct ReserveConfig {
     /// The share of the recent work the shortest queries may carry and
     /// still count as short.
     pub protected_work_share: f64,
+    /// The share of short queries the reserve lets miss their SLO on the
+    /// protected clusters: above it, the short share shrinks; below it,
+    /// it grows.
+    pub protected_miss_target: f64,
+    /// How far one short query moves the share.
+    pub share_step: f64,
+    /// The bounds of the short share.
+    pub share_min: f64,
+    /// See `share_min`.
+    pub share_max: f64,
 }
 
 impl Default for ReserveConfig {
     fn default() -> Self {
-        ReserveConfig { decisions: 32, overload_share: 0.5, recovered_share: 0.1, arrivals: 512, protected_work_share: 0.25 }
+        ReserveConfig {
+            decisions: 32,
+            overload_share: 0.5,
+            recovered_share: 0.1,
+            arrivals: 512,
+            protected_work_share: 0.25,
+            protected_miss_target: 0.2,
+            share_step: 0.01,
+            share_min: 0.05,
+            share_max: 0.5,
+        }
     }
 }
 
@@ -77,6 +113,8 @@ pub struct OverloadReserve {
     estimates_s: VecDeque<f64>,
     overflow: Option<ClusterId>,
     overloaded: bool,
+    /// The work share short queries may carry now.
+    short_share: f64,
 }
 
 impl Default for OverloadReserve {
@@ -88,7 +126,8 @@ impl Default for OverloadReserve {
 impl OverloadReserve {
     /// A reserve that has seen nothing.
     pub fn new(config: ReserveConfig) -> Self {
-        OverloadReserve { config, damage_control: VecDeque::new(), in_damage_control: 0, estimates_s: VecDeque::new(), overflow: None, overloaded: false }
+        let short_share = config.protected_work_share;
+        OverloadReserve { config, damage_control: VecDeque::new(), in_damage_control: 0, estimates_s: VecDeque::new(), overflow: None, overloaded: false, short_share }
     }
 
     /// Records an arrival's isolated estimate (its work).
@@ -116,7 +155,8 @@ impl OverloadReserve {
         }
     }
 
-    /// Whether the pool counts as overloaded (property A).
+    /// Whether the pool counts as overloaded (property A), as of the last
+    /// decision recorded.
     pub fn overloaded(&self) -> bool {
         self.overloaded
     }
@@ -138,7 +178,22 @@ impl OverloadReserve {
 
     /// Whether a query with this isolated estimate is long (property B).
     pub fn is_long(&self, isolated_s: f64) -> bool {
-        self.work_share_below(isolated_s) >= self.config.protected_work_share
+        self.work_share_below(isolated_s) >= self.short_share
+    }
+
+    /// Records whether a short query placed under the reserve is predicted
+    /// to miss its SLO: the short share moves towards the one at which
+    /// `protected_miss_target` of them miss.
+    pub fn handle_short_placement(&mut self, missed: bool) {
+        let step = self.config.share_step;
+        let target = self.config.protected_miss_target;
+        let moved = if missed { self.short_share - step * (1.0 - target) } else { self.short_share + step * target };
+        self.short_share = moved.clamp(self.config.share_min, self.config.share_max);
+    }
+
+    /// The work share short queries may carry now.
+    pub fn short_share(&self) -> f64 {
+        self.short_share
     }
 
     /// The overflow cluster among `ready` (`(id, predicted work placed in
@@ -175,17 +230,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_pool_is_overloaded_only_once_enough_decisions_were_damage_control() {
-        let mut reserve = OverloadReserve::new(ReserveConfig { decisions: 4, overload_share: 0.5, ..ReserveConfig::default() });
-        reserve.handle_decision(true);
-        reserve.handle_decision(true);
-        reserve.handle_decision(true);
+    fn a_pool_is_overloaded_once_enough_decisions_were_damage_control_and_until_few_are() {
+        let config = ReserveConfig { decisions: 4, overload_share: 0.5, recovered_share: 0.25, ..ReserveConfig::default() };
+        let mut reserve = OverloadReserve::new(config);
+        for _ in 0..3 {
+            reserve.handle_decision(true);
+        }
         assert!(!reserve.overloaded(), "three decisions are fewer than the window");
         reserve.handle_decision(false);
         assert!(reserve.overloaded(), "three of four in damage control");
         reserve.handle_decision(false);
+        assert!(reserve.overloaded(), "two of four: below the entry mark, above the exit mark");
         reserve.handle_decision(false);
-        assert!(!reserve.overloaded(), "one of the last four in damage control");
+        assert!(!reserve.overloaded(), "one of four: recovered");
+        reserve.handle_decision(true);
+        assert!(!reserve.overloaded(), "two of four: below the entry mark again");
     }
 
     #[test]
@@ -223,19 +282,39 @@ mod tests {
         }
 
         #[test]
+        fn the_short_share_moves_with_the_protected_misses_within_its_bounds(
+            misses in prop::collection::vec(any::<bool>(), 0..400),
+        ) {
+            let mut reserve = OverloadReserve::default();
+            let config = reserve.config().clone();
+            for missed in misses {
+                let before = reserve.short_share();
+                reserve.handle_short_placement(missed);
+                let after = reserve.short_share();
+                // (E)
+                prop_assert!(after >= config.share_min && after <= config.share_max);
+                if missed { prop_assert!(after <= before) } else { prop_assert!(after >= before) }
+            }
+        }
+
+        #[test]
         fn overload_follows_the_damage_control_share_of_the_window(
             flags in prop::collection::vec(any::<bool>(), 0..100),
             window in 1usize..40,
-            share in 0.1f64..0.9,
+            entry in 0.3f64..0.9,
+            exit in 0.0f64..0.3,
         ) {
-            let mut reserve = OverloadReserve::new(ReserveConfig { decisions: window, overload_share: share, ..ReserveConfig::default() });
-            for f in &flags {
+            let config = ReserveConfig { decisions: window, overload_share: entry, recovered_share: exit, ..ReserveConfig::default() };
+            let mut reserve = OverloadReserve::new(config);
+            let mut expected = false;
+            for (i, f) in flags.iter().enumerate() {
                 reserve.handle_decision(*f);
+                let recent: Vec<bool> = flags[..=i].iter().rev().take(window).copied().collect();
+                let share = recent.iter().filter(|f| **f).count() as f64 / recent.len() as f64;
+                expected = i + 1 >= window && if expected { share > exit } else { share >= entry };
+                // (A), and (D): the same flags give the same answer.
+                prop_assert_eq!(reserve.overloaded(), expected);
             }
-            let recent: Vec<bool> = flags.iter().rev().take(window).copied().collect();
-            let expected = flags.len() >= window && recent.iter().filter(|f| **f).count() as f64 >= share * recent.len() as f64;
-            // (A), and (D): the same flags give the same answer.
-            prop_assert_eq!(reserve.overloaded(), expected);
         }
     }
 }

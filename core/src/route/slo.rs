@@ -54,6 +54,13 @@
 //! running queries; cost breaks the remaining ties. The explanation says
 //! so.
 //!
+//! **Overload reserve** (optional, [`SloRouter::with_reserve`]; the policy
+//! `slogate-reserve`). Once most recent decisions were damage control, a
+//! long query goes to one overflow cluster and the others stay off it, so
+//! that the overflow cluster's backlog never reaches the short queries
+//! (see [`super::reserve`]). The explanation says which side the query
+//! fell on and why.
+//!
 //! The predictor's neighbour feature is the number of queries running on
 //! the cluster when a query is placed: what the router knows when it
 //! decides. It learns on that feature, predicts a new query with it, and
@@ -64,6 +71,11 @@
 //! −50.8% this way.)
 //!
 //! # Properties
+//!
+//! Properties (B), (C), (E) and (F) hold for every decision the overload
+//! reserve leaves alone; under it, they hold among the clusters the reserve
+//! allows (the overflow cluster for a long query, the others for a short
+//! one).
 //!
 //! - (A) The guard never lowers a running query's prediction.
 //! - (B) Unless the query misses everywhere, the chosen candidate's
@@ -582,6 +594,11 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         state.predicted_at_placement.push(chosen.predicted_latency);
         state.billing.handle_query_start(now);
         self.where_placed.insert(query.id, chosen.cluster);
+        if let (Some(r), Some(reserve)) = (reserve, &mut self.reserve)
+            && !r.long
+        {
+            reserve.handle_short_placement(chosen.predicted_latency_at_quantile > slo);
+        }
 
         let runner_up = runner_up.map_or_else(String::new, |r| {
             format!("; runner-up {} (+{} violations, +${:.4})", r.cluster, r.marginal_violations, r.marginal_cost_usd)
@@ -809,6 +826,43 @@ mod tests {
         assert_eq!(target(&routed), ClusterId(1), "{routed:?}");
         let Routing::Dispatch(decision) = routed else { unreachable!() };
         assert!(decision.explanation.starts_with("damage control"), "{}", decision.explanation);
+    }
+
+    #[test]
+    fn under_sustained_overload_the_reserve_sends_long_queries_to_one_cluster_and_keeps_short_ones_off_it() {
+        let reserve = ReserveConfig { decisions: 4, ..ReserveConfig::default() };
+        let mut router = SloRouter::new("slogate-reserve", trained(), BillingConfig::default()).with_reserve(reserve);
+        let mut plain = SloRouter::new("slogate", trained(), BillingConfig::default());
+        let pool = pool(&[16, 16]);
+        // Four 10 s queries with 1 s SLOs miss everywhere: damage control.
+        for id in 0..4 {
+            let at = f64::from(id as u32) * 0.1;
+            let q = query(id, 10, 1.0, at);
+            let routed = router.route(Instant::from_secs_f64(at), &q, &pool);
+            plain.route(Instant::from_secs_f64(at), &q, &pool);
+            let Routing::Dispatch(decision) = routed else { panic!("{routed:?}") };
+            assert!(decision.explanation.starts_with("damage control"), "not yet overloaded: {}", decision.explanation);
+        }
+        // A 20 s query is long: the shorter arrivals carry 2/3 of the work.
+        let long = router.route(Instant::from_secs_f64(1.0), &query(10, 20, 1.0, 1.0), &pool);
+        let overflow = target(&long);
+        let Routing::Dispatch(decision) = &long else { unreachable!() };
+        assert!(decision.explanation.starts_with("overload reserve (100% of the last 4 decisions were damage control): a long query"), "{}", decision.explanation);
+        assert!(decision.explanation.contains(&format!("goes to overflow cluster {overflow}")), "{}", decision.explanation);
+        // 1 s queries with loose SLOs are short: they stay off the
+        // overflow cluster.
+        for id in 11..15 {
+            let at = 1.0 + f64::from(id as u32) * 0.01;
+            let short = router.route(Instant::from_secs_f64(at), &query(id, 1, 1_000.0, at), &pool);
+            assert_ne!(target(&short), overflow, "{short:?}");
+            let Routing::Dispatch(decision) = &short else { unreachable!() };
+            assert!(decision.explanation.contains("a short query (shorter ones carry "), "{}", decision.explanation);
+            assert!(decision.explanation.contains(&format!("stays off overflow cluster {overflow}")), "{}", decision.explanation);
+        }
+        // Without the reserve, the router never names one.
+        let routed = plain.route(Instant::from_secs_f64(1.0), &query(10, 20, 1.0, 1.0), &pool);
+        let Routing::Dispatch(decision) = routed else { unreachable!() };
+        assert!(!decision.explanation.contains("overload reserve"), "{}", decision.explanation);
     }
 
     #[test]
