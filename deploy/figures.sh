@@ -15,6 +15,13 @@ for evaluation in "${evaluations[@]}"; do
   ./target/release/slogate eval "$evaluation" --json "$out/$evaluation.json" > "$out/$evaluation.txt"
   if [ "$evaluation" = router-table2 ]; then
     ./target/release/slogate eval router-table2 --elastic on --json "$out/router-table2-elastic.json" > "$out/router-table2-elastic.txt"
+    # The overload reserve, on the default seeds and on seeds 11..15.
+    reserve=round-robin,least-loaded,slogate,slogate-reserve
+    ./target/release/slogate eval router-table2 --policies "$reserve" --json "$out/router-table2-reserve.json" > "$out/router-table2-reserve.txt"
+    ./target/release/slogate eval router-table2 --policies "$reserve" --seeds 11..15 --json "$out/router-table2-reserve-11-15.json" > "$out/router-table2-reserve-11-15.txt"
+  fi
+  if [ "$evaluation" = shapes-dev ] || [ "$evaluation" = shapes-held-out ]; then
+    ./target/release/slogate eval "$evaluation" --policies least-loaded,slogate,slogate-reserve --json "$out/$evaluation-reserve.json" > "$out/$evaluation-reserve.txt"
   fi
 done
 echo "figures: written to $out" >&2

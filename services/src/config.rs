@@ -567,8 +567,8 @@ pub struct ScheduledSection {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ElasticSection {
-    /// Whether queries may be offloaded (needs slogate, stage-cost,
-    /// spandana or spandana-central).
+    /// Whether queries may be offloaded (needs slogate, slogate-reserve,
+    /// stage-cost, spandana or spandana-central).
     pub enabled: bool,
     /// The SLO Director's queue bound (policies `spandana` and
     /// `spandana-central`): outstanding queries per 16 RPU of a cluster
@@ -674,8 +674,8 @@ impl ElasticSection {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AutoscaleSection {
-    /// Whether the pool autoscales (needs a predicting policy: slogate or
-    /// stage-cost).
+    /// Whether the pool autoscales (needs a predicting policy: slogate,
+    /// slogate-reserve or stage-cost).
     pub enabled: bool,
     /// Spinup trigger: `projected` (Algorithm 2), `observed` (completions
     /// only) or `queue` (outstanding queries ≥ `queue_threshold`).
@@ -1221,13 +1221,13 @@ impl NodeConfig {
             if pool.elastic.enabled && !crate::eval::can_offload(&pool.policy) {
                 return Err(invalid(
                     &format!("pool[{i}].elastic.enabled"),
-                    format!("offloading needs slogate, stage-cost, spandana or spandana-central, not `{}`", pool.policy),
+                    format!("offloading needs slogate, slogate-reserve, stage-cost, spandana or spandana-central, not `{}`", pool.policy),
                 ));
             }
             if pool.autoscale.enabled && !crate::eval::LEARNED_POLICIES.contains(&pool.policy.as_str()) {
                 return Err(invalid(
                     &format!("pool[{i}].autoscale.enabled"),
-                    format!("the size selector needs a predicting routing policy (slogate or stage-cost), not `{}`", pool.policy),
+                    format!("the size selector needs a predicting routing policy ({}), not `{}`", crate::eval::LEARNED_POLICIES.join(", "), pool.policy),
                 ));
             }
         }

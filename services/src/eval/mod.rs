@@ -746,6 +746,26 @@ mod tests {
     }
 
     #[test]
+    fn the_reserve_policy_splits_an_overloaded_pool_by_size_and_every_query_still_ends() {
+        // BaseWorkload at 0.2/s on two 16-RPU clusters is overloaded for
+        // every placement (router-table2's saturated cell).
+        let text = "name='t'\nkappa=2\nclusters=[16,16]\npolicies=['slogate','slogate-reserve']\n[[workload]]\nkind='base'\nrate_per_s=0.2\n";
+        let scenario = Scenario::from_toml(text, std::path::Path::new(".")).unwrap();
+        let report = run_with(&scenario, &scenario.policies, 3, &EvalOptions { explain: 297, ..EvalOptions::default() }).unwrap();
+        let result = |policy: &str| report.results.iter().find(|r| r.policy == policy).unwrap();
+        for policy in ["slogate", "slogate-reserve"] {
+            let r = result(policy);
+            assert_eq!(r.completed + r.timed_out + r.rejected, r.queries, "{policy}");
+            assert_eq!(r.timed_out, 0, "{policy}");
+        }
+        let split = |policy: &str, side: &str| result(policy).decisions.iter().filter(|d| d.contains(side)).count();
+        assert_eq!(split("slogate", "overload reserve"), 0, "plain slogate never splits");
+        assert!(split("slogate-reserve", "a long query") > 0 && split("slogate-reserve", "a short query") > split("slogate-reserve", "a long query"));
+        let (plain, reserve) = (result("slogate").violation_rate, result("slogate-reserve").violation_rate);
+        assert!(reserve < plain, "seed 3: the reserve's VR {reserve} against {plain} without it");
+    }
+
+    #[test]
     fn unknown_policy_is_named_with_the_known_ones() {
         let err = policy_by_name("fastest").unwrap_err().to_string();
         assert!(err.contains("unknown policy `fastest`") && err.contains("round-robin"), "{err}");
