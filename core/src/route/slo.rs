@@ -487,25 +487,29 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         });
         // The overload reserve: while the pool is overloaded, a long query
         // goes to the overflow cluster and the others stay off it.
-        let isolated_s = self.predictor.isolated(query.template, RESERVE_REFERENCE_SIZE).as_secs_f64();
-        let work: Vec<(ClusterId, f64)> = candidates.iter().map(|c| (c.id, self.predicted_work_s(now, c.id))).collect();
-        let reserve = self.reserve.as_mut().and_then(|reserve| {
+        // (Only a router with a reserve pays for the estimates.)
+        let reserve = if self.reserve.is_some() {
+            let isolated_s = self.predictor.isolated(query.template, RESERVE_REFERENCE_SIZE).as_secs_f64();
+            let work: Vec<(ClusterId, f64)> = candidates.iter().map(|c| (c.id, self.predicted_work_s(now, c.id))).collect();
+            let reserve = self.reserve.as_mut().expect("checked above");
             reserve.handle_arrival(isolated_s);
             let overloaded = reserve.overloaded();
             let damage_control_share = reserve.damage_control_share();
             reserve.handle_decision(misses_everywhere);
-            if !overloaded {
-                return None;
-            }
-            let overflow = reserve.overflow_cluster(&work)?;
-            Some(Reserve {
-                overflow: candidates.iter().position(|c| c.id == overflow)?,
-                long: reserve.is_long(isolated_s),
-                work_share_below: reserve.work_share_below(isolated_s),
-                damage_control_share,
-                decisions: reserve.config().decisions,
+            let overflow = if overloaded { reserve.overflow_cluster(&work) } else { None };
+            overflow.and_then(|overflow| {
+                let work_share_below = reserve.work_share_below(isolated_s);
+                Some(Reserve {
+                    overflow: candidates.iter().position(|c| c.id == overflow)?,
+                    long: work_share_below >= reserve.short_share(),
+                    work_share_below,
+                    damage_control_share,
+                    decisions: reserve.config().decisions,
+                })
             })
-        });
+        } else {
+            None
+        };
         let mut damage = damage;
         if let Some(r) = reserve.filter(|r| !r.long) {
             outcomes[r.overflow].violations = f64::INFINITY;
