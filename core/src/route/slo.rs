@@ -488,10 +488,12 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         // The overload reserve: while the pool is overloaded, a long query
         // goes to the overflow cluster and the others stay off it.
         // (Only a router with a reserve pays for the estimates.)
-        let reserve = if self.reserve.is_some() {
+        let inputs = self.reserve.is_some().then(|| {
             let isolated_s = self.predictor.isolated(query.template, RESERVE_REFERENCE_SIZE).as_secs_f64();
             let work: Vec<(ClusterId, f64)> = candidates.iter().map(|c| (c.id, self.predicted_work_s(now, c.id))).collect();
-            let reserve = self.reserve.as_mut().expect("checked above");
+            (isolated_s, work)
+        });
+        let reserve = if let (Some(reserve), Some((isolated_s, work))) = (&mut self.reserve, inputs) {
             reserve.handle_arrival(isolated_s);
             let overloaded = reserve.overloaded();
             let damage_control_share = reserve.damage_control_share();
