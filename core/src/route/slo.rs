@@ -629,6 +629,15 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
                 chosen.cluster,
                 self.placed_on(chosen.cluster).saturating_sub(1),
             ),
+            // A long query under the reserve went to the overflow cluster,
+            // however late it is there.
+            Some(keys) if reserve.is_some_and(|r| r.long) => format!(
+                "damage control: misses its SLO on every cluster; on the overflow cluster {:.1}s late, delays the running queries by {:.1}s in all, +{} of them miss{}; ",
+                chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64(),
+                chosen.delay_to_others.as_secs_f64(),
+                chosen.others_violations,
+                if keys[best].beyond_bound { format!(", beyond {DAMAGE_BOUND_SLO_MULTIPLE}× its SLO") } else { String::new() },
+            ),
             Some(keys) => format!(
                 "damage control: misses its SLO on every cluster; chose by lateness, not cost: {:.1}s late, delays the running queries by {:.1}s in all, +{} of them miss{}; ",
                 chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64(),
@@ -854,7 +863,8 @@ mod tests {
         let overflow = target(&long);
         let Routing::Dispatch(decision) = &long else { unreachable!() };
         assert!(decision.explanation.starts_with("overload reserve (100% of the last 4 decisions were damage control): a long query"), "{}", decision.explanation);
-        assert!(decision.explanation.contains(&format!("goes to overflow cluster {overflow}")), "{}", decision.explanation);
+        assert!(decision.explanation.contains(&format!("goes to overflow cluster {overflow}; damage control: misses its SLO on every cluster; on the overflow cluster ")), "{}", decision.explanation);
+        assert!(!decision.explanation.contains("chose by lateness"), "the reserve chose, not the damage ranking: {}", decision.explanation);
         // 1 s queries with loose SLOs are short: they stay off the
         // overflow cluster.
         for id in 11..15 {
