@@ -187,6 +187,15 @@ struct Reserve {
     decisions: usize,
 }
 
+impl Reserve {
+    /// Whether the candidate at `index` is on the query's side of the
+    /// split: the overflow cluster for a long query, any other for a short
+    /// one.
+    fn allows(&self, index: usize) -> bool {
+        (index == self.overflow) == self.long
+    }
+}
+
 /// A candidate's rank in damage control (see the module docs): lower is
 /// better.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -512,11 +521,16 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         } else {
             None
         };
+        // The reserve only narrows the candidates: the clusters on the other
+        // side of the split never win, and the usual rule (or damage
+        // control, or an offload) chooses among the rest.
         let mut damage = damage;
-        if let Some(r) = reserve.filter(|r| !r.long) {
-            outcomes[r.overflow].violations = f64::INFINITY;
-            if let Some(keys) = &mut damage {
-                keys[r.overflow].others_violations = i64::MAX;
+        if let Some(r) = reserve {
+            for i in (0..candidates.len()).filter(|&i| !r.allows(i)) {
+                outcomes[i].violations = f64::INFINITY;
+                if let Some(keys) = &mut damage {
+                    keys[i].others_violations = i64::MAX;
+                }
             }
         }
         // BestWithTarget with the target just above the fewest expected
@@ -525,11 +539,6 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         let chosen_index = match &damage {
             Some(keys) => (0..keys.len()).min_by(|&a, &b| keys[a].cmp(&keys[b]).then(a.cmp(&b))),
             None => best_with_target(&outcomes, target),
-        };
-        // A long query goes to the overflow cluster unless it is offloaded.
-        let chosen_index = match reserve {
-            Some(r) if r.long && chosen_index.is_some_and(|i| i < candidates.len()) => Some(r.overflow),
-            _ => chosen_index,
         };
         // An uncertain template keeps the choice the predictions call for
         // (an offload, damage control), but among the clusters within the
@@ -629,8 +638,8 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
                 chosen.cluster,
                 self.placed_on(chosen.cluster).saturating_sub(1),
             ),
-            // A long query under the reserve went to the overflow cluster,
-            // however late it is there.
+            // A long query under the reserve has one cluster to go to: the
+            // overflow cluster, however late it is there.
             Some(keys) if reserve.is_some_and(|r| r.long) => format!(
                 "damage control: misses its SLO on every cluster; on the overflow cluster {:.1}s late, delays the running queries by {:.1}s in all, +{} of them miss{}; ",
                 chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64(),
@@ -643,7 +652,11 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
                 chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64(),
                 chosen.delay_to_others.as_secs_f64(),
                 chosen.others_violations,
-                if keys[best].beyond_bound { format!(", and no placement finishes it within {DAMAGE_BOUND_SLO_MULTIPLE}× its SLO") } else { String::new() },
+                match (keys[best].beyond_bound, reserve) {
+                    (false, _) => String::new(),
+                    (true, None) => format!(", and no placement finishes it within {DAMAGE_BOUND_SLO_MULTIPLE}× its SLO"),
+                    (true, Some(_)) => format!(", and no placement the reserve allows finishes it within {DAMAGE_BOUND_SLO_MULTIPLE}× its SLO"),
+                },
             ),
             None => String::new(),
         };
