@@ -1,7 +1,10 @@
 //! Small statistics shared by the simulator, the predictors and the
-//! reports: medians, nearest-rank percentiles, and counting overlapping
-//! executions the way the Redshift measurements count them; and the
-//! seeded lognormal noise the simulators draw per query.
+//! reports: medians, nearest-rank percentiles, bounded windows of recent
+//! samples, and counting overlapping executions the way the Redshift
+//! measurements count them; and the seeded lognormal noise the simulators
+//! draw per query.
+
+use std::collections::VecDeque;
 
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 
@@ -19,6 +22,14 @@ pub fn median(values: &[f64]) -> f64 {
     sorted.sort_by(f64::total_cmp);
     let mid = sorted.len() / 2;
     if sorted.len() % 2 == 1 { sorted[mid] } else { (sorted[mid - 1] + sorted[mid]) / 2.0 }
+}
+
+/// Appends `value` to a window of the most recent `bound` samples (at
+/// least one), and hands back the oldest one if it made room for it.
+pub fn push_bounded<T>(window: &mut VecDeque<T>, value: T, bound: usize) -> Option<T> {
+    let evicted = if window.len() >= bound.max(1) { window.pop_front() } else { None };
+    window.push_back(value);
+    evicted
 }
 
 /// The `q`-quantile (nearest rank) of sorted values; 0 for none.
@@ -74,6 +85,19 @@ mod tests {
         let s = Instant::from_secs_f64;
         let counts = count_overlapping_neighbours(&[(s(0.0), s(10.0)), (s(5.0), s(6.0)), (s(10.0), s(12.0)), (s(11.0), s(20.0))]);
         assert_eq!(counts, vec![1, 1, 1, 1]);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_bounded_window_keeps_the_newest_and_hands_back_the_oldest(values in proptest::collection::vec(0u32..100, 0..50), bound in 0usize..8) {
+            let mut window = VecDeque::new();
+            for (i, &value) in values.iter().enumerate() {
+                let evicted = push_bounded(&mut window, value, bound);
+                let kept = bound.max(1);
+                proptest::prop_assert_eq!(evicted, i.checked_sub(kept).map(|oldest| values[oldest]));
+                proptest::prop_assert!(window.iter().copied().eq(values[(i + 1).saturating_sub(kept)..=i].iter().copied()));
+            }
+        }
     }
 
     #[test]

@@ -28,7 +28,7 @@ use crate::model::{Rpu, TemplateId};
 use crate::predict::Observation;
 use crate::time::Duration;
 use crate::recency::RecentKeys;
-use crate::stats::median;
+use crate::stats::{median, push_bounded};
 
 /// Estimator settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -99,13 +99,6 @@ pub struct IsolatedEstimator {
     templates: RecentKeys<TemplateId>,
     size_exponent: f64,
     observations: u64,
-}
-
-fn push_bounded(window: &mut VecDeque<f64>, value: f64, bound: usize) {
-    if window.len() == bound {
-        window.pop_front();
-    }
-    window.push_back(value);
 }
 
 impl IsolatedEstimator {

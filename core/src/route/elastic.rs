@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::elastic::{ElasticConfig, ElasticPool};
 use crate::model::{ExecutionOutcome, ExecutionReport, QueryId, Rpu, TemplateId};
-use crate::stats::median;
+use crate::stats::{median, push_bounded};
 use crate::time::{Duration, Instant};
 
 /// A pool's elastic options.
@@ -169,10 +169,7 @@ impl ElasticRouting {
         if executed <= 0.0 || reference <= 0.0 {
             return;
         }
-        if self.speed_log_ratios.len() == SPEED_WINDOW {
-            self.speed_log_ratios.pop_front();
-        }
-        self.speed_log_ratios.push_back((executed / reference).ln());
+        push_bounded(&mut self.speed_log_ratios, (executed / reference).ln(), SPEED_WINDOW);
         if self.speed_log_ratios.len() >= SPEED_MIN_SAMPLES {
             self.learned_factor = Some(median(&self.speed_log_ratios.iter().copied().collect::<Vec<_>>()).exp());
         }

@@ -57,6 +57,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use crate::model::ClusterId;
+use crate::stats::push_bounded;
 
 /// The reserve's settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -132,19 +133,14 @@ impl OverloadReserve {
 
     /// Records an arrival's isolated estimate (its work).
     pub fn handle_arrival(&mut self, isolated_s: f64) {
-        if self.estimates_s.len() == self.config.arrivals.max(1) {
-            self.estimates_s.pop_front();
-        }
-        self.estimates_s.push_back(isolated_s.max(0.0));
+        push_bounded(&mut self.estimates_s, isolated_s.max(0.0), self.config.arrivals);
     }
 
     /// Records whether a decision was damage control.
     pub fn handle_decision(&mut self, damage_control: bool) {
-        if self.damage_control.len() == self.config.decisions.max(1) {
-            let oldest = self.damage_control.pop_front().expect("full");
-            self.in_damage_control -= usize::from(oldest);
+        if push_bounded(&mut self.damage_control, damage_control, self.config.decisions) == Some(true) {
+            self.in_damage_control -= 1;
         }
-        self.damage_control.push_back(damage_control);
         self.in_damage_control += usize::from(damage_control);
         let full = self.damage_control.len() >= self.config.decisions.max(1);
         let share = self.damage_control_share();
