@@ -497,17 +497,18 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         // The overload reserve: while the pool is overloaded, a long query
         // goes to the overflow cluster and the others stay off it.
         // (Only a router with a reserve pays for the estimates.)
-        let inputs = self.reserve.is_some().then(|| {
+        // The clusters' predicted work only matters to an overloaded pool.
+        let inputs = self.reserve.as_ref().map(|reserve| {
             let isolated_s = self.predictor.isolated(query.template, RESERVE_REFERENCE_SIZE).as_secs_f64();
-            let work: Vec<(ClusterId, f64)> = candidates.iter().map(|c| (c.id, self.predicted_work_s(now, c.id))).collect();
+            let work: Option<Vec<(ClusterId, f64)>> =
+                reserve.overloaded().then(|| candidates.iter().map(|c| (c.id, self.predicted_work_s(now, c.id))).collect());
             (isolated_s, work)
         });
         let reserve = if let (Some(reserve), Some((isolated_s, work))) = (&mut self.reserve, inputs) {
             reserve.handle_arrival(isolated_s);
-            let overloaded = reserve.overloaded();
             let damage_control_share = reserve.damage_control_share();
             reserve.handle_decision(misses_everywhere);
-            let overflow = if overloaded { reserve.overflow_cluster(&work) } else { None };
+            let overflow = work.and_then(|work| reserve.overflow_cluster(&work));
             overflow.and_then(|overflow| {
                 let work_share_below = reserve.work_share_below(isolated_s);
                 Some(Reserve {
