@@ -1221,7 +1221,12 @@ impl NodeConfig {
             if pool.elastic.enabled && !crate::eval::can_offload(&pool.policy) {
                 return Err(invalid(
                     &format!("pool[{i}].elastic.enabled"),
-                    format!("offloading needs slogate, slogate-reserve, stage-cost, spandana or spandana-central, not `{}`", pool.policy),
+                    format!(
+                        "offloading needs a policy that can offload ({}, {}), not `{}`",
+                        crate::eval::LEARNED_POLICIES.join(", "),
+                        crate::eval::DIRECTOR_POLICIES.join(", "),
+                        pool.policy
+                    ),
                 ));
             }
             if pool.autoscale.enabled && !crate::eval::LEARNED_POLICIES.contains(&pool.policy.as_str()) {
