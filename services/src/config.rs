@@ -714,6 +714,17 @@ pub struct AutoscaleSection {
     /// The selector's replay stops this long after the new cluster is
     /// ready, seconds.
     pub replay_horizon_s: u64,
+    /// Clusters one selection may add at once when no single one gets the
+    /// selector's replay under the target.
+    pub max_spinups_at_once: usize,
+    /// Scale-in by replay: drain a cluster, or make the pool's one cluster
+    /// smaller, when the replay says the pool still meets
+    /// `scale_in_target` for less.
+    pub scale_in: bool,
+    /// How often scale-in replays the pool at most, seconds.
+    pub scale_in_interval_s: u64,
+    /// The violation rate a scale-in must keep in the replay.
+    pub scale_in_target: f64,
     /// Threads the selector evaluates candidates on.
     pub selector_threads: usize,
     /// Planned spinups every day (what `slogate tune` writes).
@@ -742,6 +753,10 @@ impl Default for AutoscaleSection {
             target: core.target,
             max_replay_copies: core.max_replay_copies,
             replay_horizon_s: core.replay_horizon.as_micros() / 1_000_000,
+            max_spinups_at_once: core.max_spinups_at_once,
+            scale_in: core.scale_in,
+            scale_in_interval_s: core.scale_in_interval.as_micros() / 1_000_000,
+            scale_in_target: core.scale_in_target,
             selector_threads: core.selector_threads,
             scheduled: Vec::new(),
         }
@@ -762,7 +777,7 @@ impl AutoscaleSection {
             "queue" => SpinupPolicy::QueueLength { threshold: self.queue_threshold.max(1) },
             other => return Err(invalid(&key("trigger"), format!("`{other}` is not one of projected, observed, queue"))),
         };
-        for (name, value) in [("trigger_target", self.trigger_target), ("target", self.target)] {
+        for (name, value) in [("trigger_target", self.trigger_target), ("target", self.target), ("scale_in_target", self.scale_in_target)] {
             if !(0.0..=1.0).contains(&value) {
                 return Err(invalid(&key(name), format!("must be a rate in [0, 1], got {value}")));
             }
@@ -779,7 +794,9 @@ impl AutoscaleSection {
             ("max_clusters", self.max_clusters),
             ("max_replay_copies", self.max_replay_copies),
             ("selector_threads", self.selector_threads),
+            ("max_spinups_at_once", self.max_spinups_at_once),
             ("window_s", self.window_s as usize),
+            ("scale_in_interval_s", self.scale_in_interval_s as usize),
         ] {
             if value == 0 {
                 return Err(invalid(&key(name), "must be at least 1"));
@@ -801,6 +818,10 @@ impl AutoscaleSection {
             target: self.target,
             max_replay_copies: self.max_replay_copies,
             replay_horizon: Duration::from_secs(self.replay_horizon_s),
+            max_spinups_at_once: self.max_spinups_at_once,
+            scale_in: self.scale_in,
+            scale_in_interval: Duration::from_secs(self.scale_in_interval_s),
+            scale_in_target: self.scale_in_target,
             selector_threads: self.selector_threads,
         };
         Ok((config, AutoscalerPolicy { spinup, action: ScaleAction::Select, teardown: self.teardown }))

@@ -5,10 +5,17 @@
 //! On every arrival and completion it records the observation, runs the
 //! teardown trigger, then the spinup trigger of its [`SpinupPolicy`]; when
 //! that fires it acts by its [`ScaleAction`]: the size selector on a fork of
-//! the router (adding a cluster, or for vertical scaling replacing the
-//! others once the new one is ready), or a copy of the existing size
-//! (horizontal). It never sees the world: only the pool, the observations
+//! the router (adding a cluster, or several at once when no single one gets
+//! the replay under the target, within `max_spinups_at_once` and
+//! `max_clusters`; or for vertical scaling replacing the others once the new
+//! one is ready), or a copy of the existing size (horizontal). It never sees the world: only the pool, the observations
 //! and the router's predictions.
+//!
+//! Every `scale_in_interval`, while the pool is steady, **scale-in by
+//! replay** ([`crate::scale::scale_in`]) may drain a cluster or replace the
+//! pool's one cluster with a smaller one, when the replay says the pool
+//! still meets `scale_in_target` for at least a tenth less; the teardown
+//! trigger alone only removes clusters idle for T_idle.
 //!
 //! A schedule of **planned spinups** (the policy tuner's, AutoSLO §7.4) may
 //! be set: each fires at its instant as a spinup of its size, within
@@ -33,6 +40,7 @@ use crate::model::{ClusterId, ClusterState, ExecutionOutcome, Pool, QueryId, Rpu
 use crate::route::{PlanningRouter, RoutingPolicy};
 use crate::scale::AutoscalerConfig;
 use crate::scale::replay::{Selection, SelectorConfig, SelectorMode, select_spinup_size};
+use crate::scale::scale_in::{ScaleIn, ScaleInSelection, candidates as scale_in_candidates, select_scale_in};
 use crate::scale::trigger::{SpinupTrigger, TriggerEvaluation, TriggerSignal, teardown_candidates, teardown_eligible_at};
 use crate::scale::windows::{ArrivalRecord, CompletionRecord, ObservationWindows};
 use crate::sim::{ClusterCommand, Controller, Observation};
@@ -126,6 +134,13 @@ pub enum ScaleDecision {
         /// Why.
         reason: String,
     },
+    /// Scale-in replayed the pool.
+    ScaleIn {
+        /// When.
+        at: Instant,
+        /// Every candidate and the choice.
+        selection: ScaleInSelection,
+    },
     /// A fired trigger led to nothing.
     Skipped {
         /// When.
@@ -172,6 +187,15 @@ impl DailySchedule {
     }
 }
 
+/// A decision left for [`Autoscaler::run_pending_selection`].
+#[derive(Clone, Debug)]
+enum Pending {
+    /// A fired trigger's size selection.
+    Select(SelectorMode, BTreeSet<ClusterId>),
+    /// A scale-in replay.
+    ScaleIn,
+}
+
 /// Counters over the autoscaler's life.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AutoscalerStats {
@@ -207,7 +231,9 @@ pub struct Autoscaler {
     stats: AutoscalerStats,
     next_wakeup: Option<Instant>,
     defer_selections: bool,
-    pending: Option<(SelectorMode, BTreeSet<ClusterId>)>,
+    pending: Option<Pending>,
+    /// Scale-in replays the pool again no earlier than this.
+    next_scale_in: Instant,
     /// Planned spinups not yet fired, latest first (the next is last).
     schedule: Vec<ScheduledSpinup>,
     /// The repeating schedule, and the last day whose occurrences are in
@@ -239,6 +265,7 @@ impl Autoscaler {
             next_wakeup: None,
             defer_selections: false,
             pending: None,
+            next_scale_in: Instant::ZERO,
             schedule: Vec::new(),
             daily: None,
         }
@@ -467,7 +494,7 @@ impl Autoscaler {
         let replaced: BTreeSet<ClusterId> = live.iter().map(|c| c.id).collect();
         let Some(planner) = router.fork_planner() else {
             if self.defer_selections {
-                self.pending = Some((mode, replaced));
+                self.pending = Some(Pending::Select(mode, replaced));
             } else {
                 self.skip(now, format!("router {} cannot predict completions for the size selector", router.name()));
             }
@@ -485,8 +512,10 @@ impl Autoscaler {
     /// [`Autoscaler::defer_selections`]) on `planner`, a fork of the live
     /// router, from the pool as it is at `now`.
     pub fn run_pending_selection(&mut self, now: Instant, pool: &Pool, planner: &dyn PlanningRouter) {
-        if let Some((mode, replaced)) = self.pending.take() {
-            self.select(now, pool, planner, mode, replaced);
+        match self.pending.take() {
+            Some(Pending::Select(mode, replaced)) => self.select(now, pool, planner, mode, replaced),
+            Some(Pending::ScaleIn) => self.scale_in(now, pool, planner),
+            None => {}
         }
     }
 
@@ -501,9 +530,13 @@ impl Autoscaler {
 
     fn select(&mut self, now: Instant, pool: &Pool, planner: &dyn PlanningRouter, mode: SelectorMode, replaced: BTreeSet<ClusterId>) {
         let window: Vec<ArrivalRecord> = self.windows.arrivals().cloned().collect();
-        let selection = select_spinup_size(now, pool, planner, &window, &self.selector_config(), mode);
+        let live = pool.clusters.iter().filter(|c| matches!(c.state, ClusterState::Starting | ClusterState::Ready) && !self.teardown_requested.contains(&c.id)).count()
+            + self.commands.iter().filter(|c| matches!(c, ClusterCommand::SpinUp { .. })).count();
+        let mut config = self.selector_config();
+        config.max_added = config.max_added.min(self.config.max_clusters.saturating_sub(live)).max(1);
+        let selection = select_spinup_size(now, pool, planner, &window, &config, mode);
         self.stats.selections += 1;
-        let choice = selection.choice;
+        let (choice, copies) = (selection.choice, selection.copies);
         self.record(ScaleDecision::Selection { at: now, mode, selection });
         match choice {
             None => {
@@ -514,8 +547,69 @@ impl Autoscaler {
                 if mode == SelectorMode::Replace {
                     self.replacing = Some(replaced);
                 }
-                self.spin_up(now, size, format!("the size selector's choice ({mode:?})"));
+                for copy in 1..=copies.max(1) {
+                    let reason = if copies > 1 { format!("the size selector's choice ({mode:?}, {copy} of {copies})") } else { format!("the size selector's choice ({mode:?})") };
+                    self.spin_up(now, size, reason);
+                }
             }
+        }
+    }
+
+    /// Whether scale-in may replay the pool now: it is due, the policy adds
+    /// clusters by the selector and tears them down, and the pool is
+    /// steady (nothing starting, draining, being replaced or pending, and
+    /// every ready cluster past T_min_lifetime).
+    fn scale_in_due(&self, now: Instant, pool: &Pool) -> bool {
+        let steady = pool.clusters.iter().all(|c| match c.state {
+            ClusterState::Ready => c.ready_at + self.config.min_lifetime <= now && !self.teardown_requested.contains(&c.id),
+            ClusterState::Gone => true,
+            _ => false,
+        });
+        self.config.scale_in
+            && self.policy.teardown
+            && self.policy.action == ScaleAction::Select
+            && now >= self.next_scale_in
+            && steady
+            && self.pending.is_none()
+            && self.replacing.is_none()
+            && !self.spinup.in_flight()
+            && self.commands.is_empty()
+    }
+
+    fn run_scale_in(&mut self, now: Instant, pool: &Pool, router: &dyn RoutingPolicy) {
+        if !self.scale_in_due(now, pool) {
+            return;
+        }
+        self.next_scale_in = now + self.config.scale_in_interval;
+        match router.fork_planner() {
+            Some(planner) => self.scale_in(now, pool, planner.as_ref()),
+            None if self.defer_selections => self.pending = Some(Pending::ScaleIn),
+            None => {}
+        }
+    }
+
+    fn scale_in(&mut self, now: Instant, pool: &Pool, planner: &dyn PlanningRouter) {
+        let window: Vec<ArrivalRecord> = self.windows.arrivals().cloned().collect();
+        if window.is_empty() || scale_in_candidates(pool, &self.config.sizes).is_empty() {
+            return;
+        }
+        let selection = select_scale_in(now, pool, planner, &window, &self.selector_config(), self.config.scale_in_target);
+        let (choice, keep) = (selection.choice, selection.candidates.first().map(|c| c.cost_usd).unwrap_or_default());
+        let chosen = selection.candidates.iter().find(|c| c.action == choice && choice.is_some()).map(|c| (c.violation_rate, c.cost_usd));
+        self.record(ScaleDecision::ScaleIn { at: now, selection });
+        let Some((violation_rate, cost_usd)) = chosen else { return };
+        let why = format!(
+            "scale-in: the replay gives {:.1}% VR (target {:.1}%) at ${cost_usd:.2} against ${keep:.2} for keeping the pool",
+            violation_rate * 100.0,
+            self.config.scale_in_target * 100.0
+        );
+        match choice {
+            Some(ScaleIn::Drain { cluster }) => self.tear_down(now, cluster, why),
+            Some(ScaleIn::Shrink { cluster, size }) => {
+                self.replacing = Some(BTreeSet::from([cluster]));
+                self.spin_up(now, size, format!("{why}; it replaces {cluster}"));
+            }
+            None => {}
         }
     }
 
@@ -530,6 +624,7 @@ impl Autoscaler {
         self.run_schedule(now, pool);
         self.run_teardown(now, pool);
         self.run_spinup(now, pool, router);
+        self.run_scale_in(now, pool, router);
         self.plan_wakeup(now, pool);
     }
 }
@@ -633,6 +728,69 @@ mod tests {
         deferring.run_pending_selection(Instant::ZERO, &pool, &planner());
         assert!(!deferring.pending_selection());
         assert!(deferring.decisions().any(|d| matches!(d, ScaleDecision::Selection { .. })));
+    }
+
+    /// An autoscaler that saw `count` light queries (template 1, 300 s
+    /// SLO) over the 300 s before `now`.
+    fn after_light_load(now: Instant, count: u64) -> Autoscaler {
+        let mut autoscaler = Autoscaler::new(AutoscalerConfig::default(), AutoscalerPolicy::SLOGATE, BillingConfig::default());
+        for i in 0..count {
+            let arrival = now - Duration::from_secs_f64(300.0 * (count - i) as f64 / count as f64);
+            autoscaler.windows.record_arrival(arrival, ArrivalRecord { query: QueryId(i), template: TemplateId(1), slo: Slo { latency: Duration::from_secs(300) }, arrival });
+        }
+        autoscaler
+    }
+
+    #[test]
+    fn a_steady_lightly_loaded_cluster_is_replaced_by_a_smaller_one_once_per_interval() {
+        let pool = crate::scale::replay::pool_of(&[Rpu(32)]);
+        let now = Instant::from_secs_f64(3_600.0);
+        let mut autoscaler = after_light_load(now, 10);
+        autoscaler.evaluate(now, &pool, &planner());
+        let Some(ScaleDecision::ScaleIn { selection, .. }) = autoscaler.decisions().find(|d| matches!(d, ScaleDecision::ScaleIn { .. })).cloned() else {
+            panic!("a steady pool is replayed for scale-in: {:?}", autoscaler.decisions().collect::<Vec<_>>())
+        };
+        let Some(ScaleIn::Shrink { cluster, size }) = selection.choice else { panic!("light load on 32 RPU shrinks: {selection:?}") };
+        assert_eq!(cluster, ClusterId(0));
+        let commands: Vec<ClusterCommand> = std::iter::from_fn(|| autoscaler.poll_command()).collect();
+        assert_eq!(commands, vec![ClusterCommand::SpinUp { size }]);
+        assert_eq!(autoscaler.replacing, Some(BTreeSet::from([ClusterId(0)])), "the old cluster goes once the new one is ready");
+        autoscaler.evaluate(now + Duration::from_secs(1), &pool, &planner());
+        assert_eq!(autoscaler.decisions().filter(|d| matches!(d, ScaleDecision::ScaleIn { .. })).count(), 1, "not again before the interval");
+    }
+
+    #[test]
+    fn scale_in_waits_for_every_cluster_to_pass_its_minimum_lifetime() {
+        let mut pool = crate::scale::replay::pool_of(&[Rpu(32), Rpu(16)]);
+        let now = Instant::from_secs_f64(3_600.0);
+        pool.clusters[1].ready_at = now - Duration::from_secs(60);
+        let mut autoscaler = after_light_load(now, 10);
+        autoscaler.evaluate(now, &pool, &planner());
+        assert!(!autoscaler.decisions().any(|d| matches!(d, ScaleDecision::ScaleIn { .. })), "a cluster ready a minute ago is not judged yet");
+        let off = AutoscalerConfig { scale_in: false, ..AutoscalerConfig::default() };
+        let mut disabled = Autoscaler::new(off, AutoscalerPolicy::SLOGATE, BillingConfig::default());
+        disabled.windows = after_light_load(now, 10).windows;
+        disabled.evaluate(now, &crate::scale::replay::pool_of(&[Rpu(32)]), &planner());
+        assert!(!disabled.decisions().any(|d| matches!(d, ScaleDecision::ScaleIn { .. })), "scale_in = false never replays");
+    }
+
+    #[test]
+    fn a_selection_of_several_clusters_spins_up_each_within_the_cluster_limit() {
+        let pool = crate::scale::replay::pool_of(&[Rpu(8)]);
+        let config = AutoscalerConfig { max_clusters: 3, max_spinups_at_once: 4, ..AutoscalerConfig::default() };
+        let mut autoscaler = Autoscaler::new(config, AutoscalerPolicy::SLOGATE, BillingConfig::default());
+        let now = Instant::from_secs_f64(1_000.0);
+        for i in 0..300u64 {
+            let arrival = Instant::from_secs_f64(700.0 + i as f64);
+            autoscaler.windows.record_arrival(arrival, ArrivalRecord { query: QueryId(i), template: TemplateId(1), slo: Slo { latency: Duration::from_secs(30) }, arrival });
+        }
+        autoscaler.select(now, &pool, &planner(), SelectorMode::AddCluster, BTreeSet::new());
+        let Some(ScaleDecision::Selection { selection, .. }) = autoscaler.decisions().find(|d| matches!(d, ScaleDecision::Selection { .. })) else { panic!("a selection is recorded") };
+        let copies = selection.copies;
+        assert!(copies >= 2, "{selection:?}");
+        let spinups = std::iter::from_fn(|| autoscaler.poll_command()).filter(|c| matches!(c, ClusterCommand::SpinUp { .. })).count();
+        assert_eq!(spinups, copies);
+        assert!(spinups < 3, "max_clusters = 3 holds: {spinups} added to one");
     }
 
     #[test]

@@ -23,6 +23,7 @@
 pub mod autoscaler;
 pub mod rais;
 pub mod replay;
+pub mod scale_in;
 pub mod sro;
 pub mod trigger;
 pub mod windows;
@@ -72,6 +73,18 @@ pub struct AutoscalerConfig {
     /// The selector's replay stops this long after the new cluster is
     /// ready at the latest.
     pub replay_horizon: Duration,
+    /// Clusters one selection may add at once when no single one gets the
+    /// replay under the target (1: one spinup per trigger, as Algorithm 3).
+    pub max_spinups_at_once: usize,
+    /// Whether scale-in by replay runs (`scale_in`): a cluster drained, or
+    /// the pool's one cluster made smaller, when the replay says the pool
+    /// meets `scale_in_target` for less.
+    pub scale_in: bool,
+    /// How often scale-in replays the pool, at most.
+    pub scale_in_interval: Duration,
+    /// The violation rate a scale-in candidate must meet in the replay
+    /// (below `target`, so that it does not fire the spinup trigger).
+    pub scale_in_target: f64,
     /// Threads the size selector evaluates candidates on.
     pub selector_threads: usize,
 }
@@ -101,6 +114,7 @@ impl AutoscalerConfig {
             window: self.window,
             completions: self.completions,
             max_replay_copies: self.max_replay_copies,
+            max_added: self.max_spinups_at_once.max(1),
             horizon: self.replay_horizon,
             target: self.target,
             threads: self.selector_threads,
@@ -127,6 +141,10 @@ impl Default for AutoscalerConfig {
             target: 0.1,
             max_replay_copies: 30,
             replay_horizon: Duration::from_secs(600),
+            max_spinups_at_once: 3,
+            scale_in: true,
+            scale_in_interval: Duration::from_secs(900),
+            scale_in_target: 0.05,
             selector_threads: 2,
         }
     }

@@ -17,7 +17,16 @@
 //! replaces the others, ready at `t_d + δ`) until μ queries issued after
 //! that instant have completed; outstanding ones count with their predicted
 //! latency. It chooses by BestWithTarget against `target`: "do nothing"
-//! wins ties, and among sizes tied for best the largest wins. Each
+//! wins ties, and among sizes tied for best the largest wins.
+//!
+//! **Escalation** (an extension of Algorithm 3). Adding one cluster per
+//! trigger is slow under a heavy overload: the trigger waits for the new
+//! cluster and then for θ fresh observations before it can fire again,
+//! while the backlog grows. So when adding clusters, if even the best
+//! candidate misses the target, the selector also replays 2, 3, … copies
+//! of the best single size, up to `max_added`, stopping at the first that
+//! meets it; BestWithTarget then chooses among all of them, and among equal
+//! outcomes the fewest copies win. Each
 //! candidate's replay also stops `horizon` after the new cluster is ready,
 //! which bounds the effort when the pool is so overloaded that μ
 //! completions would take hours of simulated time.
@@ -31,6 +40,8 @@
 //! - (C) Deterministic: the same inputs give the same choice.
 //! - (D) Bounded: at most `max_replay_copies` copies of the window are
 //!   issued per candidate, and none after `t_d + δ + horizon`.
+//! - (E) It adds at most `max_added` clusters, tries several only when no
+//!   single cluster meets the target, and never replaces with several.
 
 use serde::{Deserialize, Serialize};
 
@@ -63,6 +74,10 @@ pub struct SelectorConfig {
     pub horizon: Duration,
     /// τ_target for BestWithTarget.
     pub target: f64,
+    /// Clusters one selection may add at most. When no single cluster gets
+    /// under the target, the selector also tries 2, 3, … copies of the best
+    /// single size, up to this many (1: Algorithm 3's single cluster).
+    pub max_added: usize,
     /// Threads the candidates' replays run on (1: the caller's thread).
     pub threads: usize,
     /// Billing terms for the cost estimate.
@@ -84,6 +99,10 @@ pub enum SelectorMode {
 pub struct CandidateOutcome {
     /// The size added (or replacing), `None` for doing nothing.
     pub size: Option<Rpu>,
+    /// How many clusters of `size` are added (1 but for the escalation
+    /// candidates; 0 for doing nothing).
+    #[serde(default = "one")]
+    pub copies: usize,
     /// Simulated violation rate among queries issued after `t_d + δ`.
     pub violation_rate: f64,
     /// Simulated cost from `t_d` until the replay ends and its clusters
@@ -95,6 +114,10 @@ pub struct CandidateOutcome {
     pub outstanding: usize,
 }
 
+fn one() -> usize {
+    1
+}
+
 /// The selector's answer, with every candidate for the decision record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Selection {
@@ -102,6 +125,9 @@ pub struct Selection {
     pub candidates: Vec<CandidateOutcome>,
     /// The size to spin up, or `None` to do nothing.
     pub choice: Option<Rpu>,
+    /// How many clusters of that size (0 with no choice).
+    #[serde(default = "one")]
+    pub copies: usize,
     /// Replayed arrivals over all candidates (a measure of effort).
     pub replayed_arrivals: usize,
 }
@@ -114,11 +140,11 @@ struct Placed {
     measured: bool,
 }
 
-/// One replay in progress.
-struct Replay<'a> {
+/// One replay in progress (also [`super::scale_in`]'s).
+pub(super) struct Replay<'a> {
     now: Instant,
     router: Box<dyn PlanningRouter>,
-    pool: Pool,
+    pub(super) pool: Pool,
     ready_at: Vec<Instant>,
     billing: Vec<BillingTimer>,
     /// Per cluster (pool order), the queries placed there.
@@ -132,11 +158,11 @@ struct Replay<'a> {
     position: usize,
     max_copies: usize,
     next_id: u64,
-    measure_from: Instant,
+    pub(super) measure_from: Instant,
     replace_others_at: Option<usize>,
     completed: usize,
     violations: usize,
-    arrivals: usize,
+    pub(super) arrivals: usize,
     /// Offloads to the elastic tier: `(predicted end, query)` and their
     /// placement.
     offloaded: Vec<(Instant, QueryId, Placed)>,
@@ -151,7 +177,7 @@ enum Event {
 }
 
 impl<'a> Replay<'a> {
-    fn start(now: Instant, pool: &Pool, router: &dyn PlanningRouter, window: &'a [ArrivalRecord], config: &SelectorConfig) -> Self {
+    pub(super) fn start(now: Instant, pool: &Pool, router: &dyn PlanningRouter, window: &'a [ArrivalRecord], config: &SelectorConfig) -> Self {
         let mut billing = Vec::new();
         let mut placed = Vec::new();
         let mut ready_at = Vec::new();
@@ -203,7 +229,7 @@ impl<'a> Replay<'a> {
         self.earliest[cluster] = self.router.earliest_completion(self.pool.clusters[cluster].id).map(|(at, id)| (at.max(now), id));
     }
 
-    fn fork(&self) -> Replay<'a> {
+    pub(super) fn fork(&self) -> Replay<'a> {
         Replay {
             now: self.now,
             router: self.router.fork(),
@@ -270,7 +296,7 @@ impl<'a> Replay<'a> {
     }
 
     /// Runs events strictly before `until`, or until `stop` holds.
-    fn run(&mut self, until: Instant, stop: &dyn Fn(&Replay<'_>) -> bool) {
+    pub(super) fn run(&mut self, until: Instant, stop: &dyn Fn(&Replay<'_>) -> bool) {
         while !stop(self) {
             let Some((at, event)) = self.next_event() else { return };
             if at >= until {
@@ -374,7 +400,7 @@ impl<'a> Replay<'a> {
         self.refresh(cluster);
     }
 
-    fn add_cluster(&mut self, size: Rpu, ready_at: Instant, replace: bool) {
+    pub(super) fn add_cluster(&mut self, size: Rpu, ready_at: Instant, replace: bool) {
         let id = ClusterId(self.pool.clusters.iter().map(|c| c.id.0 + 1).max().unwrap_or(0));
         self.pool.clusters.push(ClusterView { id, size, state: ClusterState::Starting, requested_at: self.now, ready_at, running: Vec::new() });
         self.ready_at.push(ready_at);
@@ -390,7 +416,7 @@ impl<'a> Replay<'a> {
         self.billing.first().map(|b| b.config().clone()).unwrap_or_default()
     }
 
-    fn outcome(&self, size: Option<Rpu>) -> CandidateOutcome {
+    pub(super) fn outcome(&self, size: Option<Rpu>, copies: usize) -> CandidateOutcome {
         let mut violations = self.violations;
         let mut outstanding = 0;
         let mut drain: Vec<Instant> = vec![self.now; self.pool.clusters.len()];
@@ -417,6 +443,7 @@ impl<'a> Replay<'a> {
             + self.billing.iter().zip(&drain).map(|(b, d)| b.cost_usd(self.now) + b.cost_until_drained_usd(self.now, *d)).sum::<f64>();
         CandidateOutcome {
             size,
+            copies,
             violation_rate: if measured == 0 { 0.0 } else { violations as f64 / measured as f64 },
             cost_usd,
             completed: self.completed,
@@ -440,25 +467,63 @@ pub fn select_spinup_size(
     preparation.run(available, &|_| false);
     preparation.now = preparation.now.max(now);
 
-    let options: Vec<Option<Rpu>> = std::iter::once(None).chain(config.sizes.iter().copied().map(Some)).collect();
-    let evaluate = |size: Option<Rpu>, mut replay: Replay<'_>| {
+    let options: Vec<(Option<Rpu>, usize)> = std::iter::once((None, 0)).chain(config.sizes.iter().map(|s| (Some(*s), 1))).collect();
+    let evaluate = |(size, copies): (Option<Rpu>, usize), mut replay: Replay<'_>| {
         if let Some(size) = size {
-            replay.add_cluster(size, available, mode == SelectorMode::Replace);
+            for _ in 0..copies {
+                replay.add_cluster(size, available, mode == SelectorMode::Replace);
+            }
         }
         let mu = config.completions.max(1);
         replay.run(available + config.horizon, &|r| r.completed >= mu);
-        (replay.outcome(size), replay.arrivals)
+        (replay.outcome(size, copies), replay.arrivals)
     };
+    let mut candidates = evaluate_all(&options, &preparation, config.threads, &evaluate);
+    // Escalation: while the best candidate so far misses the target, try
+    // one more copy of the best single size.
+    if mode == SelectorMode::AddCluster {
+        let best_single = best_index(&candidates, config.target).and_then(|i| candidates[i].0.size);
+        let mut copies = 1;
+        while let Some(size) = best_single.filter(|_| copies < config.max_added) {
+            let best = best_index(&candidates, config.target).expect("candidates are listed");
+            if candidates[best].0.violation_rate <= config.target {
+                break;
+            }
+            copies += 1;
+            candidates.extend(evaluate_all(&[(Some(size), copies)], &preparation, 1, &evaluate));
+        }
+    }
+    let replayed_arrivals = candidates.iter().map(|(_, arrivals)| arrivals).sum();
+    let candidates: Vec<CandidateOutcome> = candidates.into_iter().map(|(outcome, _)| outcome).collect();
+    let (choice, copies) = choose(&candidates, config.target);
+    Selection { candidates, choice, copies, replayed_arrivals }
+}
+
+/// The index of the best candidate under BestWithTarget.
+fn best_index(candidates: &[(CandidateOutcome, usize)], target: f64) -> Option<usize> {
+    let outcomes: Vec<Outcome> = candidates.iter().map(|(c, _)| Outcome { violations: c.violation_rate, cost_usd: c.cost_usd }).collect();
+    crate::objective::best_with_target(&outcomes, target)
+}
+
+/// A candidate (size, copies) with the replay that evaluates it.
+type Fork<'a> = ((Option<Rpu>, usize), Replay<'a>);
+
+/// Evaluates each option on a fork of `preparation`, on `threads` threads,
+/// in option order (so the result does not depend on the thread count).
+fn evaluate_all<'a, F>(options: &[(Option<Rpu>, usize)], preparation: &Replay<'a>, threads: usize, evaluate: &F) -> Vec<(CandidateOutcome, usize)>
+where
+    F: Fn((Option<Rpu>, usize), Replay<'a>) -> (CandidateOutcome, usize) + Sync,
+{
     // The candidates are independent replays from the same snapshot: they
     // run on `config.threads` threads, and come back in candidate order, so
     // the choice does not depend on the thread count.
-    let forks: Vec<(Option<Rpu>, Replay<'_>)> = options.iter().map(|size| (*size, preparation.fork())).collect();
-    let threads = config.threads.clamp(1, forks.len().max(1));
+    let forks: Vec<Fork<'a>> = options.iter().map(|option| (*option, preparation.fork())).collect();
+    let threads = threads.clamp(1, forks.len().max(1));
     let mut results: Vec<(CandidateOutcome, usize)> = Vec::with_capacity(forks.len());
     if threads == 1 {
         results.extend(forks.into_iter().map(|(size, replay)| evaluate(size, replay)));
     } else {
-        let mut chunks: Vec<Vec<(Option<Rpu>, Replay<'_>)>> = (0..threads).map(|_| Vec::new()).collect();
+        let mut chunks: Vec<Vec<Fork<'a>>> = (0..threads).map(|_| Vec::new()).collect();
         for (index, fork) in forks.into_iter().enumerate() {
             chunks[index % threads].push(fork);
         }
@@ -475,22 +540,23 @@ pub fn select_spinup_size(
             results.push(iterators[index % threads].next().expect("one result per candidate"));
         }
     }
-    let replayed_arrivals = results.iter().map(|(_, arrivals)| arrivals).sum();
-    let candidates: Vec<CandidateOutcome> = results.into_iter().map(|(outcome, _)| outcome).collect();
-    let choice = choose(&candidates, config.target);
-    Selection { candidates, choice, replayed_arrivals }
+    results
 }
 
 /// "Do nothing" (the first candidate) unless a size strictly beats it; the
-/// largest among the sizes tied for best.
-fn choose(candidates: &[CandidateOutcome], target: f64) -> Option<Rpu> {
+/// largest among the sizes tied for best, with the fewest copies.
+fn choose(candidates: &[CandidateOutcome], target: f64) -> (Option<Rpu>, usize) {
     let outcome = |c: &CandidateOutcome| Outcome { violations: c.violation_rate, cost_usd: c.cost_usd };
-    let nothing = candidates.first().map(outcome)?;
-    let best = candidates.iter().map(outcome).min_by(|a, b| a.cmp_with_target(b, target))?;
+    let Some(nothing) = candidates.first().map(outcome) else { return (None, 0) };
+    let Some(best) = candidates.iter().map(outcome).min_by(|a, b| a.cmp_with_target(b, target)) else { return (None, 0) };
     if nothing.cmp_with_target(&best, target).is_eq() {
-        return None;
+        return (None, 0);
     }
-    candidates.iter().filter(|c| c.size.is_some() && outcome(c).cmp_with_target(&best, target).is_eq()).filter_map(|c| c.size).max()
+    candidates
+        .iter()
+        .filter(|c| c.size.is_some() && outcome(c).cmp_with_target(&best, target).is_eq())
+        .max_by_key(|c| (c.size, std::cmp::Reverse(c.copies)))
+        .map_or((None, 0), |c| (c.size, c.copies))
 }
 
 /// An empty pool with one ready cluster per size: a helper for tests and
@@ -585,6 +651,22 @@ mod tests {
     }
 
     #[test]
+    fn an_overload_no_single_cluster_fixes_gets_several_clusters_at_once() {
+        let r = router();
+        let (pool, window) = (pool_of(&[Rpu(8)]), window(1.0, 60.0));
+        let at = Instant::from_secs_f64(1_000.0);
+        let single = select_spinup_size(at, &pool, &r, &window, &SelectorConfig { max_added: 1, ..config() }, SelectorMode::AddCluster);
+        assert!(single.candidates.iter().all(|c| c.violation_rate > config().target), "no single cluster meets the target: {single:?}");
+        assert_eq!(single.copies, 1, "{single:?}");
+        let several = select_spinup_size(at, &pool, &r, &window, &SelectorConfig { max_added: 3, ..config() }, SelectorMode::AddCluster);
+        assert!(several.copies >= 2, "{several:?}");
+        let chosen = several.candidates.iter().find(|c| c.size == several.choice && c.copies == several.copies).expect("listed");
+        let best_single = single.candidates.iter().map(|c| c.violation_rate).fold(f64::INFINITY, f64::min);
+        assert!(chosen.violation_rate < best_single, "{several:?}");
+        assert!(several.candidates.iter().all(|c| c.copies <= 3));
+    }
+
+    #[test]
     fn a_quiet_pool_on_the_cheapest_size_does_nothing() {
         let r = router();
         let selection = select_spinup_size(Instant::from_secs_f64(1_000.0), &pool_of(&[Rpu(8)]), &r, &window(0.01, 600.0), &config(), SelectorMode::AddCluster);
@@ -640,19 +722,25 @@ mod tests {
             slo_s in 10.0f64..400.0,
             start in prop::sample::select(vec![4u32, 8, 16]),
             replace in any::<bool>(),
+            max_added in 1usize..4,
         ) {
             let r = router();
             let mode = if replace { SelectorMode::Replace } else { SelectorMode::AddCluster };
-            let c = config();
+            let c = SelectorConfig { max_added, ..config() };
             let selection = select_spinup_size(Instant::from_secs_f64(1_000.0), &pool_of(&[Rpu(start)]), &r, &window(rate, slo_s), &c, mode);
             let again = select_spinup_size(Instant::from_secs_f64(1_000.0), &pool_of(&[Rpu(start)]), &r, &window(rate, slo_s), &c, mode);
             prop_assert_eq!(&selection, &again, "deterministic");
             if let Some(size) = selection.choice {
                 let outcome = |c: &CandidateOutcome| Outcome { violations: c.violation_rate, cost_usd: c.cost_usd };
                 let nothing = outcome(&selection.candidates[0]);
-                let chosen = selection.candidates.iter().find(|c| c.size == Some(size)).map(outcome).expect("listed");
+                let chosen = selection.candidates.iter().find(|c| c.size == Some(size) && c.copies == selection.copies).map(outcome).expect("listed");
                 prop_assert!(chosen.cmp_with_target(&nothing, c.target).is_lt(), "{:?}", selection);
             }
+            prop_assert!(selection.copies <= max_added, "{:?}", selection);
+            let several = selection.candidates.iter().any(|cand| cand.copies > 1);
+            prop_assert!(!several || mode == SelectorMode::AddCluster, "a replacement is one cluster: {:?}", selection);
+            let single_meets = selection.candidates.iter().any(|cand| cand.copies <= 1 && cand.violation_rate <= c.target);
+            prop_assert!(!(several && single_meets), "several clusters are tried only when no single one meets the target: {:?}", selection);
         }
     }
 }

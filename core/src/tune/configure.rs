@@ -417,7 +417,9 @@ mod tests {
 
     #[test]
     fn the_trigger_tightening_knob_reaches_the_simulated_autoscaler() {
-        let base = ExecutionConfig { spinups: Vec::new(), knobs: AutoscalerConfig::default() };
+        // Scale-in off: shrinking the pool between the bursts would blur
+        // the one knob this test isolates.
+        let base = ExecutionConfig { spinups: Vec::new(), knobs: AutoscalerConfig { scale_in: false, ..AutoscalerConfig::default() } };
         let space = KnobSpace { idle_teardown_s: vec![1_200], min_observations: vec![8], trigger_slo_tightening: vec![0.25, 1.0], ..small_space() };
         let config = TunerConfig { strategy: TuneStrategy::Grid, space, top_k: 2, ..TunerConfig::default() };
         let tuning = tune_configuration(&reactive_setup(), &router(), &base, &days(0..2), &days(2..3), &config);
