@@ -20,6 +20,9 @@ for evaluation in "${evaluations[@]}"; do
     ./target/release/slogate eval router-table2 --policies "$reserve" --json "$out/router-table2-reserve.json" > "$out/router-table2-reserve.txt"
     ./target/release/slogate eval router-table2 --policies "$reserve" --seeds 11..15 --json "$out/router-table2-reserve-11-15.json" > "$out/router-table2-reserve-11-15.txt"
   fi
+  if [ "$evaluation" = trigger-table4 ]; then
+    ./target/release/slogate eval trigger-table4 --seeds 11..15 --json "$out/trigger-table4-11-15.json" > "$out/trigger-table4-11-15.txt"
+  fi
   if [ "$evaluation" = shapes-dev ] || [ "$evaluation" = shapes-held-out ]; then
     ./target/release/slogate eval "$evaluation" --policies least-loaded,slogate,slogate-reserve --json "$out/$evaluation-reserve.json" > "$out/$evaluation-reserve.txt"
   fi
