@@ -9,6 +9,8 @@
 //! - [`replay`]: the planner's replay (completions from the router's
 //!   predictor, never from the world) and the spinup size selector
 //!   (Algorithm 3).
+//! - [`scale_in`]: scale-in by the same replay: drain a cluster, or make
+//!   the pool's one cluster smaller, when the SLOs still hold for less.
 //! - [`rais`]: a RAIS-like baseline: one cluster resized on queue length
 //!   with a price-performance setting.
 //! - [`sro`]: Spandana's Resource Optimizer: the instance count that
