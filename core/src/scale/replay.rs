@@ -580,7 +580,7 @@ pub fn pool_of(sizes: &[Rpu]) -> Pool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use proptest::prelude::*;
 
     use super::*;
@@ -593,11 +593,17 @@ mod tests {
     /// A predictor taught a simple law: 20 s isolated at 16 RPU, scaling
     /// inversely with size, stretched by (1 + neighbours / 4).
     fn router() -> SloRouter<ConcurrencyAware> {
+        router_with_slowdown(|size| 16.0 / size)
+    }
+
+    /// A predictor taught 20 s isolated at 16 RPU, times `slowdown(size)`,
+    /// stretched by (1 + neighbours / 4), for template 1 on 4 to 32 RPU.
+    pub(in crate::scale) fn router_with_slowdown(slowdown: impl Fn(f64) -> f64) -> SloRouter<ConcurrencyAware> {
         let mut p = ConcurrencyAware::new(ConcurrencyConfig::default());
         for round in 0..4 {
             for size in [4u32, 8, 16, 32] {
                 for n in [0u32, 1, 2, 4, 8, 16, 32] {
-                    let latency = 20.0 * 16.0 / f64::from(size) * (1.0 + f64::from(n) / 4.0) * (1.0 + 0.01 * f64::from(round));
+                    let latency = 20.0 * slowdown(f64::from(size)) * (1.0 + f64::from(n) / 4.0) * (1.0 + 0.01 * f64::from(round));
                     p.observe(&Observation { template: TemplateId(1), size: Rpu(size), neighbours: n, latency: Duration::from_secs_f64(latency), censored: false });
                 }
             }
@@ -606,7 +612,9 @@ mod tests {
         SloRouter::new("slogate", p, BillingConfig::default())
     }
 
-    fn window(rate_per_s: f64, slo_s: f64) -> Vec<ArrivalRecord> {
+    /// `rate_per_s` template-1 arrivals with `slo_s` SLOs over the 300 s
+    /// before t = 1,000 s.
+    pub(in crate::scale) fn window(rate_per_s: f64, slo_s: f64) -> Vec<ArrivalRecord> {
         let count = (300.0 * rate_per_s).round() as u64;
         (0..count)
             .map(|i| ArrivalRecord {

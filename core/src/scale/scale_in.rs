@@ -148,40 +148,15 @@ mod tests {
 
     use super::*;
     use crate::billing::BillingConfig;
-    use crate::model::{QueryId, Slo, TemplateId};
-    use crate::predict::concurrency::ConcurrencyConfig;
-    use crate::predict::{ConcurrencyAware, LatencyPredictor, Observation};
+    use crate::predict::ConcurrencyAware;
     use crate::route::slo::SloRouter;
     use crate::scale::replay::pool_of;
-    use crate::time::Duration;
+    use crate::scale::replay::tests::{router_with_slowdown, window};
 
-    /// A predictor taught a simple law: 20 s isolated at 16 RPU, scaling
-    /// inversely with the square root of size (so a small cluster is
-    /// cheaper per query), stretched by (1 + neighbours / 4).
+    /// 20 s isolated at 16 RPU, scaling inversely with the square root of
+    /// size, so a small cluster is cheaper per query.
     fn router() -> SloRouter<ConcurrencyAware> {
-        let mut p = ConcurrencyAware::new(ConcurrencyConfig::default());
-        for round in 0..4 {
-            for size in [4u32, 8, 16, 32] {
-                for n in [0u32, 1, 2, 4, 8, 16, 32] {
-                    let latency = 20.0 * (16.0 / f64::from(size)).sqrt() * (1.0 + f64::from(n) / 4.0) * (1.0 + 0.01 * f64::from(round));
-                    p.observe(&Observation { template: TemplateId(1), size: Rpu(size), neighbours: n, latency: Duration::from_secs_f64(latency), censored: false });
-                }
-            }
-        }
-        p.fit();
-        SloRouter::new("slogate", p, BillingConfig::default())
-    }
-
-    fn window(rate_per_s: f64, slo_s: f64) -> Vec<ArrivalRecord> {
-        let count = (300.0 * rate_per_s).round() as u64;
-        (0..count)
-            .map(|i| ArrivalRecord {
-                query: QueryId(i),
-                template: TemplateId(1),
-                slo: Slo { latency: Duration::from_secs_f64(slo_s) },
-                arrival: Instant::from_secs_f64(1_000.0 - 300.0 + i as f64 / rate_per_s),
-            })
-            .collect()
+        router_with_slowdown(|size| (16.0 / size).sqrt())
     }
 
     fn config() -> SelectorConfig {
