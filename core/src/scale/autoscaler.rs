@@ -40,7 +40,7 @@ use crate::model::{ClusterId, ClusterState, ExecutionOutcome, Pool, QueryId, Rpu
 use crate::route::{PlanningRouter, RoutingPolicy};
 use crate::scale::AutoscalerConfig;
 use crate::scale::replay::{Selection, SelectorConfig, SelectorMode, select_spinup_size};
-use crate::scale::scale_in::{ScaleIn, ScaleInSelection, candidates as scale_in_candidates, select_scale_in};
+use crate::scale::scale_in::{ScaleIn, ScaleInOutcome, ScaleInSelection, select_scale_in};
 use crate::scale::trigger::{SpinupTrigger, TriggerEvaluation, TriggerSignal, teardown_candidates, teardown_eligible_at};
 use crate::scale::windows::{ArrivalRecord, CompletionRecord, ObservationWindows};
 use crate::sim::{ClusterCommand, Controller, Observation};
@@ -331,18 +331,20 @@ impl Autoscaler {
         self.arm_daily(now);
         while let Some(next) = self.schedule.last().copied().filter(|s| s.at <= now) {
             self.schedule.pop();
-            let live = pool
-                .clusters
-                .iter()
-                .filter(|c| matches!(c.state, ClusterState::Starting | ClusterState::Ready) && !self.teardown_requested.contains(&c.id))
-                .count()
-                + self.commands.iter().filter(|c| matches!(c, ClusterCommand::SpinUp { .. })).count();
+            let live = self.clusters_counted(pool);
             if live >= self.config.max_clusters {
                 self.record(ScaleDecision::Skipped { at: now, reason: format!("scheduled {} spinup: already {live} clusters, the maximum", next.size) });
                 continue;
             }
             self.spin_up(now, next.size, format!("scheduled for {}", next.at));
         }
+    }
+
+    /// The clusters `max_clusters` counts: starting or ready and not being
+    /// torn down, plus spinups queued but not yet carried out.
+    fn clusters_counted(&self, pool: &Pool) -> usize {
+        pool.clusters.iter().filter(|c| matches!(c.state, ClusterState::Starting | ClusterState::Ready) && !self.teardown_requested.contains(&c.id)).count()
+            + self.commands.iter().filter(|c| matches!(c, ClusterCommand::SpinUp { .. })).count()
     }
 
     /// The knobs.
@@ -530,10 +532,8 @@ impl Autoscaler {
 
     fn select(&mut self, now: Instant, pool: &Pool, planner: &dyn PlanningRouter, mode: SelectorMode, replaced: BTreeSet<ClusterId>) {
         let window: Vec<ArrivalRecord> = self.windows.arrivals().cloned().collect();
-        let live = pool.clusters.iter().filter(|c| matches!(c.state, ClusterState::Starting | ClusterState::Ready) && !self.teardown_requested.contains(&c.id)).count()
-            + self.commands.iter().filter(|c| matches!(c, ClusterCommand::SpinUp { .. })).count();
         let mut config = self.selector_config();
-        config.max_added = config.max_added.min(self.config.max_clusters.saturating_sub(live)).max(1);
+        config.max_added = config.max_added.min(self.config.max_clusters.saturating_sub(self.clusters_counted(pool))).max(1);
         let selection = select_spinup_size(now, pool, planner, &window, &config, mode);
         self.stats.selections += 1;
         let (choice, copies) = (selection.choice, selection.copies);
@@ -590,26 +590,22 @@ impl Autoscaler {
 
     fn scale_in(&mut self, now: Instant, pool: &Pool, planner: &dyn PlanningRouter) {
         let window: Vec<ArrivalRecord> = self.windows.arrivals().cloned().collect();
-        if window.is_empty() || scale_in_candidates(pool, &self.config.sizes).is_empty() {
-            return;
-        }
-        let selection = select_scale_in(now, pool, planner, &window, &self.selector_config(), self.config.scale_in_target);
-        let (choice, keep) = (selection.choice, selection.candidates.first().map(|c| c.cost_usd).unwrap_or_default());
-        let chosen = selection.candidates.iter().find(|c| c.action == choice && choice.is_some()).map(|c| (c.violation_rate, c.cost_usd));
+        let Some(selection) = select_scale_in(now, pool, planner, &window, &self.selector_config(), self.config.scale_in_target) else { return };
+        let keep_usd = selection.keep().cost_usd;
+        let chosen = selection.chosen().cloned();
         self.record(ScaleDecision::ScaleIn { at: now, selection });
-        let Some((violation_rate, cost_usd)) = chosen else { return };
+        let Some(ScaleInOutcome { action: Some(action), violation_rate, cost_usd }) = chosen else { return };
         let why = format!(
-            "scale-in: the replay gives {:.1}% VR (target {:.1}%) at ${cost_usd:.2} against ${keep:.2} for keeping the pool",
+            "scale-in: the replay gives {:.1}% VR (target {:.1}%) at ${cost_usd:.2} against ${keep_usd:.2} for keeping the pool",
             violation_rate * 100.0,
             self.config.scale_in_target * 100.0
         );
-        match choice {
-            Some(ScaleIn::Drain { cluster }) => self.tear_down(now, cluster, why),
-            Some(ScaleIn::Shrink { cluster, size }) => {
+        match action {
+            ScaleIn::Drain { cluster } => self.tear_down(now, cluster, why),
+            ScaleIn::Shrink { cluster, size } => {
                 self.replacing = Some(BTreeSet::from([cluster]));
                 self.spin_up(now, size, format!("{why}; it replaces {cluster}"));
             }
-            None => {}
         }
     }
 

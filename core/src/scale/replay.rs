@@ -101,7 +101,6 @@ pub struct CandidateOutcome {
     pub size: Option<Rpu>,
     /// How many clusters of `size` are added (1 but for the escalation
     /// candidates; 0 for doing nothing).
-    #[serde(default = "one")]
     pub copies: usize,
     /// Simulated violation rate among queries issued after `t_d + δ`.
     pub violation_rate: f64,
@@ -114,10 +113,6 @@ pub struct CandidateOutcome {
     pub outstanding: usize,
 }
 
-fn one() -> usize {
-    1
-}
-
 /// The selector's answer, with every candidate for the decision record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Selection {
@@ -126,7 +121,6 @@ pub struct Selection {
     /// The size to spin up, or `None` to do nothing.
     pub choice: Option<Rpu>,
     /// How many clusters of that size (0 with no choice).
-    #[serde(default = "one")]
     pub copies: usize,
     /// Replayed arrivals over all candidates (a measure of effort).
     pub replayed_arrivals: usize,
@@ -144,7 +138,7 @@ struct Placed {
 pub(super) struct Replay<'a> {
     now: Instant,
     router: Box<dyn PlanningRouter>,
-    pub(super) pool: Pool,
+    pool: Pool,
     ready_at: Vec<Instant>,
     billing: Vec<BillingTimer>,
     /// Per cluster (pool order), the queries placed there.
@@ -158,7 +152,7 @@ pub(super) struct Replay<'a> {
     position: usize,
     max_copies: usize,
     next_id: u64,
-    pub(super) measure_from: Instant,
+    measure_from: Instant,
     replace_others_at: Option<usize>,
     completed: usize,
     violations: usize,
@@ -177,7 +171,9 @@ enum Event {
 }
 
 impl<'a> Replay<'a> {
-    pub(super) fn start(now: Instant, pool: &Pool, router: &dyn PlanningRouter, window: &'a [ArrivalRecord], config: &SelectorConfig) -> Self {
+    /// A replay of `window` from the pool as it is at `now`, counting the
+    /// queries that arrive from `measure_from` on.
+    pub(super) fn start(now: Instant, measure_from: Instant, pool: &Pool, router: &dyn PlanningRouter, window: &'a [ArrivalRecord], config: &SelectorConfig) -> Self {
         let mut billing = Vec::new();
         let mut placed = Vec::new();
         let mut ready_at = Vec::new();
@@ -209,7 +205,7 @@ impl<'a> Replay<'a> {
             position: 0,
             max_copies: config.max_replay_copies,
             next_id: REPLAY_ID_BASE,
-            measure_from: Instant::MAX,
+            measure_from,
             replace_others_at: None,
             completed: 0,
             violations: 0,
@@ -400,6 +396,13 @@ impl<'a> Replay<'a> {
         self.refresh(cluster);
     }
 
+    /// Routes nothing more to `cluster`; its running queries finish.
+    pub(super) fn drain(&mut self, cluster: ClusterId) {
+        if let Some(view) = self.pool.clusters.iter_mut().find(|c| c.id == cluster) {
+            view.state = ClusterState::Draining;
+        }
+    }
+
     pub(super) fn add_cluster(&mut self, size: Rpu, ready_at: Instant, replace: bool) {
         let id = ClusterId(self.pool.clusters.iter().map(|c| c.id.0 + 1).max().unwrap_or(0));
         self.pool.clusters.push(ClusterView { id, size, state: ClusterState::Starting, requested_at: self.now, ready_at, running: Vec::new() });
@@ -462,8 +465,7 @@ pub fn select_spinup_size(
     mode: SelectorMode,
 ) -> Selection {
     let available = now + config.spinup_delay;
-    let mut preparation = Replay::start(now, pool, router, window, config);
-    preparation.measure_from = available;
+    let mut preparation = Replay::start(now, available, pool, router, window, config);
     preparation.run(available, &|_| false);
     preparation.now = preparation.now.max(now);
 
@@ -505,32 +507,31 @@ fn best_index(candidates: &[(CandidateOutcome, usize)], target: f64) -> Option<u
     crate::objective::best_with_target(&outcomes, target)
 }
 
-/// A candidate (size, copies) with the replay that evaluates it.
-type Fork<'a> = ((Option<Rpu>, usize), Replay<'a>);
-
 /// Evaluates each option on a fork of `preparation`, on `threads` threads,
 /// in option order (so the result does not depend on the thread count).
-fn evaluate_all<'a, F>(options: &[(Option<Rpu>, usize)], preparation: &Replay<'a>, threads: usize, evaluate: &F) -> Vec<(CandidateOutcome, usize)>
+pub(super) fn evaluate_all<'a, T, R, F>(options: &[T], preparation: &Replay<'a>, threads: usize, evaluate: &F) -> Vec<R>
 where
-    F: Fn((Option<Rpu>, usize), Replay<'a>) -> (CandidateOutcome, usize) + Sync,
+    T: Copy + Send,
+    R: Send,
+    F: Fn(T, Replay<'a>) -> R + Sync,
 {
     // The candidates are independent replays from the same snapshot: they
     // run on `config.threads` threads, and come back in candidate order, so
     // the choice does not depend on the thread count.
-    let forks: Vec<Fork<'a>> = options.iter().map(|option| (*option, preparation.fork())).collect();
+    let forks: Vec<(T, Replay<'a>)> = options.iter().map(|option| (*option, preparation.fork())).collect();
     let threads = threads.clamp(1, forks.len().max(1));
-    let mut results: Vec<(CandidateOutcome, usize)> = Vec::with_capacity(forks.len());
+    let mut results: Vec<R> = Vec::with_capacity(forks.len());
     if threads == 1 {
-        results.extend(forks.into_iter().map(|(size, replay)| evaluate(size, replay)));
+        results.extend(forks.into_iter().map(|(option, replay)| evaluate(option, replay)));
     } else {
-        let mut chunks: Vec<Vec<Fork<'a>>> = (0..threads).map(|_| Vec::new()).collect();
+        let mut chunks: Vec<Vec<(T, Replay<'a>)>> = (0..threads).map(|_| Vec::new()).collect();
         for (index, fork) in forks.into_iter().enumerate() {
             chunks[index % threads].push(fork);
         }
-        let mut by_chunk: Vec<Vec<(CandidateOutcome, usize)>> = std::thread::scope(|scope| {
+        let mut by_chunk: Vec<Vec<R>> = std::thread::scope(|scope| {
             let handles: Vec<_> = chunks
                 .into_iter()
-                .map(|chunk| scope.spawn(|| chunk.into_iter().map(|(size, replay)| evaluate(size, replay)).collect::<Vec<_>>()))
+                .map(|chunk| scope.spawn(|| chunk.into_iter().map(|(option, replay)| evaluate(option, replay)).collect::<Vec<_>>()))
                 .collect();
             handles.into_iter().map(|h| h.join().expect("a candidate's replay does not panic")).collect()
         });

@@ -15,8 +15,9 @@
 //! - replacing the pool's only cluster with a strictly smaller size, ready
 //!   after δ (the old one drains once it is).
 //!
-//! Every replay runs for the same span, δ + `horizon`, so their costs
-//! compare; the violation rate counts the queries that arrive from `now`
+//! The candidates' replays run on the selector's threads, in candidate
+//! order. Every replay runs for the same span, δ + `horizon`, so their
+//! costs compare; the violation rate counts the queries that arrive from `now`
 //! on, with those still running at the end counted by their predictions.
 //! A candidate is chosen only when its violation rate is at most `target`,
 //! set below the spinup side's so that a scale-in does not at once fire the
@@ -35,7 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{ClusterId, ClusterState, Pool, Rpu};
 use crate::route::PlanningRouter;
-use crate::scale::replay::{Replay, SelectorConfig};
+use crate::scale::replay::{Replay, SelectorConfig, evaluate_all};
 use crate::scale::windows::ArrivalRecord;
 use crate::time::Instant;
 
@@ -97,35 +98,44 @@ pub fn candidates(pool: &Pool, sizes: &[Rpu]) -> Vec<ScaleIn> {
     }
 }
 
+impl ScaleInSelection {
+    /// The chosen candidate's outcome, `None` for keeping the pool.
+    pub fn chosen(&self) -> Option<&ScaleInOutcome> {
+        self.choice.and_then(|choice| self.candidates.iter().find(|c| c.action == Some(choice)))
+    }
+
+    /// Keeping the pool's outcome (the first candidate).
+    pub fn keep(&self) -> &ScaleInOutcome {
+        &self.candidates[0]
+    }
+}
+
 /// Replays each candidate (see the module docs) and chooses among them
-/// against `target`.
-pub fn select_scale_in(now: Instant, pool: &Pool, router: &dyn PlanningRouter, window: &[ArrivalRecord], config: &SelectorConfig, target: f64) -> ScaleInSelection {
-    let mut preparation = Replay::start(now, pool, router, window, config);
-    preparation.measure_from = now;
+/// against `target`; `None`, with nothing replayed, when there is nothing
+/// to try: no candidate, or no arrival in the window to replay.
+pub fn select_scale_in(now: Instant, pool: &Pool, router: &dyn PlanningRouter, window: &[ArrivalRecord], config: &SelectorConfig, target: f64) -> Option<ScaleInSelection> {
+    let actions = candidates(pool, &config.sizes);
+    if actions.is_empty() || window.is_empty() {
+        return None;
+    }
+    let preparation = Replay::start(now, now, pool, router, window, config);
     let until = now + config.spinup_delay + config.horizon;
-    let options: Vec<Option<ScaleIn>> = std::iter::once(None).chain(candidates(pool, &config.sizes).into_iter().map(Some)).collect();
-    let mut replayed_arrivals = 0;
-    let candidates: Vec<ScaleInOutcome> = options
-        .into_iter()
-        .map(|action| {
-            let mut replay = preparation.fork();
-            match action {
-                None => {}
-                Some(ScaleIn::Drain { cluster }) => {
-                    if let Some(view) = replay.pool.clusters.iter_mut().find(|c| c.id == cluster) {
-                        view.state = ClusterState::Draining;
-                    }
-                }
-                Some(ScaleIn::Shrink { size, .. }) => replay.add_cluster(size, now + config.spinup_delay, true),
-            }
-            replay.run(until, &|_| false);
-            replayed_arrivals += replay.arrivals;
-            let outcome = replay.outcome(None, 0);
-            ScaleInOutcome { action, violation_rate: outcome.violation_rate, cost_usd: outcome.cost_usd }
-        })
-        .collect();
+    let options: Vec<Option<ScaleIn>> = std::iter::once(None).chain(actions.into_iter().map(Some)).collect();
+    let evaluate = |action: Option<ScaleIn>, mut replay: Replay<'_>| {
+        match action {
+            None => {}
+            Some(ScaleIn::Drain { cluster }) => replay.drain(cluster),
+            Some(ScaleIn::Shrink { size, .. }) => replay.add_cluster(size, now + config.spinup_delay, true),
+        }
+        replay.run(until, &|_| false);
+        let outcome = replay.outcome(None, 0);
+        (ScaleInOutcome { action, violation_rate: outcome.violation_rate, cost_usd: outcome.cost_usd }, replay.arrivals)
+    };
+    let results = evaluate_all(&options, &preparation, config.threads, &evaluate);
+    let replayed_arrivals = results.iter().map(|(_, arrivals)| arrivals).sum();
+    let candidates: Vec<ScaleInOutcome> = results.into_iter().map(|(outcome, _)| outcome).collect();
     let choice = choose(&candidates, target);
-    ScaleInSelection { candidates, choice, target, replayed_arrivals }
+    Some(ScaleInSelection { candidates, choice, target, replayed_arrivals })
 }
 
 /// Property (A): keeping (the first candidate) unless another meets the
@@ -170,7 +180,7 @@ mod tests {
         // Usage billing: the router already sends a quiet pool's queries to
         // one cluster, so the other costs nothing and draining it saves
         // nothing; keeping wins rather than churning the pool.
-        let selection = select_scale_in(Instant::from_secs_f64(AT), &pool_of(&[Rpu(16), Rpu(16)]), &router(), &window(0.01, 300.0), &config(), 0.05);
+        let selection = select_scale_in(Instant::from_secs_f64(AT), &pool_of(&[Rpu(16), Rpu(16)]), &router(), &window(0.01, 300.0), &config(), 0.05).expect("candidates to replay");
         assert_eq!(selection.candidates.len(), 3, "{selection:?}");
         assert!(selection.candidates.iter().all(|c| c.violation_rate == 0.0), "{selection:?}");
         assert_eq!(selection.choice, None, "{selection:?}");
@@ -178,7 +188,7 @@ mod tests {
 
     #[test]
     fn a_drain_that_breaks_the_slos_is_not_chosen_however_much_it_saves() {
-        let selection = select_scale_in(Instant::from_secs_f64(AT), &pool_of(&[Rpu(16), Rpu(16)]), &router(), &window(0.1, 60.0), &config(), 0.05);
+        let selection = select_scale_in(Instant::from_secs_f64(AT), &pool_of(&[Rpu(16), Rpu(16)]), &router(), &window(0.1, 60.0), &config(), 0.05).expect("candidates to replay");
         let keep = selection.candidates[0].cost_usd;
         assert!(selection.candidates[1..].iter().all(|c| c.cost_usd < keep * (1.0 - MIN_SAVING) && c.violation_rate > 0.05), "{selection:?}");
         assert_eq!(selection.choice, None, "{selection:?}");
@@ -186,14 +196,14 @@ mod tests {
 
     #[test]
     fn a_quiet_pool_of_one_large_cluster_shrinks_it() {
-        let selection = select_scale_in(Instant::from_secs_f64(AT), &pool_of(&[Rpu(32)]), &router(), &window(0.02, 300.0), &config(), 0.05);
+        let selection = select_scale_in(Instant::from_secs_f64(AT), &pool_of(&[Rpu(32)]), &router(), &window(0.02, 300.0), &config(), 0.05).expect("candidates to replay");
         let Some(ScaleIn::Shrink { size, .. }) = selection.choice else { panic!("a smaller cluster is cheaper: {selection:?}") };
         assert!(size < Rpu(32));
     }
 
     #[test]
     fn a_busy_pool_with_tight_slos_keeps_its_clusters() {
-        let selection = select_scale_in(Instant::from_secs_f64(AT), &pool_of(&[Rpu(16), Rpu(16)]), &router(), &window(0.3, 30.0), &config(), 0.05);
+        let selection = select_scale_in(Instant::from_secs_f64(AT), &pool_of(&[Rpu(16), Rpu(16)]), &router(), &window(0.3, 30.0), &config(), 0.05).expect("candidates to replay");
         assert_eq!(selection.choice, None, "{selection:?}");
         assert!(selection.candidates.len() == 3, "keeping and one drain per cluster: {selection:?}");
     }
@@ -223,10 +233,14 @@ mod tests {
             let selection = select_scale_in(at, &pool, &r, &window(rate, slo_s), &config(), target);
             let again = select_scale_in(at, &pool, &r, &window(rate, slo_s), &config(), target);
             prop_assert_eq!(&selection, &again, "deterministic");
-            let keep = &selection.candidates[0];
+            let Some(selection) = selection else {
+                prop_assert!(candidates(&pool, &config().sizes).is_empty(), "replayed whenever there is a candidate");
+                return Ok(());
+            };
+            let keep = selection.keep();
             prop_assert_eq!(keep.action, None);
             if let Some(choice) = selection.choice {
-                let chosen = selection.candidates.iter().find(|c| c.action == Some(choice)).expect("listed");
+                let chosen = selection.chosen().expect("listed");
                 prop_assert!(chosen.violation_rate <= target, "{:?}", selection);
                 prop_assert!(chosen.cost_usd <= keep.cost_usd * (1.0 - MIN_SAVING), "{:?}", selection);
                 let cheaper = selection.candidates.iter().skip(1).filter(|c| c.violation_rate <= target).any(|c| c.cost_usd < chosen.cost_usd);
