@@ -15,6 +15,8 @@
 //! - [`elastic`]: the elastic (serverless) tier: cold starts, keep-alive,
 //!   concurrency limit, FaaS prices; provisioned-instance billing.
 //! - [`objective`]: BestWithTarget(V, K, τ).
+//! - [`ownership`]: which router node owns which pool: rendezvous
+//!   hashing over the live members and lease fencing.
 //! - [`predict`]: latency predictors learned from observed executions.
 //! - [`reservoir`]: the workload reservoir's count and arrivals tables.
 //! - [`route`]: the `RoutingPolicy` trait, baseline routers, the
@@ -82,6 +84,7 @@ pub mod fingerprint;
 pub mod invariants;
 pub mod model;
 pub mod objective;
+pub mod ownership;
 pub mod predict;
 pub mod recency;
 pub mod reservoir;
