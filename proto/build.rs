@@ -13,7 +13,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .file_descriptor_set_path(out_dir.join("slogate_v1_descriptor.bin"))
         .codec_path("crate::codec::GatewayCodec")
-        .compile_protos(&["proto/slogate/v1/gateway.proto"], &["proto"])?;
+        .compile_protos(&["proto/slogate/v1/gateway.proto", "proto/slogate/v1/node.proto"], &["proto"])?;
+    // etcd's v3 API, client side only, with prost's own codec.
+    tonic_prost_build::configure().build_server(false).compile_protos(&["proto/etcd/etcd.proto"], &["proto"])?;
     println!("cargo:rerun-if-env-changed=PROTOC");
     println!("cargo:rerun-if-changed=proto");
     Ok(())

@@ -29,6 +29,8 @@ pub enum ErrorKind {
     TooLarge,
     /// A bug or a backend failure.
     Internal,
+    /// A forwarded query reached a node that does not own its pool.
+    NotOwner,
 }
 
 /// gRPC code and HTTP status for each error kind: the only mapping.
@@ -45,6 +47,7 @@ pub fn status_codes(kind: ErrorKind) -> (tonic::Code, u16) {
         ErrorKind::PermissionDenied => (tonic::Code::PermissionDenied, 403),
         ErrorKind::TooLarge => (tonic::Code::OutOfRange, 413),
         ErrorKind::Internal => (tonic::Code::Internal, 500),
+        ErrorKind::NotOwner => (tonic::Code::FailedPrecondition, 421),
     }
 }
 
@@ -166,6 +169,44 @@ pub enum GatewayError {
     /// Something that should not happen.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A query was forwarded to a node that does not own its pool (any
+    /// more, or yet): the sender re-reads ownership and tries again.
+    #[error("node `{node}` is not the owner of pool `{pool}`")]
+    NotOwner {
+        /// The pool.
+        pool: String,
+        /// The node that refused.
+        node: String,
+    },
+    /// Another node's refusal of a forwarded query, passed on unchanged:
+    /// the accepting node answers with the owner's code and message.
+    #[error("{message}")]
+    Remote {
+        /// The class of the owner's gRPC code.
+        kind: ErrorKind,
+        /// The owner's message.
+        message: String,
+    },
+}
+
+/// The error kind of a gRPC `code` another node answered with: the
+/// inverse of [`status_codes`] (codes no kind maps to are internal).
+pub fn kind_of_code(code: tonic::Code) -> ErrorKind {
+    use tonic::Code;
+    match code {
+        Code::InvalidArgument => ErrorKind::InvalidArgument,
+        Code::NotFound => ErrorKind::NotFound,
+        Code::ResourceExhausted => ErrorKind::ResourceExhausted,
+        Code::Unavailable => ErrorKind::Unavailable,
+        Code::Unauthenticated => ErrorKind::Unauthenticated,
+        Code::Aborted => ErrorKind::Conflict,
+        Code::Unimplemented => ErrorKind::MethodNotAllowed,
+        Code::AlreadyExists => ErrorKind::AlreadyExists,
+        Code::PermissionDenied => ErrorKind::PermissionDenied,
+        Code::OutOfRange => ErrorKind::TooLarge,
+        Code::FailedPrecondition => ErrorKind::NotOwner,
+        _ => ErrorKind::Internal,
+    }
 }
 
 impl GatewayError {
@@ -186,6 +227,8 @@ impl GatewayError {
             Conflict(_) => ErrorKind::Conflict,
             AlreadyExists(_) => ErrorKind::AlreadyExists,
             Internal(_) => ErrorKind::Internal,
+            Remote { kind, .. } => *kind,
+            NotOwner { .. } => ErrorKind::NotOwner,
         }
     }
 
@@ -224,7 +267,7 @@ mod tests {
     #[test]
     fn grpc_and_http_agree_on_every_kind() {
         use ErrorKind::*;
-        for kind in [InvalidArgument, NotFound, ResourceExhausted, Unavailable, Unauthenticated, Conflict, MethodNotAllowed, AlreadyExists, PermissionDenied, TooLarge, Internal] {
+        for kind in [InvalidArgument, NotFound, ResourceExhausted, Unavailable, Unauthenticated, Conflict, MethodNotAllowed, AlreadyExists, PermissionDenied, TooLarge, Internal, NotOwner] {
             let (grpc, http) = status_codes(kind);
             let expected_http = match grpc {
                 tonic::Code::InvalidArgument => 400,
@@ -236,9 +279,13 @@ mod tests {
                 tonic::Code::Aborted | tonic::Code::AlreadyExists => 409,
                 tonic::Code::Unimplemented => 405,
                 tonic::Code::OutOfRange => 413,
+                tonic::Code::FailedPrecondition => 421,
                 _ => 500,
             };
             assert_eq!(http, expected_http, "{kind:?}");
+            // A refusal forwarded from another node keeps its class.
+            assert_eq!(kind_of_code(grpc), kind);
+            assert_eq!(GatewayError::Remote { kind, message: "m".into() }.to_status().code(), grpc);
         }
     }
 

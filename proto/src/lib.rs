@@ -17,7 +17,9 @@
 //!
 //! # Layout
 //!
-//! - [`v1`]: the generated messages, `gateway_client` and `gateway_server`.
+//! - [`v1`]: the generated messages, `gateway_client` and `gateway_server`,
+//!   and the node-to-node `node_client` and `node_server`.
+//! - [`etcd`]: a client of etcd's v3 KV and Lease services.
 //! - [`codec`], [`error`], [`validate`].
 //!
 //! # Example
@@ -51,11 +53,21 @@ pub mod v1 {
     tonic::include_proto!("slogate.v1");
 }
 
+/// The generated client of etcd's v3 API (`etcdserverpb`): the KV and
+/// Lease services, trimmed to what membership uses (`proto/etcd/etcd.proto`).
+#[allow(missing_docs, unreachable_pub, clippy::all)]
+pub mod etcd {
+    tonic::include_proto!("etcdserverpb");
+}
+
 /// The encoded file descriptor set of `slogate.v1`, for server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("slogate_v1_descriptor");
 
 /// The fully qualified name of the Gateway service.
 pub const GATEWAY_SERVICE_NAME: &str = "slogate.v1.Gateway";
+
+/// The fully qualified name of the node-to-node service.
+pub const NODE_SERVICE_NAME: &str = "slogate.v1.Node";
 
 /// A `grpc.health.v1` service and its reporter; the node marks the Gateway
 /// serving once it is ready and not serving while it shuts down.

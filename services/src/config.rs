@@ -68,6 +68,137 @@ pub struct ConfigV1 {
     /// Tenants: with one or more, every gRPC call needs a tenant's token.
     #[serde(default)]
     pub tenant: Vec<TenantSection>,
+    /// Several router nodes: who the members are and who owns which pool.
+    pub fleet: FleetSection,
+}
+
+/// `[fleet]`: a deployment of several router nodes. Unset (`node_id`
+/// empty), the node is alone and owns every pool. With a static `member`
+/// list, each pool's owner is fixed by rendezvous hashing over it; with
+/// `etcd_endpoints`, members register under leases and claim pools there,
+/// and a dead member's pools move to the next in rendezvous order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FleetSection {
+    /// This node's id, unique in the deployment; empty: a single node.
+    pub node_id: String,
+    /// Where the other nodes reach this node's gRPC (`host:port`); empty:
+    /// the address gRPC is bound to.
+    pub advertise_addr: String,
+    /// A static member list (this node among them); exclusive with
+    /// `etcd_endpoints`.
+    pub member: Vec<MemberSection>,
+    /// etcd's client URLs (`http://host:port`).
+    pub etcd_endpoints: Vec<String>,
+    /// The deployment's name: its keys live under `/slogate/<deployment>/`.
+    pub deployment: String,
+    /// The membership lease's time to live, in seconds: a node that cannot
+    /// renew it stops routing its pools within this time, and another takes
+    /// them.
+    pub lease_ttl_s: u64,
+    /// How often membership and ownership are read from etcd.
+    pub poll_interval_ms: u64,
+    /// How long the accepting node keeps retrying a forwarded query whose
+    /// owner fails or is changing, when the client set no deadline.
+    pub failover_wait_s: u64,
+    /// How long an owner giving a pool away waits for its in-flight
+    /// queries of that pool before it lets go anyway.
+    pub drain_max_s: u64,
+    /// A shared secret the Node service requires from other nodes (the
+    /// `x-slogate-fleet-secret` header); empty: none.
+    pub secret: String,
+}
+
+/// `[[fleet.member]]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberSection {
+    /// The member's node id.
+    pub id: String,
+    /// Its gRPC address, `host:port`.
+    pub grpc_addr: String,
+}
+
+impl Default for FleetSection {
+    fn default() -> Self {
+        FleetSection {
+            node_id: String::new(),
+            advertise_addr: String::new(),
+            member: Vec::new(),
+            etcd_endpoints: Vec::new(),
+            deployment: "default".into(),
+            lease_ttl_s: 5,
+            poll_interval_ms: 250,
+            failover_wait_s: 30,
+            drain_max_s: 30,
+            secret: String::new(),
+        }
+    }
+}
+
+impl FleetSection {
+    /// Whether this node is one of several.
+    pub fn enabled(&self) -> bool {
+        !self.node_id.is_empty()
+    }
+
+    fn validate(&self) -> Result<()> {
+        if !self.enabled() {
+            if !self.member.is_empty() || !self.etcd_endpoints.is_empty() {
+                return Err(invalid("fleet.node_id", "a member list or etcd_endpoints needs this node's id"));
+            }
+            return Ok(());
+        }
+        let name_ok = |id: &str| !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+        if !name_ok(&self.node_id) {
+            return Err(invalid("fleet.node_id", format!("`{}` must be 1-64 of [A-Za-z0-9._-]", self.node_id)));
+        }
+        if !name_ok(&self.deployment) {
+            return Err(invalid("fleet.deployment", format!("`{}` must be 1-64 of [A-Za-z0-9._-]", self.deployment)));
+        }
+        match (self.member.is_empty(), self.etcd_endpoints.is_empty()) {
+            (true, true) => return Err(invalid("fleet", "set either a static [[fleet.member]] list or etcd_endpoints")),
+            (false, false) => return Err(invalid("fleet", "a static [[fleet.member]] list and etcd_endpoints exclude each other")),
+            _ => {}
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, member) in self.member.iter().enumerate() {
+            if !name_ok(&member.id) {
+                return Err(invalid(&format!("fleet.member[{i}].id"), format!("`{}` must be 1-64 of [A-Za-z0-9._-]", member.id)));
+            }
+            if !seen.insert(member.id.as_str()) {
+                return Err(invalid(&format!("fleet.member[{i}].id"), format!("`{}` is listed twice", member.id)));
+            }
+            if member.grpc_addr.rsplit_once(':').is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err()) {
+                return Err(invalid(&format!("fleet.member[{i}].grpc_addr"), format!("`{}` is not host:port", member.grpc_addr)));
+            }
+        }
+        if !self.member.is_empty() && !seen.contains(self.node_id.as_str()) {
+            return Err(invalid("fleet.member", format!("this node (`{}`) is not in the list", self.node_id)));
+        }
+        for (i, url) in self.etcd_endpoints.iter().enumerate() {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(invalid(&format!("fleet.etcd_endpoints[{i}]"), format!("`{url}` must be an http:// or https:// URL")));
+            }
+        }
+        if !self.advertise_addr.is_empty() && self.advertise_addr.rsplit_once(':').is_none_or(|(_, port)| port.parse::<u16>().is_err()) {
+            return Err(invalid("fleet.advertise_addr", format!("`{}` is not host:port", self.advertise_addr)));
+        }
+        for (key, value, min, max) in [
+            ("fleet.lease_ttl_s", self.lease_ttl_s, 1, 3_600),
+            ("fleet.poll_interval_ms", self.poll_interval_ms, 10, 60_000),
+            ("fleet.failover_wait_s", self.failover_wait_s, 0, 3_600),
+            ("fleet.drain_max_s", self.drain_max_s, 0, 3_600),
+        ] {
+            if !(min..=max).contains(&value) {
+                return Err(invalid(key, format!("must be in [{min}, {max}], got {value}")));
+            }
+        }
+        if self.poll_interval_ms >= self.lease_ttl_s * 1_000 / 2 {
+            return Err(invalid("fleet.poll_interval_ms", format!("must be under half of lease_ttl_s ({} ms)", self.lease_ttl_s * 500)));
+        }
+        Ok(())
+    }
 }
 
 /// `[[tenant]]`.
@@ -947,6 +1078,7 @@ impl Default for ConfigV1 {
                 shard: None,
             }],
             tenant: Vec::new(),
+            fleet: FleetSection::default(),
         }
     }
 }
@@ -1056,6 +1188,14 @@ impl NodeConfig {
         if let Some(v) = env.get("SLOGATE_ADMIN_TOKEN") {
             node.admin_token = v;
         }
+        // A StatefulSet gives each pod its name and address this way.
+        if let Some(v) = env.get("SLOGATE_NODE_ID") {
+            file.fleet.node_id = v;
+        }
+        if let Some(v) = env.get("SLOGATE_ADVERTISE_ADDR") {
+            file.fleet.advertise_addr = v;
+        }
+        let node = &mut file.node;
         if let Some(v) = &overrides.grpc_addr {
             node.grpc_addr = v.clone();
         }
@@ -1093,6 +1233,7 @@ impl NodeConfig {
             }
             _ => return Err(invalid("node.tls_cert_path", "TLS needs both tls_cert_path and tls_key_path")),
         }
+        file.fleet.validate()?;
         let limits = &file.limits;
         for (key, value) in [
             ("limits.in_flight_per_pool_max", limits.in_flight_per_pool_max),

@@ -49,6 +49,8 @@ pub struct AdminState {
     pub tenants: Arc<super::tenants::Tenants>,
     /// The gRPC intake's backpressure on the reservoir.
     pub intake: super::grpc::Intake,
+    /// The deployment, when this node is one of several.
+    pub fleet: Option<Arc<super::fleet::Fleet>>,
 }
 
 /// The largest request body the admin API reads, bytes.
@@ -91,6 +93,7 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .service(resource("/v1/pools/{pool}/tune", "POST").route(web::post().to(tune)))
         .service(resource("/v1/actors", "GET").route(web::get().to(actors)))
         .service(resource("/v1/decisions", "GET").route(web::get().to(decisions)))
+        .service(resource("/v1/fleet", "GET").route(web::get().to(fleet)))
         .default_service(web::to(|request: HttpRequest| async move {
             error_response(&GatewayError::NoRoute { method: request.method().to_string(), path: clipped(request.path()) })
         }));
@@ -434,6 +437,78 @@ async fn actors(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespo
         Ok(body) => HttpResponse::Ok().json(body),
         Err(e) => error_response(&e),
     }
+}
+
+/// `GET /v1/fleet`: this node's view of the deployment (members, each
+/// pool's owner, the pools it is handing over, its lease, the moves it
+/// made) and each member's own report over the Node service (an error in
+/// place of a member that does not answer within a second). A single node
+/// reports itself as the only member, owning every pool.
+async fn fleet(request: HttpRequest, state: web::Data<AdminState>) -> HttpResponse {
+    if let Err(error) = authorised(&request, &state, false) {
+        return error_response(&error);
+    }
+    let Some(fleet) = &state.fleet else {
+        let pools: Vec<&str> = state.backends.iter().map(|b| b.pool.0.as_str()).collect();
+        return HttpResponse::Ok().json(serde_json::json!({
+            "mode": "single",
+            "node_id": "",
+            "members": {},
+            "owners": pools.iter().map(|p| (p.to_string(), serde_json::Value::String(String::new()))).collect::<serde_json::Map<_, _>>(),
+            "owned": pools,
+        }));
+    };
+    let view = fleet.view();
+    let mut reports = serde_json::Map::new();
+    let asked: Vec<_> = view
+        .members
+        .iter()
+        .filter(|(id, _)| **id != fleet.node_id)
+        .map(|(id, addr)| {
+            let fleet = fleet.clone();
+            let (id, addr) = (id.clone(), addr.clone());
+            async move { (id, fleet.state_of(&addr, std::time::Duration::from_secs(1)).await) }
+        })
+        .collect();
+    for (id, report) in futures_util::future::join_all(asked).await {
+        let value = match report {
+            Ok(state) => serde_json::json!({
+                "grpc_addr": state.grpc_addr,
+                "pools_owned": state.pools_owned,
+                "lease_left_s": state.lease_left_s,
+                "forwarded": state.forwarded,
+                "received": state.received,
+            }),
+            Err(status) => serde_json::json!({ "error": format!("{:?}: {}", status.code(), status.message()) }),
+        };
+        reports.insert(id, value);
+    }
+    let own = fleet.state();
+    reports.insert(
+        fleet.node_id.clone(),
+        serde_json::json!({
+            "grpc_addr": own.grpc_addr,
+            "pools_owned": own.pools_owned,
+            "lease_left_s": own.lease_left_s,
+            "forwarded": own.forwarded,
+            "received": own.received,
+        }),
+    );
+    HttpResponse::Ok().json(serde_json::json!({
+        "mode": fleet.mode_name(),
+        "node_id": fleet.node_id,
+        "deployment": fleet.deployment,
+        "coordinator_reachable": view.coordinator_reachable,
+        "read_age_s": fleet.now_s() - view.read_at_s,
+        "lease_left_s": own.lease_left_s,
+        "members": view.members,
+        "owners": view.owners,
+        "owned": own.pools_owned,
+        "releasing": view.releasing,
+        "moves": fleet.moves(),
+        "reforwarded": fleet.reforwarded.load(Ordering::Relaxed),
+        "reports": reports,
+    }))
 }
 
 /// `POST /v1/pools/{pool}/tune`: starts a tuning run (202), unless one is

@@ -16,7 +16,10 @@ use slogate_actors::router::{ClientGone, RouterShard, Submit, SubmitOutcome, Sub
 use slogate_actors::shards::RouterShards;
 use slogate_proto::GatewayError;
 use slogate_proto::v1::gateway_server::Gateway;
-use slogate_proto::v1::{QueryStatus, ResultSet, Row, SubmitRequest, SubmitResponse, submit_request};
+use slogate_proto::error::kind_of_code;
+use slogate_proto::v1::{ForwardRequest, QueryStatus, ResultSet, Row, SubmitRequest, SubmitResponse, submit_request};
+
+use super::fleet::{Fleet, Placement, retryable};
 use slogate_proto::validate::{Limits, validate_submit};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
@@ -92,6 +95,8 @@ pub struct GatewayService {
     closing: tokio::sync::watch::Receiver<bool>,
     tenants: Arc<Tenants>,
     intake: Intake,
+    /// The deployment this node is one of; `None` when it is alone.
+    fleet: Option<Arc<Fleet>>,
 }
 
 /// A request once validated: only what the query needs from here on.
@@ -118,7 +123,14 @@ impl GatewayService {
         tenants: Arc<Tenants>,
         intake: Intake,
     ) -> Self {
-        GatewayService { router, limits, added_latency, stream_in_flight_max: stream_in_flight_max.max(1), closing, tenants, intake }
+        GatewayService { router, limits, added_latency, stream_in_flight_max: stream_in_flight_max.max(1), closing, tenants, intake, fleet: None }
+    }
+
+    /// The service as one node of `fleet`: queries of pools another node
+    /// owns are forwarded to it.
+    pub fn with_fleet(mut self, fleet: Arc<Fleet>) -> Self {
+        self.fleet = Some(fleet);
+        self
     }
 
     /// The calling tenant, from the call's `authorization` metadata.
@@ -135,6 +147,12 @@ impl GatewayService {
     fn validate(&self, request: SubmitRequest, tenant: Option<&Arc<Tenant>>) -> Result<Validated, GatewayError> {
         let spec = validate_submit(&request, &self.limits)?;
         let slot = tenant.map(|t| t.admit(&spec.pool.0, std::time::Instant::now())).transpose()?;
+        let name = tenant.map(|t| t.name.clone()).unwrap_or_default();
+        Ok(self.checked(request, spec, name, slot))
+    }
+
+    /// Keeps what a checked `request` needs, for `tenant`.
+    fn checked(&self, request: SubmitRequest, spec: slogate_proto::validate::SubmitSpec, tenant: String, slot: Option<InFlightSlot>) -> Validated {
         let mut rest: Vec<&[u8]> = vec![&request.payload];
         for (key, value) in &spec.labels {
             rest.extend([key.as_bytes(), value.as_bytes()]);
@@ -150,7 +168,85 @@ impl GatewayService {
             sql: sql.as_deref().map_or(0, |text: &str| fnv1a(&[text.as_bytes()])),
             rest,
         };
-        Ok(Validated { spec, sql, digest, tenant: tenant.map(|t| t.name.clone()).unwrap_or_default(), _slot: slot })
+        Validated { spec, sql, digest, tenant, _slot: slot }
+    }
+
+    /// Answers `request` from `tenant`: routes it here when this node owns
+    /// its pool, or forwards it to the owner, trying again (same id) while
+    /// the owner fails or the pool changes hands, until `deadline` (the
+    /// client's, or the fleet's failover wait).
+    async fn answer(&self, request: SubmitRequest, tenant: Option<&Arc<Tenant>>, deadline: Option<std::time::Duration>) -> Result<SubmitResponse, GatewayError> {
+        let Some(fleet) = &self.fleet else {
+            let query = self.validate(request, tenant)?;
+            return self.run(query).await.map(response);
+        };
+        let pool = if request.pool.is_empty() { slogate_core::model::PoolId::default().0 } else { request.pool.clone() };
+        // Counted first, then placed: see `Fleet::running`.
+        let running = fleet.running(&pool);
+        if fleet.placement(&pool) == Placement::Local {
+            let query = self.validate(request, tenant)?;
+            return self.run(query).await.map(response);
+        }
+        drop(running);
+        let copy = request.clone();
+        let query = self.validate(request, tenant)?;
+        if self.router.for_pool(&query.spec.pool).is_none() {
+            return Err(GatewayError::UnknownPool(pool));
+        }
+        let started = std::time::Instant::now();
+        let wait = deadline.unwrap_or(fleet.settings().failover_wait);
+        let mut last_failure = String::from("no node owns it yet");
+        let mut attempts = 0u32;
+        loop {
+            let running = fleet.running(&pool);
+            match fleet.placement(&pool) {
+                Placement::Local => return self.run(query).await.map(response),
+                Placement::Remote { node, addr } => {
+                    drop(running);
+                    let left = wait.saturating_sub(started.elapsed());
+                    let forward = ForwardRequest {
+                        request: Some(copy.clone()),
+                        tenant: query.tenant.clone(),
+                        deadline_ms: deadline.map_or(0, |_| left.as_millis() as u64),
+                        from_node: fleet.node_id.clone(),
+                    };
+                    attempts += 1;
+                    if attempts == 1 {
+                        fleet.forwarded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    } else {
+                        fleet.reforwarded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    match fleet.forward(&addr, forward, deadline.map(|_| left)).await {
+                        Ok(reply) => return Ok(reply),
+                        Err(status) if retryable(&status) => last_failure = format!("its owner {node} answered {:?}: {}", status.code(), status.message()),
+                        Err(status) => return Err(GatewayError::Remote { kind: kind_of_code(status.code()), message: status.message().to_owned() }),
+                    }
+                }
+                Placement::Unowned => drop(running),
+            }
+            let left = wait.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Err(GatewayError::Unavailable(format!(
+                    "pool `{pool}` could not be reached within {:.1} s ({last_failure}); retry with the same query_id",
+                    wait.as_secs_f64()
+                )));
+            }
+            tokio::time::sleep(fleet.settings().poll_interval.min(left)).await;
+        }
+    }
+
+    /// Runs a query another node forwarded: this node must own its pool.
+    pub async fn forwarded(&self, forward: ForwardRequest) -> Result<SubmitResponse, GatewayError> {
+        let Some(fleet) = &self.fleet else { return Err(GatewayError::Internal("a single node takes no forwarded queries".into())) };
+        let request = forward.request.ok_or_else(|| GatewayError::InvalidArgument("a forwarded query needs its request".into()))?;
+        let spec = validate_submit(&request, &self.limits)?;
+        let _running = fleet.running(&spec.pool.0);
+        if fleet.placement(&spec.pool.0) != Placement::Local {
+            return Err(GatewayError::NotOwner { pool: spec.pool.0.clone(), node: fleet.node_id.clone() });
+        }
+        fleet.received.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let query = self.checked(request, spec, forward.tenant, None);
+        self.run(query).await.map(response)
     }
 
     async fn run(&self, query: Validated) -> Result<SubmitOutcome, GatewayError> {
@@ -205,6 +301,23 @@ impl Drop for ClientWaiting {
             self.router.do_send(ClientGone { pool: self.pool.clone(), query: self.query });
         }
     }
+}
+
+/// The client's deadline from its `grpc-timeout` header (`<digits><unit>`,
+/// the unit one of H, M, S, m, u, n), if it set one.
+pub fn client_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<std::time::Duration> {
+    let value = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => std::time::Duration::from_secs(amount.saturating_mul(3_600)),
+        "M" => std::time::Duration::from_secs(amount.saturating_mul(60)),
+        "S" => std::time::Duration::from_secs(amount),
+        "m" => std::time::Duration::from_millis(amount),
+        "u" => std::time::Duration::from_micros(amount),
+        "n" => std::time::Duration::from_nanos(amount),
+        _ => return None,
+    })
 }
 
 /// The rows as the wire carries them.
@@ -270,9 +383,9 @@ fn rejected(query_id: String, error: &GatewayError) -> SubmitResponse {
 impl Gateway for GatewayService {
     async fn submit(&self, request: Request<SubmitRequest>) -> Result<Response<SubmitResponse>, Status> {
         let tenant = self.caller(&request)?;
-        let query = self.validate(request.into_inner(), tenant.as_ref()).map_err(|e| status_of(&e))?;
-        let outcome = self.run(query).await.map_err(|e| status_of(&e))?;
-        Ok(Response::new(response(outcome)))
+        let deadline = client_deadline(request.metadata());
+        let reply = self.answer(request.into_inner(), tenant.as_ref(), deadline).await.map_err(|e| status_of(&e))?;
+        Ok(Response::new(reply))
     }
 
     type SubmitStreamStream = Pin<Box<dyn Stream<Item = Result<SubmitResponse, Status>> + Send>>;
@@ -301,13 +414,10 @@ impl Gateway for GatewayService {
                             let query_id = request.query_id.clone();
                             let service = service.clone();
                             let sender = sender.clone();
-                            let query = service.validate(request, tenant.as_ref());
+                            let tenant = tenant.clone();
                             tasks.spawn(async move {
-                                let reply = match query {
-                                    Ok(query) => match service.run(query).await {
-                                        Ok(outcome) => response(outcome),
-                                        Err(error) => rejected(query_id, &error),
-                                    },
+                                let reply = match service.answer(request, tenant.as_ref(), None).await {
+                                    Ok(reply) => reply,
                                     Err(error) => rejected(query_id, &error),
                                 };
                                 // A client that hung up no longer reads replies.
@@ -333,6 +443,80 @@ impl Gateway for GatewayService {
             }
         });
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver))))
+    }
+}
+
+/// The node-to-node service: runs the queries other nodes forward here,
+/// and reports this node's state. Its calls carry the fleet's secret.
+#[derive(Clone)]
+pub struct NodeService {
+    gateway: GatewayService,
+    fleet: Arc<Fleet>,
+}
+
+impl NodeService {
+    /// The Node service of `gateway`'s node in `fleet`.
+    pub fn new(gateway: GatewayService, fleet: Arc<Fleet>) -> Self {
+        NodeService { gateway: gateway.with_fleet(fleet.clone()), fleet }
+    }
+}
+
+#[tonic::async_trait]
+impl slogate_proto::v1::node_server::Node for NodeService {
+    async fn forward(&self, request: Request<ForwardRequest>) -> Result<Response<SubmitResponse>, Status> {
+        self.fleet.check_secret(request.metadata())?;
+        let reply = self.gateway.forwarded(request.into_inner()).await.map_err(|e| status_of(&e))?;
+        Ok(Response::new(reply))
+    }
+
+    type ForwardStreamStream = Pin<Box<dyn Stream<Item = Result<SubmitResponse, Status>> + Send>>;
+
+    /// Like `SubmitStream`: at most `stream_in_flight_max` in progress,
+    /// replies in completion order, a refusal as a `REJECTED` reply.
+    async fn forward_stream(&self, request: Request<Streaming<ForwardRequest>>) -> Result<Response<Self::ForwardStreamStream>, Status> {
+        self.fleet.check_secret(request.metadata())?;
+        let mut requests = request.into_inner();
+        let (sender, receiver) = tokio::sync::mpsc::channel(self.gateway.stream_in_flight_max);
+        let service = self.gateway.clone();
+        tokio::spawn(async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            let mut last: Option<Status> = None;
+            loop {
+                let room = tasks.len() < service.stream_in_flight_max;
+                tokio::select! {
+                    next = requests.next(), if room => match next {
+                        Some(Ok(forward)) => {
+                            let service = service.clone();
+                            let sender = sender.clone();
+                            tasks.spawn(async move {
+                                let query_id = forward.request.as_ref().map(|r| r.query_id.clone()).unwrap_or_default();
+                                let reply = match service.forwarded(forward).await {
+                                    Ok(reply) => reply,
+                                    Err(error) => rejected(query_id, &error),
+                                };
+                                let _ = sender.send(Ok(reply)).await;
+                            });
+                        }
+                        Some(Err(status)) => {
+                            last = Some(status);
+                            break;
+                        }
+                        None => break,
+                    },
+                    Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                }
+            }
+            while tasks.join_next().await.is_some() {}
+            if let Some(status) = last {
+                let _ = sender.send(Err(status)).await;
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver))))
+    }
+
+    async fn state(&self, request: Request<slogate_proto::v1::StateRequest>) -> Result<Response<slogate_proto::v1::NodeState>, Status> {
+        self.fleet.check_secret(request.metadata())?;
+        Ok(Response::new(self.fleet.state()))
     }
 }
 

@@ -30,6 +30,7 @@
 //! The gRPC listener's connection limits are in [`transport`].
 
 pub mod admin;
+pub mod fleet;
 pub mod grpc;
 pub mod tenants;
 pub mod transport;
@@ -81,6 +82,11 @@ pub struct Node {
     arbiters: Vec<actix::Arbiter>,
     /// gRPC's own runtime, when `node.grpc_threads` > 0.
     grpc_runtime: Option<GrpcRuntime>,
+    /// The deployment, when this node is one of several.
+    fleet: Option<Arc<fleet::Fleet>>,
+    /// Tells the membership task to leave the fleet.
+    fleet_stop: tokio::sync::watch::Sender<bool>,
+    fleet_task: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// The gRPC server's multi-thread tokio runtime. The actors stay on the
@@ -337,7 +343,27 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             grpc_addr = %config.grpc_addr
         );
     }
-    let gateway = GatewayServer::new(grpc::GatewayService::new(
+    // Several nodes: this one routes the pools it owns and forwards the
+    // rest; the Node service takes what the others forward.
+    let fleet = if file.fleet.enabled() {
+        let pools: Vec<String> = file.pool.iter().map(|p| p.name.clone()).collect();
+        Some(Arc::new(fleet::Fleet::new(&file.fleet, &pools, grpc_addr)?))
+    } else {
+        None
+    };
+    let (fleet_stop, fleet_stopped) = tokio::sync::watch::channel(false);
+    let fleet_task = match &fleet {
+        Some(fleet) if !file.fleet.etcd_endpoints.is_empty() => {
+            let (fleet, endpoints) = (fleet.clone(), file.fleet.etcd_endpoints.clone());
+            Some(actix_rt::spawn(async move {
+                if let Err(error) = fleet::run_etcd(fleet, endpoints, fleet_stopped).await {
+                    tracing::error!(message = "Fleet membership stopped.", %error);
+                }
+            }))
+        }
+        _ => None,
+    };
+    let service = grpc::GatewayService::new(
         router.clone(),
         Limits {
             slo_ms_max: file.limits.slo_ms_max,
@@ -353,8 +379,16 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         closing_seen,
         tenants.clone(),
         intake.clone(),
-    ))
-    .max_decoding_message_size(file.limits.grpc_message_bytes_max);
+    );
+    let node_service = fleet.as_ref().map(|fleet| {
+        slogate_proto::v1::node_server::NodeServer::new(grpc::NodeService::new(service.clone(), fleet.clone()))
+            .max_decoding_message_size(file.limits.grpc_message_bytes_max)
+    });
+    let service = match &fleet {
+        Some(fleet) => service.with_fleet(fleet.clone()),
+        None => service,
+    };
+    let gateway = GatewayServer::new(service).max_decoding_message_size(file.limits.grpc_message_bytes_max);
     health.set_serving::<GatewayServer<grpc::GatewayService>>().await;
     let (grpc_stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let connections = transport::Connections::new(file.limits.grpc_connections_max);
@@ -391,6 +425,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             .add_service(slogate_proto::reflection_service())
             .add_service(slogate_proto::reflection_service_v1alpha())
             .add_service(gateway)
+            .add_optional_service(node_service)
             .serve_with_incoming_shutdown(incoming, async {
                 let _ = stopped.await;
             })
@@ -416,6 +451,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         auth_failures: Arc::default(),
         tenants,
         intake,
+        fleet: fleet.clone(),
     };
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new().app_data(actix_web::web::Data::new(admin_state.clone())).configure(admin::routes)
@@ -448,6 +484,9 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         close_deadline: std::time::Duration::from_secs(file.limits.shutdown_close_s),
         arbiters,
         grpc_runtime,
+        fleet,
+        fleet_stop,
+        fleet_task,
     })
 }
 
@@ -656,6 +695,8 @@ impl Node {
             if let Ok(state) = self.router.state().await {
                 in_flight = state.pools.iter().map(|p| p.in_flight).sum();
             }
+            // Queries this node accepted and forwarded are its to answer too.
+            in_flight += self.fleet.as_ref().map_or(0, |fleet| fleet.forwarding());
             if in_flight == 0 || tokio::time::Instant::now() >= deadline {
                 break;
             }
@@ -664,6 +705,12 @@ impl Node {
         if in_flight > 0 {
             let reason = "the node shut down before the query finished".to_owned();
             let _ = self.router.broadcast(router::FailInFlight { reason }).await;
+        }
+        // Leave the fleet: the lease is revoked, so the next owners take
+        // this node's pools at once rather than after the TTL.
+        self.fleet_stop.send_replace(true);
+        if let Some(task) = self.fleet_task {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), task).await;
         }
         // Streams answer what they accepted and end; then HTTP/2 asks every
         // connection to close (GOAWAY). One the client holds open past the
