@@ -331,6 +331,9 @@ struct InFlight {
     tenant: String,
     digest: RequestDigest,
     waiters: Vec<oneshot::Sender<SubmitOutcome>>,
+    /// Every client left and the query is being cancelled: its id is free
+    /// for a retry, and its failure is not remembered for one.
+    abandoned: bool,
 }
 
 struct PoolRuntime {
@@ -1061,6 +1064,7 @@ impl Handler<Submit> for RouterShard {
                 tenant: message.tenant,
                 digest: message.digest,
                 waiters: vec![sender],
+                abandoned: false,
             },
         );
         if !pool.notify(ScaleEvent::Arrival { query: query.clone(), target: Some(chosen) }) {
@@ -1110,11 +1114,19 @@ impl Handler<ClientGone> for RouterShard {
 
     fn handle(&mut self, message: ClientGone, _ctx: &mut Self::Context) {
         let Some(pool) = self.pools.get_mut(&message.pool) else { return };
-        let Some(flight) = pool.in_flight.get(&message.query) else { return };
+        let Some(flight) = pool.in_flight.get_mut(&message.query) else { return };
         if !flight.waiters.iter().all(oneshot::Sender::is_closed) {
             return;
         }
-        pool.cancel(message.query, flight.target, CancelReason::ClientGone);
+        // A retry of the id (the client's, or the node that forwarded it
+        // re-sending it after a failure) starts a new run rather than
+        // joining this doomed one or getting its cancellation.
+        flight.abandoned = true;
+        if flight.client_supplied && pool.by_client_id.get(&(flight.tenant.clone(), flight.client_query_id.clone())) == Some(&message.query) {
+            pool.by_client_id.remove(&(flight.tenant.clone(), flight.client_query_id.clone()));
+        }
+        let target = flight.target;
+        pool.cancel(message.query, target, CancelReason::ClientGone);
     }
 }
 
@@ -1249,8 +1261,11 @@ impl RouterShard {
                 }
             }
         };
-        if flight.client_supplied {
-            pool.by_client_id.remove(&(flight.tenant.clone(), flight.client_query_id.clone()));
+        if flight.client_supplied && !(flight.abandoned && outcome.status == SubmitStatus::Failed) {
+            let key = (flight.tenant.clone(), flight.client_query_id.clone());
+            if pool.by_client_id.get(&key) == Some(&message.query) {
+                pool.by_client_id.remove(&key);
+            }
             let finished_unix_s = crate::clock::unix_now_s();
             let record = IdempotencyRecord {
                 pool: message.pool.clone(),

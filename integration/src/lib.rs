@@ -8,6 +8,10 @@
 //!
 //! - [`NodeProcess`]: start, find the bound addresses, signal, restart.
 //! - [`http_get`]: a minimal blocking HTTP/1.1 GET for the admin API.
+//! - [`EtcdProcess`]: a throwaway etcd server (Debian's `etcd-server`).
+//! - [`CuttableProxy`]: a loopback TCP proxy a test can cut and heal, to
+//!   partition one node from etcd.
+//! - [`free_port`]: a loopback port nobody listens on now.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
@@ -220,4 +224,144 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, bod
 /// If it is not JSON.
 pub fn json(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+/// A loopback port that was free a moment ago (bound, then released).
+///
+/// # Panics
+///
+/// If no port can be bound.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address").port()
+}
+
+/// The `etcd` binary, if installed (`apt-get install etcd-server`).
+pub fn etcd_binary() -> Option<PathBuf> {
+    ["/usr/bin/etcd", "/usr/local/bin/etcd"].iter().map(PathBuf::from).find(|p| p.exists())
+}
+
+/// A throwaway single-member etcd on loopback ports, its data in a
+/// temporary directory; killed when dropped.
+pub struct EtcdProcess {
+    child: Child,
+    /// Its client URL, `http://127.0.0.1:PORT`.
+    pub client_url: String,
+    /// Its client address.
+    pub client_addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl EtcdProcess {
+    /// Starts etcd with its data under `dir` and waits (at most 30 s) until
+    /// it accepts connections.
+    ///
+    /// # Panics
+    ///
+    /// If etcd is not installed or does not start in time.
+    pub fn start(dir: &Path) -> EtcdProcess {
+        let binary = etcd_binary().expect("etcd is installed (apt-get install -y etcd-server; .ci/run does it)");
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).expect("etcd's directory");
+        let (client, peer) = (free_port(), free_port());
+        let client_url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let log = std::fs::File::create(dir.join("etcd.log")).expect("etcd's log file");
+        let child = Command::new(binary)
+            .args(["--name", "test", "--data-dir"])
+            .arg(dir.join("data"))
+            .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("test={peer_url}")])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("etcd starts");
+        let client_addr: SocketAddr = format!("127.0.0.1:{client}").parse().expect("address");
+        let started = std::time::Instant::now();
+        let etcd = EtcdProcess { child, client_url, client_addr, dir: dir.to_owned() };
+        // Ready once its health endpoint says so.
+        loop {
+            if TcpStream::connect_timeout(&client_addr, Duration::from_millis(200)).is_ok() {
+                let (status, body) = http_get(client_addr, "/health");
+                if status == 200 && body.contains("true") {
+                    return etcd;
+                }
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "etcd did not become healthy in 30 s; see {}", dir.join("etcd.log").display());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A TCP proxy from a loopback port to `target` that a test can cut (every
+/// connection closed, new ones refused) and heal.
+pub struct CuttableProxy {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>,
+}
+
+impl CuttableProxy {
+    /// Listens on a free loopback port and relays to `target`.
+    ///
+    /// # Panics
+    ///
+    /// If it cannot listen.
+    pub fn start(target: SocketAddr) -> CuttableProxy {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("proxy listens");
+        let addr = listener.local_addr().expect("proxy address");
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let open: std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>> = std::sync::Arc::default();
+        let (cut_seen, open_kept) = (cut.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if cut_seen.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect_timeout(&target, Duration::from_secs(1)) else { continue };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                let pairs = [(client.try_clone(), server.try_clone()), (server.try_clone(), client.try_clone())];
+                {
+                    let mut open = open_kept.lock().expect("proxy lock");
+                    open.push(client);
+                    open.push(server);
+                }
+                for pair in pairs {
+                    if let (Ok(mut from), Ok(mut to)) = pair {
+                        std::thread::spawn(move || {
+                            let _ = std::io::copy(&mut from, &mut to);
+                            let _ = to.shutdown(std::net::Shutdown::Both);
+                        });
+                    }
+                }
+            }
+        });
+        CuttableProxy { addr, cut, open }
+    }
+
+    /// Closes every relayed connection and refuses new ones.
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for stream in self.open.lock().expect("proxy lock").drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Relays again.
+    pub fn heal(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
 }

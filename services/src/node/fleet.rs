@@ -263,7 +263,11 @@ impl Fleet {
         moves.push(Move { pool: pool.to_owned(), kind, at_s: self.now_s(), in_flight_left });
     }
 
-    /// Where `pool`'s queries go from here, now.
+    /// Where `pool`'s queries go from here, now. When this node cannot
+    /// route the pool and knows no other owner (the claim is pending, this
+    /// node is handing the pool over, or its own lease lapsed), it sends
+    /// the query to the next member in rendezvous order, the likeliest next
+    /// owner, which refuses it unless it owns the pool by then.
     pub fn placement(&self, pool: &str) -> Placement {
         let view = self.view.read().expect("fleet view lock");
         match view.owners.get(pool) {
@@ -272,12 +276,20 @@ impl Fleet {
                     Mode::Static => true,
                     Mode::Etcd => view.lease.is_some_and(|lease| lease.holds_at(self.now_s(), self.settings.margin_s)),
                 };
-                if holds && !view.releasing.contains(pool) { Placement::Local } else { Placement::Unowned }
+                if holds && !view.releasing.contains(pool) {
+                    return Placement::Local;
+                }
             }
-            Some(owner) => match view.members.get(owner) {
-                Some(addr) => Placement::Remote { node: owner.clone(), addr: addr.clone() },
-                None => Placement::Unowned,
-            },
+            Some(owner) => {
+                if let Some(addr) = view.members.get(owner) {
+                    return Placement::Remote { node: owner.clone(), addr: addr.clone() };
+                }
+            }
+            None => {}
+        }
+        let others = view.members.keys().map(String::as_str).filter(|m| *m != self.node_id);
+        match ownership::owner(pool, others) {
+            Some(next) => Placement::Remote { node: next.to_owned(), addr: view.members[next].clone() },
             None => Placement::Unowned,
         }
     }

@@ -1,0 +1,305 @@
+//! Several `slogate serve` processes as one deployment: pools owned by
+//! rendezvous over the live members on etcd, any node accepting any
+//! query, failover when an owner is killed, a partition from etcd, a node
+//! joining, and a static member list without etcd. Every server (etcd and
+//! the nodes) is started here, on loopback.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use slogate_integration::{CuttableProxy, EtcdProcess, NodeProcess, free_port, http_get, json};
+use slogate_proto::v1::gateway_client::GatewayClient;
+use slogate_proto::v1::submit_request::Query;
+use slogate_proto::v1::{QueryStatus, SubmitRequest};
+
+const POOLS: [&str; 4] = ["p0", "p1", "p2", "p3"];
+const LEASE_TTL_S: u64 = 2;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("slogate-fleet-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A node's configuration: four pools, time compressed 200× (a query of
+/// ten virtual seconds takes 50 ms), and the given `[fleet]` body.
+fn node_config(dir: &Path, id: &str, grpc_addr: &str, fleet: &str) -> PathBuf {
+    let data = dir.join(id);
+    std::fs::create_dir_all(&data).unwrap();
+    let mut text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"{grpc_addr}\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 200.0\nadmin_token = \"t0ken\"\n[fleet]\nnode_id = \"{id}\"\n{fleet}\n",
+        data.join("data").display()
+    );
+    for pool in POOLS {
+        text.push_str(&format!("[[pool]]\nname = \"{pool}\"\nclusters = [16, 16]\n"));
+    }
+    let path = data.join("node.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn etcd_fleet(endpoint: &str) -> String {
+    format!("etcd_endpoints = [\"{endpoint}\"]\nlease_ttl_s = {LEASE_TTL_S}\npoll_interval_ms = 100\nfailover_wait_s = 20\ndrain_max_s = 5\n")
+}
+
+async fn fleet_view(admin: SocketAddr) -> serde_json::Value {
+    let (status, body) = tokio::task::spawn_blocking(move || http_get(admin, "/v1/fleet")).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    json(&body)
+}
+
+fn owned(view: &serde_json::Value) -> BTreeSet<String> {
+    view["owned"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_owned()).collect()
+}
+
+/// Waits (at most `limit`) until the nodes at `admins` together own every
+/// pool, each pool once, with `members` members each; returns the owners.
+async fn settled(admins: &[SocketAddr], members: usize, limit: Duration) -> BTreeMap<String, String> {
+    let started = Instant::now();
+    loop {
+        let mut owners = BTreeMap::new();
+        let mut twice = false;
+        let mut views_agree = true;
+        for admin in admins {
+            let view = fleet_view(*admin).await;
+            views_agree &= view["members"].as_object().unwrap().len() == members;
+            for pool in owned(&view) {
+                twice |= owners.insert(pool, view["node_id"].as_str().unwrap().to_owned()).is_some();
+            }
+        }
+        assert!(!twice, "a pool owned by two nodes at once: {owners:?}");
+        if views_agree && owners.len() == POOLS.len() {
+            return owners;
+        }
+        assert!(started.elapsed() < limit, "the fleet did not settle within {limit:?}: {owners:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn request(id: &str, pool: &str, template: u32) -> SubmitRequest {
+    SubmitRequest { pool: pool.into(), query_id: id.into(), query: Some(Query::Template(template)), slo_ms: 600_000, ..Default::default() }
+}
+
+/// Submits `request` to the nodes in turn from `first`, the same id each
+/// time, until one answers or 30 s pass, as a client with several gateway
+/// addresses does on a retryable status. Returns the reply and the
+/// attempts it took.
+async fn submit_with_retries(nodes: &[SocketAddr], first: usize, request: SubmitRequest) -> (slogate_proto::v1::SubmitResponse, u32) {
+    let started = Instant::now();
+    let mut attempts = 0;
+    let mut last = None;
+    while started.elapsed() < Duration::from_secs(30) {
+        let addr = nodes[(first + attempts as usize) % nodes.len()];
+        attempts += 1;
+        let call = async {
+            let mut client = GatewayClient::connect(format!("http://{addr}")).await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+            let mut call = tonic::Request::new(request.clone());
+            call.set_timeout(Duration::from_secs(20));
+            client.submit(call).await
+        };
+        match call.await {
+            Ok(reply) => return (reply.into_inner(), attempts),
+            Err(status) if matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled) => {
+                last = Some(status);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(status) => panic!("query {} refused for good: {status:?}", request.query_id),
+        }
+    }
+    panic!("query {} unanswered after 30 s and {attempts} attempts: {last:?}", request.query_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_on_etcd_answer_through_any_node_fail_over_within_two_ttls_and_take_in_a_joining_node() {
+    let dir = scratch("failover");
+    let etcd = EtcdProcess::start(&dir.join("etcd"));
+    let fleet = etcd_fleet(&etcd.client_url);
+    let mut nodes: Vec<Option<NodeProcess>> =
+        (0..3).map(|i| Some(NodeProcess::start(&node_config(&dir, &format!("n{i}"), "127.0.0.1:0", &fleet)))).collect();
+    let admins: Vec<SocketAddr> = nodes.iter().flatten().map(|n| n.admin_addr).collect();
+    let owners = settled(&admins, 3, Duration::from_secs(20)).await;
+    let distinct: BTreeSet<&String> = owners.values().collect();
+    assert!(distinct.len() >= 2, "rendezvous spread 4 pools over 3 nodes: {owners:?}");
+
+    // 1. Every node answers every pool's queries: 120 queries, each sent to
+    //    one node, most of them owned elsewhere.
+    let grpc: Vec<SocketAddr> = nodes.iter().flatten().map(|n| n.grpc_addr).collect();
+    let tasks: Vec<_> = (0..120u32)
+        .map(|i| {
+            let grpc = grpc.clone();
+            tokio::spawn(async move {
+                let pool = POOLS[i as usize % POOLS.len()];
+                submit_with_retries(&grpc, i as usize % 3, request(&format!("warm-{i}"), pool, 1 + i % 99)).await
+            })
+        })
+        .collect();
+    for task in tasks {
+        let (reply, attempts) = task.await.unwrap();
+        assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
+        assert_eq!(attempts, 1, "no failure yet, so no retry: {reply:?}");
+    }
+    let mut forwarded = 0;
+    for admin in &admins {
+        let view = fleet_view(*admin).await;
+        forwarded += view["reports"][view["node_id"].as_str().unwrap()]["forwarded"].as_u64().unwrap();
+    }
+    assert!(forwarded >= 60, "most queries went to a node that does not own their pool: {forwarded} forwarded");
+
+    // 2. Under load through all three nodes (p0 the busiest), kill -9 the
+    //    owner of p0.
+    let victim_id = owners["p0"].clone();
+    let mut victim = None;
+    for (i, node) in nodes.iter().enumerate() {
+        if fleet_view(node.as_ref().unwrap().admin_addr).await["node_id"] == victim_id.as_str() {
+            victim = Some(i);
+        }
+    }
+    let victim = victim.expect("p0's owner is one of the nodes");
+    let load: Vec<_> = (0..600u32)
+        .map(|i| {
+            let grpc = grpc.clone();
+            tokio::spawn(async move {
+                // Spread over 6 s; half of them to p0.
+                tokio::time::sleep(Duration::from_millis(u64::from(i) * 10)).await;
+                let pool = if i % 2 == 0 { "p0" } else { POOLS[1 + (i as usize / 2) % 3] };
+                submit_with_retries(&grpc, i as usize % 3, request(&format!("load-{i}"), pool, 1 + i % 99)).await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    nodes[victim].take().unwrap().kill();
+    let killed_at = Instant::now();
+    let survivors: Vec<SocketAddr> = nodes.iter().flatten().map(|n| n.admin_addr).collect();
+    let takeover = loop {
+        let mut routed = false;
+        for admin in &survivors {
+            routed |= owned(&fleet_view(*admin).await).contains("p0");
+        }
+        if routed {
+            break killed_at.elapsed();
+        }
+        assert!(killed_at.elapsed() < Duration::from_secs(20), "nobody took p0 within 20 s of its owner's death");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    eprintln!("measured: p0 routed by a new owner {:.2} s after its owner was killed (TTL {LEASE_TTL_S} s)", takeover.as_secs_f64());
+    assert!(takeover <= Duration::from_secs(2 * LEASE_TTL_S), "takeover took {takeover:?}, over 2 × TTL");
+
+    // 3. A node joins under the same load and takes its share.
+    let joiner = NodeProcess::start(&node_config(&dir, "n3", "127.0.0.1:0", &fleet));
+    let mut admins: Vec<SocketAddr> = nodes.iter().flatten().map(|n| n.admin_addr).collect();
+    admins.push(joiner.admin_addr);
+    let owners = settled(&admins, 3, Duration::from_secs(20)).await;
+    eprintln!("owners after the join: {owners:?}");
+
+    // 4. Every accepted query was answered; the ones caught by the kill
+    //    were answered on a retry.
+    let mut retried = 0;
+    for task in load {
+        let (reply, attempts) = task.await.unwrap();
+        assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
+        retried += u32::from(attempts > 1);
+    }
+    let mut reforwarded = 0;
+    for admin in &admins {
+        reforwarded += fleet_view(*admin).await["reforwarded"].as_u64().unwrap();
+    }
+    eprintln!("measured: {retried} of 600 queries needed a client retry (sent to the killed node); survivors re-sent {reforwarded} forwards themselves");
+    let joined = fleet_view(joiner.admin_addr).await;
+    eprintln!("the joiner's moves: {}", joined["moves"]);
+    drop(etcd);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_etcd_stops_routing_within_the_ttl_and_never_overlaps_the_next_owner() {
+    let dir = scratch("partition");
+    let etcd = EtcdProcess::start(&dir.join("etcd"));
+    let proxy = CuttableProxy::start(etcd.client_addr);
+    let cut_node = NodeProcess::start(&node_config(&dir, "a", "127.0.0.1:0", &etcd_fleet(&format!("http://{}", proxy.addr))));
+    let other = NodeProcess::start(&node_config(&dir, "b", "127.0.0.1:0", &etcd_fleet(&etcd.client_url)));
+    let admins = [cut_node.admin_addr, other.admin_addr];
+    let owners = settled(&admins, 2, Duration::from_secs(20)).await;
+    let owned_by_a: BTreeSet<String> = owners.iter().filter(|(_, o)| *o == "a").map(|(p, _)| p.clone()).collect();
+    assert!(!owned_by_a.is_empty(), "rendezvous gave node a some pools: {owners:?}");
+
+    proxy.cut();
+    let cut_at = Instant::now();
+    let mut a_stopped = None;
+    let mut b_took_all = None;
+    // Sample both views until b owns every pool; never may both own one.
+    while b_took_all.is_none() {
+        let a = owned(&fleet_view(cut_node.admin_addr).await);
+        let b = owned(&fleet_view(other.admin_addr).await);
+        let both: Vec<_> = a.intersection(&b).collect();
+        assert!(both.is_empty(), "{both:?} routed by both nodes {:?} after the cut", cut_at.elapsed());
+        if a.is_empty() && a_stopped.is_none() {
+            a_stopped = Some(cut_at.elapsed());
+        }
+        if b.len() == POOLS.len() {
+            b_took_all = Some(cut_at.elapsed());
+        }
+        assert!(cut_at.elapsed() < Duration::from_secs(20), "b did not take a's pools within 20 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let a_stopped = a_stopped.expect("a stopped before b took everything");
+    eprintln!(
+        "measured: the cut-off node stopped routing {:.2} s after the cut, the other owned every pool {:.2} s after it (TTL {LEASE_TTL_S} s)",
+        a_stopped.as_secs_f64(),
+        b_took_all.unwrap().as_secs_f64()
+    );
+    assert!(a_stopped <= Duration::from_secs(LEASE_TTL_S), "a kept routing for {a_stopped:?}, past its TTL");
+
+    // Queries through the cut-off node still complete: it forwards them.
+    let mut client = GatewayClient::connect(format!("http://{}", cut_node.grpc_addr)).await.unwrap();
+    for (i, pool) in POOLS.iter().enumerate() {
+        let reply = client.submit(request(&format!("cut-{i}"), pool, 5)).await.unwrap().into_inner();
+        assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
+    }
+
+    // Healed, a rejoins and takes its pools back from b after b drains them.
+    proxy.heal();
+    let owners = settled(&admins, 2, Duration::from_secs(20)).await;
+    let back: BTreeSet<String> = owners.iter().filter(|(_, o)| *o == "a").map(|(p, _)| p.clone()).collect();
+    assert_eq!(back, owned_by_a, "rendezvous gives a the same pools again");
+    drop(etcd);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_member_list_splits_the_pools_and_forwards_between_two_nodes() {
+    let dir = scratch("static");
+    let ports = [free_port(), free_port()];
+    let members = format!(
+        "[[fleet.member]]\nid = \"s0\"\ngrpc_addr = \"127.0.0.1:{}\"\n[[fleet.member]]\nid = \"s1\"\ngrpc_addr = \"127.0.0.1:{}\"\n",
+        ports[0], ports[1]
+    );
+    let nodes: Vec<NodeProcess> =
+        (0..2).map(|i| NodeProcess::start(&node_config(&dir, &format!("s{i}"), &format!("127.0.0.1:{}", ports[i]), &members))).collect();
+    let admins: Vec<SocketAddr> = nodes.iter().map(|n| n.admin_addr).collect();
+    let owners = settled(&admins, 2, Duration::from_secs(10)).await;
+    // The split is rendezvous hashing's, as `slogate_core::ownership` computes it.
+    for (pool, owner) in &owners {
+        assert_eq!(Some(owner.as_str()), slogate_core::ownership::owner(pool, ["s0", "s1"]), "{pool}");
+    }
+    let grpc: Vec<SocketAddr> = nodes.iter().map(|n| n.grpc_addr).collect();
+    let mut elsewhere = 0;
+    for i in 0..16u32 {
+        let (pool, node) = (POOLS[i as usize % 4], format!("s{}", i % 2));
+        elsewhere += u64::from(owners[pool] != node);
+        let (reply, attempts) = submit_with_retries(&grpc, i as usize % 2, request(&format!("s-{i}"), POOLS[i as usize % 4], 1 + i)).await;
+        assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
+        assert_eq!(attempts, 1);
+    }
+    let forwarded: u64 = {
+        let mut total = 0;
+        for admin in &admins {
+            let view = fleet_view(*admin).await;
+            assert_eq!(view["mode"], "static");
+            total += view["reports"][view["node_id"].as_str().unwrap()]["forwarded"].as_u64().unwrap();
+        }
+        total
+    };
+    assert_eq!(forwarded, elsewhere, "each query sent to the node that does not own its pool was forwarded once");
+    assert!(elsewhere > 0);
+}
