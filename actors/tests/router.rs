@@ -154,6 +154,29 @@ async fn a_retried_query_id_runs_once_and_gets_the_same_reply() {
 }
 
 #[actix_rt::test]
+async fn a_query_every_client_abandoned_is_cancelled_and_a_retry_of_its_id_runs_anew() {
+    use slogate_actors::router::ClientGone;
+    tokio::time::pause();
+    let router = node(1_000).await;
+    let abandoned = router.send(submit("left", 4)).await.unwrap().unwrap();
+    let query = abandoned.query;
+    drop(abandoned.reply);
+    router.send(ClientGone { pool: PoolId::default(), query }).await.unwrap();
+    // Retried at once (a forwarding node re-sending it after its first
+    // owner failed), the id starts a new run instead of joining the
+    // cancelled one or getting its cancellation.
+    let retry = router.send(submit("left", 4)).await.unwrap().unwrap();
+    assert_ne!(retry.query, query);
+    let outcome = retry.reply.await.unwrap();
+    assert_eq!(outcome.status, SubmitStatus::Completed, "{outcome:?}");
+    // And that run's outcome is the one remembered.
+    let again = router.send(submit("left", 4)).await.unwrap().unwrap().reply.await.unwrap();
+    assert_eq!(again, outcome);
+    let stats = router.send(GetState).await.unwrap().pools[0].stats.clone();
+    assert_eq!((stats.accepted, stats.failed, stats.completed, stats.deduplicated), (2, 1, 1, 1));
+}
+
+#[actix_rt::test]
 async fn a_retry_with_other_content_is_refused_and_tenants_do_not_share_ids() {
     tokio::time::pause();
     let router = node(1_000).await;

@@ -1475,6 +1475,27 @@ mod tests {
     }
 
     #[test]
+    fn a_fleet_section_is_checked_and_names_the_key_at_fault() {
+        let load = |fleet: &str, env_pairs: &[(&str, &str)]| NodeConfig::load(&format!("version = \"1\"\n[fleet]\n{fleet}\n"), &env(env_pairs), &Overrides::default());
+        let error = |fleet: &str| load(fleet, &[]).unwrap_err().to_string();
+        let member = |id: &str, addr: &str| format!("[[fleet.member]]\nid = \"{id}\"\ngrpc_addr = \"{addr}\"\n");
+        assert!(error("member = []\netcd_endpoints = [\"http://127.0.0.1:2379\"]").contains("`fleet.node_id`"));
+        assert!(error("node_id = \"a\"").contains("either a static"));
+        assert!(error(&format!("node_id = \"a\"\netcd_endpoints = [\"http://e:1\"]\n{}", member("a", "h:1"))).contains("exclude each other"));
+        assert!(error(&format!("node_id = \"a\"\n{}", member("b", "h:1"))).contains("this node (`a`) is not in the list"));
+        assert!(error(&format!("node_id = \"a\"\n{}{}", member("a", "h:1"), member("a", "h:2"))).contains("listed twice"));
+        assert!(error(&format!("node_id = \"a\"\n{}", member("a", "nohost"))).contains("`fleet.member[0].grpc_addr`"));
+        assert!(error("node_id = \"a b\"\netcd_endpoints = [\"http://e:1\"]").contains("`fleet.node_id`"));
+        assert!(error("node_id = \"a\"\netcd_endpoints = [\"e:1\"]").contains("`fleet.etcd_endpoints[0]`"));
+        let slow_poll = error("node_id = \"a\"\netcd_endpoints = [\"http://e:1\"]\nlease_ttl_s = 2\npoll_interval_ms = 1000");
+        assert!(slow_poll.contains("`fleet.poll_interval_ms`") && slow_poll.contains("half of lease_ttl_s"), "{slow_poll}");
+        // A StatefulSet names each pod through the environment.
+        let config = load("etcd_endpoints = [\"http://e:2379\"]", &[("SLOGATE_NODE_ID", "slogate-1"), ("SLOGATE_ADVERTISE_ADDR", "slogate-1.slogate:50051")]).unwrap();
+        assert_eq!((config.file.fleet.node_id.as_str(), config.file.fleet.advertise_addr.as_str()), ("slogate-1", "slogate-1.slogate:50051"));
+        assert!(!NodeConfig::load("", &env(&[]), &Overrides::default()).unwrap().file.fleet.enabled(), "a single node by default");
+    }
+
+    #[test]
     fn pool_names_that_could_escape_a_label_or_a_path_are_refused() {
         for name in ["../etc", "a\\\"b", "x y", ""] {
             let file = format!("version = \"1\"\n[[pool]]\nname = \"{name}\"\nclusters = [16]\n");
