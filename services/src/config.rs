@@ -1145,6 +1145,17 @@ fn located(toml_text: &str, error: &toml::de::Error) -> Error {
 }
 
 impl NodeConfig {
+    /// The environment variables a node reads, each overriding one key.
+    pub const ENVIRONMENT_KEYS: &'static [&'static str] = &[
+        "SLOGATE_GRPC_ADDR",
+        "SLOGATE_ADMIN_ADDR",
+        "SLOGATE_DATA_DIR",
+        "SLOGATE_TIME_COMPRESSION",
+        "SLOGATE_ADMIN_TOKEN",
+        "SLOGATE_NODE_ID",
+        "SLOGATE_ADVERTISE_ADDR",
+    ];
+
     /// Parses `toml_text` (empty for the embedded defaults), applies `env`
     /// and `overrides`, and validates.
     pub fn load(toml_text: &str, env: &dyn Strings, overrides: &Overrides) -> Result<NodeConfig> {
