@@ -285,6 +285,7 @@ mod tests {
                 backend_wall: std::time::Duration::ZERO,
                 sqlstate: None,
                 result: None,
+                execution: None,
             },
         }
     }

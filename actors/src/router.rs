@@ -94,6 +94,10 @@ pub struct SubmitOutcome {
     /// answered from the idempotency table gets the columns only, marked
     /// truncated: the table does not keep rows.
     pub result: Option<ResultRows>,
+    /// The execution the log recorded for it, when it ran on a cluster of
+    /// a node with an execution log (not kept in the idempotency table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution: Option<ExecutionRecord>,
 }
 
 /// An accepted submission: the node's id for it and where its outcome
@@ -127,7 +131,7 @@ impl SubmitOutcome {
             truncated: r.truncated || !r.rows.is_empty(),
             rows_total: r.rows_total,
         });
-        SubmitOutcome { result, ..self.clone() }
+        SubmitOutcome { result, execution: None, ..self.clone() }
     }
 }
 
@@ -201,6 +205,23 @@ pub struct AttachAutoscaler {
     pub pool: PoolId,
     /// Where notices go.
     pub autoscaler: Recipient<ScaleNotice>,
+}
+
+/// Builds a policy on the shard's thread (policies need not be `Send`).
+pub type PolicyBuilder = Box<dyn FnOnce() -> std::result::Result<Box<dyn RoutingPolicy>, String> + Send>;
+
+/// Replaces a pool's routing policy with one `build` makes on the shard's
+/// thread: a node taking a pool over from another starts it on the
+/// execution log it holds now, not the one it started with. Refused while
+/// the pool has queries in flight, whose predictions the new policy would
+/// not know; a refit of the old policy still running is not installed.
+#[derive(Message)]
+#[rtype(result = "Result<()>")]
+pub struct ReplacePolicy {
+    /// The pool.
+    pub pool: PoolId,
+    /// Makes the new policy.
+    pub build: PolicyBuilder,
 }
 
 /// Stop accepting submissions (graceful shutdown); in-flight queries
@@ -338,6 +359,9 @@ struct InFlight {
 
 struct PoolRuntime {
     policy: Box<dyn RoutingPolicy>,
+    /// Counts [`ReplacePolicy`]s: a refit started for an earlier policy is
+    /// not installed in a later one.
+    policy_generation: u64,
     /// A refit of the policy's predictor is running off the thread.
     fit_running: bool,
     /// No refit starts before this (see `FIT_REST_FACTOR`).
@@ -542,6 +566,7 @@ impl RouterShard {
                 policy.defer_fits();
                 let runtime = PoolRuntime {
                     policy,
+                    policy_generation: 0,
                     fit_running: false,
                     fit_rested_at: std::time::Instant::now(),
                     backend: setup.backend,
@@ -827,6 +852,22 @@ impl Handler<AttachAutoscaler> for RouterShard {
     }
 }
 
+impl Handler<ReplacePolicy> for RouterShard {
+    type Result = Result<()>;
+
+    fn handle(&mut self, message: ReplacePolicy, _ctx: &mut Self::Context) -> Self::Result {
+        let pool = self.pools.get_mut(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.clone()))?;
+        if !pool.in_flight.is_empty() {
+            return Err(Error::Unsupported(format!("pool `{}` has {} queries in flight; its policy stays", message.pool, pool.in_flight.len())));
+        }
+        let mut policy = (message.build)().map_err(Error::Unsupported)?;
+        policy.defer_fits();
+        pool.policy = policy;
+        pool.policy_generation += 1;
+        Ok(())
+    }
+}
+
 impl Handler<RequestCluster> for RouterShard {
     type Result = ResponseActFuture<Self, Result<ClusterId>>;
 
@@ -1026,6 +1067,7 @@ impl Handler<Submit> for RouterShard {
                     backend_wall: std::time::Duration::ZERO,
                     sqlstate: None,
                     result: None,
+                    execution: None,
                 };
                 if !pool.notify(ScaleEvent::Arrival { query: query.clone(), target: None }) {
                     self.scale_notices_dropped += 1;
@@ -1155,6 +1197,7 @@ impl RouterShard {
         }
         let Some(job) = pool.policy.take_fit_job() else { return };
         pool.fit_running = true;
+        let generation = pool.policy_generation;
         let pool_id = pool_id.clone();
         let fit = tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
@@ -1168,6 +1211,7 @@ impl RouterShard {
                 fit
             });
             match fit {
+                Ok(_) if pool.policy_generation != generation => {}
                 Ok(fit) => {
                     pool.policy.install_fit(fit);
                     pool.stats.predictor_fits += 1;
@@ -1189,6 +1233,7 @@ impl RouterShard {
         {
             view.running.retain(|r| r.id != message.query);
         }
+        let mut execution = None;
         let outcome = match message.completion {
             Some(Completion::Ran { report, result }) => {
                 pool.policy.handle_completion(now, &report);
@@ -1223,6 +1268,7 @@ impl RouterShard {
                         ran_alone: !flight.overlapped,
                         queued: report.started.map_or(slogate_core::time::Duration::ZERO, |started| started.saturating_duration_since(report.dispatched)),
                     };
+                    execution = Some(record.clone());
                     self.log.push(LogUpdate::Execution(record));
                 }
                 SubmitOutcome {
@@ -1237,6 +1283,7 @@ impl RouterShard {
                     backend_wall: message.backend_wall,
                     sqlstate: None,
                     result,
+                    execution: execution.take(),
                 }
             }
             failed => {
@@ -1258,6 +1305,7 @@ impl RouterShard {
                     backend_wall: message.backend_wall,
                     sqlstate,
                     result: None,
+                    execution: None,
                 }
             }
         };
@@ -1324,6 +1372,7 @@ impl Handler<FailInFlight> for RouterShard {
                     backend_wall: std::time::Duration::ZERO,
                     sqlstate: None,
                     result: None,
+                    execution: None,
                 };
                 for waiter in flight.waiters {
                     let _ = waiter.send(outcome.clone());

@@ -304,6 +304,7 @@ fn idempotency_record(id: u64, finished_unix_s: f64) -> slogate_actors::idempote
             backend_wall: std::time::Duration::ZERO,
             sqlstate: None,
             result: None,
+            execution: None,
         },
     }
 }

@@ -185,6 +185,16 @@ async fn three_nodes_on_etcd_answer_through_any_node_fail_over_within_two_ttls_a
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     eprintln!("measured: p0 routed by a new owner {:.2} s after its owner was killed (TTL {LEASE_TTL_S} s)", takeover.as_secs_f64());
+    // The new owner rebuilt p0's policy on its execution log.
+    let mut relearned = 0;
+    for admin in &survivors {
+        let view = fleet_view(*admin).await;
+        if owned(&view).contains("p0") {
+            relearned = view["relearned"]["p0"].as_u64().unwrap_or(0);
+        }
+    }
+    eprintln!("measured: the new owner of p0 learned from {relearned} executions at takeover");
+    assert!(relearned > 0, "the new owner took p0 over with a policy learned from its log");
     assert!(takeover <= Duration::from_secs(2 * LEASE_TTL_S), "takeover took {takeover:?}, over 2 × TTL");
 
     // 3. A node joins under the same load and takes its share.
@@ -302,4 +312,20 @@ async fn a_static_member_list_splits_the_pools_and_forwards_between_two_nodes() 
     };
     assert_eq!(forwarded, elsewhere, "each query sent to the node that does not own its pool was forwarded once");
     assert!(elsewhere > 0);
+    // The owners logged all 16 executions, and each accepting node kept a
+    // copy of those it forwarded.
+    let started = Instant::now();
+    loop {
+        let mut logged = 0;
+        for admin in &admins {
+            let admin = *admin;
+            let (_, body) = tokio::task::spawn_blocking(move || http_get(admin, "/v1/actors")).await.unwrap();
+            logged += json(&body)["reservoir"]["executions"].as_u64().unwrap();
+        }
+        if logged == 16 + elsewhere {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{logged} executions logged, expected {}", 16 + elsewhere);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

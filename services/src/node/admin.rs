@@ -506,6 +506,7 @@ async fn fleet(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespon
         "owned": own.pools_owned,
         "releasing": view.releasing,
         "moves": fleet.moves(),
+        "relearned": fleet.relearned_counts(),
         "reforwarded": fleet.reforwarded.load(Ordering::Relaxed),
         "reports": reports,
     }))

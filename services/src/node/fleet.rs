@@ -57,7 +57,7 @@ use slogate_proto::etcd::{
     compare, request_op,
 };
 use slogate_proto::v1::node_client::NodeClient;
-use slogate_proto::v1::{ForwardRequest, NodeState, SubmitResponse};
+use slogate_proto::v1::{ForwardReply, ForwardRequest, NodeState};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::config::FleetSection;
@@ -167,6 +167,20 @@ pub struct Fleet {
     forwarding: AtomicUsize,
     /// Moves of pools in or out of this node, newest last (bounded).
     moves: Mutex<Vec<Move>>,
+    /// Where each pool this node claims is announced (see
+    /// [`Fleet::claims`]).
+    claims: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Claim>>>,
+    /// For each pool this node took over: the executions its policy was
+    /// rebuilt on.
+    relearned: Mutex<BTreeMap<String, usize>>,
+}
+
+/// A pool this node just claimed and does not route yet.
+pub struct Claim {
+    /// The pool.
+    pub pool: String,
+    /// Answered once the pool is ready to route here.
+    pub ready: tokio::sync::oneshot::Sender<()>,
 }
 
 /// A pool changing hands, as this node saw it.
@@ -224,6 +238,8 @@ impl Fleet {
             reforwarded: AtomicU64::new(0),
             forwarding: AtomicUsize::new(0),
             moves: Mutex::default(),
+            claims: Mutex::default(),
+            relearned: Mutex::default(),
         })
     }
 
@@ -253,6 +269,35 @@ impl Fleet {
     /// The moves this node made, oldest first.
     pub fn moves(&self) -> Vec<Move> {
         self.moves.lock().expect("moves lock").clone()
+    }
+
+    /// The pools this node claims from now on, each as it claims it and
+    /// before it routes it: the pool waits (up to the membership task's
+    /// call timeout) for the receiver to answer the claim's `ready`.
+    pub fn claims(&self) -> tokio::sync::mpsc::UnboundedReceiver<Claim> {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        *self.claims.lock().expect("claims lock") = Some(sender);
+        receiver
+    }
+
+    /// Announces the claim of `pool` and waits at most `limit` for it to be
+    /// made ready.
+    async fn prepare(&self, pool: &str, limit: Duration) {
+        let (ready, prepared) = tokio::sync::oneshot::channel();
+        let sent = self.claims.lock().expect("claims lock").as_ref().is_some_and(|claims| claims.send(Claim { pool: pool.to_owned(), ready }).is_ok());
+        if sent && tokio::time::timeout(limit, prepared).await.is_err() {
+            tracing::warn!(message = "A claimed pool was not prepared in time; it routes with the policy it had.", pool = %pool);
+        }
+    }
+
+    /// Records that `pool`'s policy was rebuilt on `executions`.
+    pub fn relearned(&self, pool: &str, executions: usize) {
+        self.relearned.lock().expect("relearned lock").insert(pool.to_owned(), executions);
+    }
+
+    /// Each taken-over pool's executions its policy was rebuilt on.
+    pub fn relearned_counts(&self) -> BTreeMap<String, usize> {
+        self.relearned.lock().expect("relearned lock").clone()
     }
 
     fn record_move(&self, pool: &str, kind: &'static str, in_flight_left: usize) {
@@ -355,7 +400,7 @@ impl Fleet {
 
     /// Sends `request` to the node at `addr`, with `timeout` as the call's
     /// deadline.
-    pub async fn forward(&self, addr: &str, request: ForwardRequest, timeout: Option<Duration>) -> std::result::Result<SubmitResponse, tonic::Status> {
+    pub async fn forward(&self, addr: &str, request: ForwardRequest, timeout: Option<Duration>) -> std::result::Result<ForwardReply, tonic::Status> {
         let mut client = self.client(addr)?;
         self.forwarding.fetch_add(1, Ordering::Relaxed);
         let _done = Decrement(&self.forwarding);
@@ -615,6 +660,8 @@ async fn poll(fleet: &Arc<Fleet>, session: &mut Session) -> std::result::Result<
                     failure: Vec::new(),
                 };
                 if within(limit, session.kv.txn(claim)).await?.into_inner().succeeded {
+                    // Nobody routes the pool until the next publish below.
+                    fleet.prepare(pool, limit).await;
                     owners.insert(pool.clone(), fleet.node_id.clone());
                     fleet.record_move(pool, "claimed", 0);
                     tracing::info!(message = "Claimed a pool.", node = %fleet.node_id, pool = %pool);

@@ -17,7 +17,7 @@ use slogate_actors::shards::RouterShards;
 use slogate_proto::GatewayError;
 use slogate_proto::v1::gateway_server::Gateway;
 use slogate_proto::error::kind_of_code;
-use slogate_proto::v1::{ForwardRequest, QueryStatus, ResultSet, Row, SubmitRequest, SubmitResponse, submit_request};
+use slogate_proto::v1::{ForwardReply, ForwardRequest, QueryStatus, ResultSet, Row, SubmitRequest, SubmitResponse, submit_request};
 
 use super::fleet::{Fleet, Placement, retryable};
 use slogate_proto::validate::{Limits, validate_submit};
@@ -97,6 +97,9 @@ pub struct GatewayService {
     intake: Intake,
     /// The deployment this node is one of; `None` when it is alone.
     fleet: Option<Arc<Fleet>>,
+    /// This node's execution log, which keeps a copy of what the owners
+    /// of the pools it forwards to logged.
+    log: Option<slogate_actors::reservoir::ReservoirLink>,
 }
 
 /// A request once validated: only what the query needs from here on.
@@ -123,14 +126,24 @@ impl GatewayService {
         tenants: Arc<Tenants>,
         intake: Intake,
     ) -> Self {
-        GatewayService { router, limits, added_latency, stream_in_flight_max: stream_in_flight_max.max(1), closing, tenants, intake, fleet: None }
+        GatewayService { router, limits, added_latency, stream_in_flight_max: stream_in_flight_max.max(1), closing, tenants, intake, fleet: None, log: None }
     }
 
     /// The service as one node of `fleet`: queries of pools another node
-    /// owns are forwarded to it.
-    pub fn with_fleet(mut self, fleet: Arc<Fleet>) -> Self {
+    /// owns are forwarded to it, and the executions the owners logged for
+    /// them are copied into `log`.
+    pub fn with_fleet(mut self, fleet: Arc<Fleet>, log: slogate_actors::reservoir::ReservoirLink) -> Self {
         self.fleet = Some(fleet);
+        self.log = Some(log);
         self
+    }
+
+    /// Copies an owner's logged `execution` into this node's log. A full
+    /// log drops it (the owner's own log has it).
+    fn keep_copy(&self, execution: Option<slogate_proto::v1::Execution>) {
+        if let (Some(log), Some(execution)) = (&self.log, execution) {
+            let _ = log.offer_batch(vec![slogate_actors::reservoir::LogUpdate::Execution(execution_record(&execution))]);
+        }
     }
 
     /// The calling tenant, from the call's `authorization` metadata.
@@ -217,7 +230,13 @@ impl GatewayService {
                         fleet.reforwarded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     match fleet.forward(&addr, forward, deadline.map(|_| left)).await {
-                        Ok(reply) => return Ok(reply),
+                        Ok(ForwardReply { reply: Some(reply), execution }) => {
+                            self.keep_copy(execution);
+                            return Ok(reply);
+                        }
+                        Ok(ForwardReply { reply: None, .. }) => {
+                            return Err(GatewayError::Internal(format!("node {node} answered a forwarded query with no reply")));
+                        }
                         Err(status) if retryable(&status) => last_failure = format!("its owner {node} answered {:?}: {}", status.code(), status.message()),
                         Err(status) => return Err(GatewayError::Remote { kind: kind_of_code(status.code()), message: status.message().to_owned() }),
                     }
@@ -236,7 +255,7 @@ impl GatewayService {
     }
 
     /// Runs a query another node forwarded: this node must own its pool.
-    pub async fn forwarded(&self, forward: ForwardRequest) -> Result<SubmitResponse, GatewayError> {
+    pub async fn forwarded(&self, forward: ForwardRequest) -> Result<ForwardReply, GatewayError> {
         let Some(fleet) = &self.fleet else { return Err(GatewayError::Internal("a single node takes no forwarded queries".into())) };
         let request = forward.request.ok_or_else(|| GatewayError::InvalidArgument("a forwarded query needs its request".into()))?;
         let spec = validate_submit(&request, &self.limits)?;
@@ -246,7 +265,9 @@ impl GatewayService {
         }
         fleet.received.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let query = self.checked(request, spec, forward.tenant, None);
-        self.run(query).await.map(response)
+        let mut outcome = self.run(query).await?;
+        let execution = outcome.execution.take().map(|record| execution_message(&record));
+        Ok(ForwardReply { reply: Some(response(outcome)), execution })
     }
 
     async fn run(&self, query: Validated) -> Result<SubmitOutcome, GatewayError> {
@@ -300,6 +321,37 @@ impl Drop for ClientWaiting {
         if !self.answered {
             self.router.do_send(ClientGone { pool: self.pool.clone(), query: self.query });
         }
+    }
+}
+
+/// An execution log record as the Node service carries it.
+fn execution_message(record: &slogate_core::reservoir::ExecutionRecord) -> slogate_proto::v1::Execution {
+    slogate_proto::v1::Execution {
+        template: record.template.0,
+        cluster: record.cluster.0,
+        size_rpu: record.size.0,
+        neighbours_at_dispatch: record.neighbours_at_dispatch,
+        latency_us: record.latency.as_micros(),
+        censored: record.censored,
+        queued_us: record.queued.as_micros(),
+        ran_alone: record.ran_alone,
+    }
+}
+
+/// The record an owner's [`execution_message`] came from. The owner's
+/// query id is its own, so the copy gets none.
+fn execution_record(message: &slogate_proto::v1::Execution) -> slogate_core::reservoir::ExecutionRecord {
+    use slogate_core::time::Duration;
+    slogate_core::reservoir::ExecutionRecord {
+        query: slogate_core::model::QueryId(0),
+        template: slogate_core::model::TemplateId(message.template),
+        cluster: slogate_core::model::ClusterId(message.cluster),
+        size: slogate_core::model::Rpu(message.size_rpu),
+        neighbours_at_dispatch: message.neighbours_at_dispatch,
+        latency: Duration::from_micros(message.latency_us),
+        censored: message.censored,
+        queued: Duration::from_micros(message.queued_us),
+        ran_alone: message.ran_alone,
     }
 }
 
@@ -455,21 +507,22 @@ pub struct NodeService {
 }
 
 impl NodeService {
-    /// The Node service of `gateway`'s node in `fleet`.
+    /// The Node service of `gateway`'s node in `fleet` (a gateway already
+    /// given the fleet with [`GatewayService::with_fleet`]).
     pub fn new(gateway: GatewayService, fleet: Arc<Fleet>) -> Self {
-        NodeService { gateway: gateway.with_fleet(fleet.clone()), fleet }
+        NodeService { gateway, fleet }
     }
 }
 
 #[tonic::async_trait]
 impl slogate_proto::v1::node_server::Node for NodeService {
-    async fn forward(&self, request: Request<ForwardRequest>) -> Result<Response<SubmitResponse>, Status> {
+    async fn forward(&self, request: Request<ForwardRequest>) -> Result<Response<ForwardReply>, Status> {
         self.fleet.check_secret(request.metadata())?;
         let reply = self.gateway.forwarded(request.into_inner()).await.map_err(|e| status_of(&e))?;
         Ok(Response::new(reply))
     }
 
-    type ForwardStreamStream = Pin<Box<dyn Stream<Item = Result<SubmitResponse, Status>> + Send>>;
+    type ForwardStreamStream = Pin<Box<dyn Stream<Item = Result<ForwardReply, Status>> + Send>>;
 
     /// Like `SubmitStream`: at most `stream_in_flight_max` in progress,
     /// replies in completion order, a refusal as a `REJECTED` reply.
@@ -492,7 +545,7 @@ impl slogate_proto::v1::node_server::Node for NodeService {
                                 let query_id = forward.request.as_ref().map(|r| r.query_id.clone()).unwrap_or_default();
                                 let reply = match service.forwarded(forward).await {
                                     Ok(reply) => reply,
-                                    Err(error) => rejected(query_id, &error),
+                                    Err(error) => ForwardReply { reply: Some(rejected(query_id, &error)), execution: None },
                                 };
                                 let _ = sender.send(Ok(reply)).await;
                             });

@@ -172,6 +172,9 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     let mut pending: Vec<Vec<PendingPool>> = (0..shard_count).map(|_| Vec::new()).collect();
     let mut owners: std::collections::HashMap<PoolId, usize> = std::collections::HashMap::new();
     let mut backends = Vec::new();
+    // Each pool's policy and terms, to rebuild it when this node takes the
+    // pool over from another.
+    let mut policies: std::collections::HashMap<String, (String, crate::eval::PoolTerms)> = std::collections::HashMap::new();
     for (i, pool) in file.pool.iter().enumerate() {
         let id = PoolId(pool.name.clone());
         let shard = pool.shard_index(i, shard_count);
@@ -191,6 +194,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             templates_max: Some(file.limits.templates_per_pool_max),
         };
         crate::eval::policy_by_name(&pool.policy).map_err(|e| Error::Config(format!("pool[{i}].policy: {e}")))?;
+        policies.insert(pool.name.clone(), (pool.policy.clone(), terms.clone()));
         backends.push(admin::PoolBackends { pool: id.clone(), backend: wiring.backend.clone(), provider: wiring.provider.clone() });
         pending[shard].push(PendingPool {
             id,
@@ -351,6 +355,37 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     } else {
         None
     };
+    // A pool this node takes over starts on the execution log it holds
+    // now, which has copies of what the pool's owners logged for the
+    // queries this node forwarded to them.
+    if let Some(fleet) = &fleet {
+        let mut claims = fleet.claims();
+        let (fleet, router, reservoir) = (fleet.clone(), router.clone(), reservoir.clone());
+        let policies = policies.clone();
+        actix_rt::spawn(async move {
+            while let Some(fleet::Claim { pool, ready }) = claims.recv().await {
+                // Answered whatever happens, when this iteration ends.
+                let _ready = ready;
+                let (Some((policy, terms)), Some(shard)) = (policies.get(&pool).cloned(), router.for_pool(&PoolId(pool.clone())).cloned()) else { continue };
+                let records = match reservoir.send(slogate_actors::reservoir::GetRecentExecutions { limit: WARM_UP_EXECUTIONS_MAX }).await {
+                    Ok(Ok(records)) => records,
+                    _ => continue,
+                };
+                let history: Vec<Observation> = records.iter().map(|r| r.observation()).collect();
+                let executions = history.len();
+                let build: router::PolicyBuilder =
+                    Box::new(move || crate::eval::build_policy_with(&policy, &history, &terms).map_err(|e| e.to_string()));
+                match shard.send(router::ReplacePolicy { pool: PoolId(pool.clone()), build }).await {
+                    Ok(Ok(())) => {
+                        fleet.relearned(&pool, executions);
+                        tracing::info!(message = "Took a pool over with its policy learned from the execution log.", pool = %pool, executions);
+                    }
+                    Ok(Err(error)) => tracing::warn!(message = "Took a pool over with the policy it had.", pool = %pool, %error),
+                    Err(_) => break,
+                }
+            }
+        });
+    }
     let (fleet_stop, fleet_stopped) = tokio::sync::watch::channel(false);
     let fleet_task = match &fleet {
         Some(fleet) if !file.fleet.etcd_endpoints.is_empty() => {
@@ -380,14 +415,14 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         tenants.clone(),
         intake.clone(),
     );
+    let service = match &fleet {
+        Some(fleet) => service.with_fleet(fleet.clone(), reservoir_link.clone()),
+        None => service,
+    };
     let node_service = fleet.as_ref().map(|fleet| {
         slogate_proto::v1::node_server::NodeServer::new(grpc::NodeService::new(service.clone(), fleet.clone()))
             .max_decoding_message_size(file.limits.grpc_message_bytes_max)
     });
-    let service = match &fleet {
-        Some(fleet) => service.with_fleet(fleet.clone()),
-        None => service,
-    };
     let gateway = GatewayServer::new(service).max_decoding_message_size(file.limits.grpc_message_bytes_max);
     health.set_serving::<GatewayServer<grpc::GatewayService>>().await;
     let (grpc_stop, stopped) = tokio::sync::oneshot::channel::<()>();
