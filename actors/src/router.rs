@@ -207,6 +207,33 @@ pub struct AttachAutoscaler {
     pub autoscaler: Recipient<ScaleNotice>,
 }
 
+/// Looks a client's query id up in a pool's idempotency table, as a
+/// Submit would: the recorded outcome, `None` when the id is unknown, or
+/// [`Error::IdempotencyMismatch`] when it named other content. A node that
+/// forwards a query to its pool's owner asks first, so a retry it accepted
+/// before is answered without running again, whoever owns the pool now.
+#[derive(Message)]
+#[rtype(result = "Result<Option<SubmitOutcome>>")]
+pub struct Recall {
+    /// The pool.
+    pub pool: PoolId,
+    /// The tenant.
+    pub tenant: String,
+    /// The client's id.
+    pub client_query_id: String,
+    /// The retry's content.
+    pub digest: RequestDigest,
+}
+
+/// Keeps `record` in its pool's idempotency table and the execution log:
+/// the outcome of a query this node accepted and another node ran.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Remember {
+    /// The record.
+    pub record: IdempotencyRecord,
+}
+
 /// Builds a policy on the shard's thread (policies need not be `Send`).
 pub type PolicyBuilder = Box<dyn FnOnce() -> std::result::Result<Box<dyn RoutingPolicy>, String> + Send>;
 
@@ -849,6 +876,33 @@ impl Handler<AttachAutoscaler> for RouterShard {
         let pool = self.pools.get_mut(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.clone()))?;
         pool.autoscaler = Some(message.autoscaler);
         Ok(())
+    }
+}
+
+impl Handler<Recall> for RouterShard {
+    type Result = Result<Option<SubmitOutcome>>;
+
+    fn handle(&mut self, message: Recall, _ctx: &mut Self::Context) -> Self::Result {
+        let pool = self.pools.get_mut(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.clone()))?;
+        let Some(record) = pool.done.get(&message.tenant, &message.client_query_id, crate::clock::unix_now_s()) else { return Ok(None) };
+        if let Some(field) = record.digest.mismatch(&message.digest) {
+            return Err(Error::IdempotencyMismatch { client_query_id: message.client_query_id, field });
+        }
+        pool.stats.deduplicated += 1;
+        Ok(Some(record.outcome.clone()))
+    }
+}
+
+impl Handler<Remember> for RouterShard {
+    type Result = ();
+
+    fn handle(&mut self, message: Remember, _ctx: &mut Self::Context) {
+        let Some(pool) = self.pools.get_mut(&message.record.pool) else { return };
+        if self.log.link.is_some() {
+            self.log.push(LogUpdate::Idempotency(Box::new(message.record.clone())));
+        }
+        let finished_unix_s = message.record.finished_unix_s;
+        pool.done.insert(message.record, finished_unix_s);
     }
 }
 

@@ -136,10 +136,12 @@ async fn three_nodes_on_etcd_answer_through_any_node_fail_over_within_two_ttls_a
             })
         })
         .collect();
+    let mut warm_replies = Vec::new();
     for task in tasks {
         let (reply, attempts) = task.await.unwrap();
         assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
         assert_eq!(attempts, 1, "no failure yet, so no retry: {reply:?}");
+        warm_replies.push(reply);
     }
     let mut forwarded = 0;
     for admin in &admins {
@@ -196,6 +198,22 @@ async fn three_nodes_on_etcd_answer_through_any_node_fail_over_within_two_ttls_a
     eprintln!("measured: the new owner of p0 learned from {relearned} executions at takeover");
     assert!(relearned > 0, "the new owner took p0 over with a policy learned from its log");
     assert!(takeover <= Duration::from_secs(2 * LEASE_TTL_S), "takeover took {takeover:?}, over 2 × TTL");
+
+    // A retry of a p0 query that a survivor accepted and the dead owner ran
+    // is answered from the survivor's record: the same reply, no second run.
+    let mut recalled = 0;
+    for (i, reply) in warm_replies.iter().enumerate().filter(|(i, _)| i % POOLS.len() == 0) {
+        let accepted_by = i % 3;
+        if accepted_by == victim {
+            continue;
+        }
+        let mut client = GatewayClient::connect(format!("http://{}", grpc[accepted_by])).await.unwrap();
+        let again = client.submit(request(&format!("warm-{i}"), "p0", 1 + i as u32 % 99)).await.unwrap().into_inner();
+        assert_eq!((again.status, &again.target, &again.explanation), (reply.status, &reply.target, &reply.explanation), "warm-{i}");
+        assert!((again.latency_ms - reply.latency_ms).abs() < 0.01, "warm-{i} ran again: {again:?} vs {reply:?}");
+        recalled += 1;
+    }
+    assert!(recalled >= 10, "{recalled} retries checked");
 
     // 3. A node joins under the same load and takes its share.
     let joiner = NodeProcess::start(&node_config(&dir, "n3", "127.0.0.1:0", &fleet));

@@ -12,7 +12,7 @@ use slogate_actors::idempotency::{RequestDigest, fnv1a};
 
 use super::tenants::{InFlightSlot, Tenant, Tenants, bearer, retry_after};
 use super::transport::connection_info;
-use slogate_actors::router::{ClientGone, RouterShard, Submit, SubmitOutcome, SubmitStatus};
+use slogate_actors::router::{ClientGone, Recall, Remember, RouterShard, Submit, SubmitOutcome, SubmitStatus};
 use slogate_actors::shards::RouterShards;
 use slogate_proto::GatewayError;
 use slogate_proto::v1::gateway_server::Gateway;
@@ -203,8 +203,21 @@ impl GatewayService {
         drop(running);
         let copy = request.clone();
         let query = self.validate(request, tenant)?;
-        if self.router.for_pool(&query.spec.pool).is_none() {
-            return Err(GatewayError::UnknownPool(pool));
+        let shard = self.router.for_pool(&query.spec.pool).ok_or_else(|| GatewayError::UnknownPool(pool.clone()))?.clone();
+        // A retry this node accepted before is answered from its record,
+        // whoever owns the pool now.
+        if !query.spec.client_query_id.is_empty() {
+            let recall = Recall {
+                pool: query.spec.pool.clone(),
+                tenant: query.tenant.clone(),
+                client_query_id: query.spec.client_query_id.clone(),
+                digest: query.digest,
+            };
+            match shard.send(recall).await {
+                Ok(Ok(Some(outcome))) => return Ok(response(outcome)),
+                Ok(Err(error)) => return Err(gateway_error(error)),
+                Ok(Ok(None)) | Err(_) => {}
+            }
         }
         let started = std::time::Instant::now();
         let wait = deadline.unwrap_or(fleet.settings().failover_wait);
@@ -232,6 +245,9 @@ impl GatewayService {
                     match fleet.forward(&addr, forward, deadline.map(|_| left)).await {
                         Ok(ForwardReply { reply: Some(reply), execution }) => {
                             self.keep_copy(execution);
+                            if !query.spec.client_query_id.is_empty() {
+                                shard.do_send(Remember { record: remembered(&query, &reply) });
+                            }
                             return Ok(reply);
                         }
                         Ok(ForwardReply { reply: None, .. }) => {
@@ -321,6 +337,48 @@ impl Drop for ClientWaiting {
         if !self.answered {
             self.router.do_send(ClientGone { pool: self.pool.clone(), query: self.query });
         }
+    }
+}
+
+/// The idempotency record of `query`, which another node ran and answered
+/// with `reply` (the rows are not kept, as for a query run here).
+fn remembered(query: &Validated, reply: &SubmitResponse) -> slogate_actors::idempotency::IdempotencyRecord {
+    let target = match reply.target.as_str() {
+        "" => None,
+        "elastic" => Some(slogate_core::model::Target::Elastic),
+        cluster => cluster.strip_prefix('c').and_then(|id| id.parse().ok()).map(|id| slogate_core::model::Target::Cluster(slogate_core::model::ClusterId(id))),
+    };
+    let status = match reply.status() {
+        QueryStatus::Completed => SubmitStatus::Completed,
+        QueryStatus::TimedOut => SubmitStatus::TimedOut,
+        _ => SubmitStatus::Failed,
+    };
+    let outcome = SubmitOutcome {
+        client_query_id: query.spec.client_query_id.clone(),
+        query: slogate_core::model::QueryId(0),
+        status,
+        target,
+        latency: slogate_core::time::Duration::from_secs_f64(reply.latency_ms / 1_000.0),
+        slo_met: reply.slo_met,
+        explanation: reply.explanation.clone(),
+        predicted: (reply.predicted_ms > 0.0).then(|| slogate_core::time::Duration::from_secs_f64(reply.predicted_ms / 1_000.0)),
+        backend_wall: std::time::Duration::ZERO,
+        sqlstate: (!reply.sqlstate.is_empty()).then(|| reply.sqlstate.clone()),
+        result: reply.result.as_ref().map(|rows| ResultRows {
+            columns: rows.columns.clone(),
+            rows: Vec::new(),
+            truncated: rows.truncated || !rows.rows.is_empty(),
+            rows_total: rows.rows_total,
+        }),
+        execution: None,
+    };
+    slogate_actors::idempotency::IdempotencyRecord {
+        pool: query.spec.pool.clone(),
+        tenant: query.tenant.clone(),
+        client_query_id: query.spec.client_query_id.clone(),
+        digest: query.digest,
+        finished_unix_s: slogate_actors::clock::unix_now_s(),
+        outcome,
     }
 }
 
