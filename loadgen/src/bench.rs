@@ -63,15 +63,15 @@ pub async fn serve_bare(listener: tokio::net::TcpListener) -> Result<()> {
 }
 
 /// A server under test: a child process, killed when dropped.
-struct ServerProcess {
+pub(crate) struct ServerProcess {
     child: Child,
-    grpc_addr: SocketAddr,
+    pub(crate) grpc_addr: SocketAddr,
 }
 
 impl ServerProcess {
     /// Runs `command` and waits (at most 60 s) for it to log
     /// `grpc_addr=HOST:PORT` on standard error.
-    fn start(mut command: Command, what: &str) -> Result<ServerProcess> {
+    pub(crate) fn start(mut command: Command, what: &str) -> Result<ServerProcess> {
         let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -187,7 +187,7 @@ pub struct BenchReport {
     pub rows: Vec<ConcurrencyFigures>,
 }
 
-fn median(values: &[f64]) -> f64 {
+pub(crate) fn median(values: &[f64]) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     match sorted.len() {
@@ -221,7 +221,7 @@ fn pool_names(config: &BenchConfig) -> Vec<String> {
 /// The reports of one run's concurrent replays (one per pool) as one:
 /// counts summed, the rate over the longest replay's time, and the worst
 /// replay's round-trip percentiles.
-fn combined(reports: Vec<ReplayReport>) -> ReplayReport {
+pub(crate) fn combined(reports: Vec<ReplayReport>) -> ReplayReport {
     let mut reports = reports.into_iter();
     let mut total = reports.next().expect("at least one pool");
     for report in reports {

@@ -12,6 +12,8 @@
 //! - [`replay`]: the gRPC replayer behind the `slogate-loadgen` binary.
 //! - [`bench`](mod@bench): `slogate-loadgen bench-gateway`, a node against the bare
 //!   gRPC server of the `slogate-bare-gateway` binary.
+//! - [`bench_fleet`]: `slogate-loadgen bench-fleet`, the aggregate
+//!   throughput of 1, 2, … nodes of one deployment and the forwarding hop.
 //! - [`service`]: request-level workloads (Spandana): millisecond
 //!   services, fluctuating per-second rate traces, a load spike, rate-trace
 //!   import, and Poisson arrivals within each second.
@@ -38,6 +40,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod bench;
+pub mod bench_fleet;
 pub mod replay;
 pub mod service;
 pub mod shapes;

@@ -27,6 +27,40 @@ enum Command {
     /// Compare nodes (one per policy) with the bare gRPC server
     /// (`slogate-bare-gateway`), alternately, driven by the same client.
     BenchGateway(BenchArgs),
+    /// Aggregate throughput of deployments of 1, 2, … nodes, and the
+    /// latency the forwarding hop adds.
+    BenchFleet(FleetArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct FleetArgs {
+    /// Deployment sizes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 3])]
+    nodes: Vec<usize>,
+    /// The nodes' policy.
+    #[arg(long, default_value = "least-loaded")]
+    policy: String,
+    /// Total client concurrency, split over every (node, pool) pair.
+    #[arg(long, default_value_t = 72)]
+    concurrency: usize,
+    /// Alternating runs per size; the figures are medians.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Times each (node, pool) client sends BaseWorkload(0.1) (297 queries).
+    #[arg(long, default_value_t = 10)]
+    repeat: u32,
+    /// The nodes' time compression.
+    #[arg(long, default_value_t = 1e6)]
+    time_compression: f64,
+    /// Each pool's cluster sizes, comma-separated RPU.
+    #[arg(long, value_delimiter = ',', default_values_t = [16, 16])]
+    clusters: Vec<u32>,
+    /// The `slogate` binary (default: next to this one).
+    #[arg(long)]
+    node_binary: Option<PathBuf>,
+    /// Also write the report as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -143,6 +177,7 @@ fn main() {
     let code = match cli.command {
         Command::Run(args) => runtime.block_on(run(args)),
         Command::BenchGateway(args) => runtime.block_on(bench(args)),
+        Command::BenchFleet(args) => runtime.block_on(bench_fleet(args)),
     };
     std::process::exit(code);
 }
@@ -150,6 +185,39 @@ fn main() {
 /// `path`, or `name` next to this binary.
 fn sibling(path: Option<PathBuf>, name: &str) -> PathBuf {
     path.unwrap_or_else(|| std::env::current_exe().ok().and_then(|exe| exe.parent().map(|dir| dir.join(name))).unwrap_or_else(|| PathBuf::from(name)))
+}
+
+async fn bench_fleet(args: FleetArgs) -> i32 {
+    let templates = tpcds_template_set();
+    let mut workload = base_workload(&templates, 0.1, 1).expect("BaseWorkload(0.1) is valid");
+    assign_slos(&mut workload, &templates, 4.0).expect("κ = 4 is valid");
+    let config = slogate_loadgen::bench_fleet::FleetBenchConfig {
+        node_binary: sibling(args.node_binary, "slogate"),
+        node_counts: args.nodes,
+        policy: args.policy,
+        concurrency: args.concurrency,
+        runs: args.runs,
+        workload,
+        repeat: args.repeat,
+        time_compression: args.time_compression,
+        clusters: args.clusters,
+        scratch: std::env::temp_dir().join("slogate-bench-fleet"),
+    };
+    let report = match slogate_loadgen::bench_fleet::bench_fleet(&config, &mut |line| eprintln!("{line}")).await {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return if matches!(e, slogate_loadgen::Error::InvalidParameter(_)) { 2 } else { 1 };
+        }
+    };
+    print!("{}", report.table());
+    if let Some(path) = &args.json
+        && let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&report).expect("json") + "\n")
+    {
+        eprintln!("error: cannot write {}: {e}", path.display());
+        return 1;
+    }
+    0
 }
 
 async fn bench(args: BenchArgs) -> i32 {
