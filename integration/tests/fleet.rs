@@ -347,3 +347,58 @@ async fn a_static_member_list_splits_the_pools_and_forwards_between_two_nodes() 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The README's Python client (stock grpcio), one call: its JSON output and
+/// whether the call succeeded.
+fn python_submit(target: SocketAddr, args: &[&str]) -> (serde_json::Value, bool) {
+    let python = std::env::var("SLOGATE_PYTHON").unwrap_or_else(|_| "python3".into());
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/clients/submit.py");
+    let output = std::process::Command::new(python).arg(&client).args(["--target", &target.to_string()]).args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let reply = serde_json::from_str(&stdout).unwrap_or_else(|_| panic!("client printed no JSON: {stdout}{}", String::from_utf8_lossy(&output.stderr)));
+    (reply, output.status.success())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpcio_client_spread_over_three_nodes_sees_what_one_node_answers() {
+    let dir = scratch("grpcio");
+    let ports = [free_port(), free_port(), free_port()];
+    let members: String = (0..3).map(|i| format!("[[fleet.member]]\nid = \"g{i}\"\ngrpc_addr = \"127.0.0.1:{}\"\n", ports[i])).collect();
+    let nodes: Vec<NodeProcess> =
+        (0..3).map(|i| NodeProcess::start(&node_config(&dir, &format!("g{i}"), &format!("127.0.0.1:{}", ports[i]), &members))).collect();
+    // The same pools on one node alone (an empty [fleet]).
+    let alone = NodeProcess::start(&node_config(&dir, "", "127.0.0.1:0", ""));
+    let grpc: Vec<SocketAddr> = nodes.iter().map(|n| n.grpc_addr).collect();
+    let alone_addr = alone.grpc_addr;
+    tokio::task::spawn_blocking(move || {
+        // Every pool through every node completes, as on one node.
+        for (i, pool) in POOLS.iter().enumerate() {
+            for (k, node) in grpc.iter().chain([&alone_addr]).enumerate() {
+                let (reply, ok) = python_submit(*node, &["--pool", pool, "--template", &(7 + i).to_string(), "--slo-ms", "600000", "--query-id", &format!("py-{i}-{k}")]);
+                assert!(ok, "{reply}");
+                assert_eq!(reply["status"], "QUERY_STATUS_COMPLETED", "{reply}");
+                assert!(reply["target"].as_str().unwrap().starts_with('c'), "{reply}");
+            }
+        }
+        // A retry through another node gets the same reply.
+        let (first, _) = python_submit(grpc[0], &["--pool", "p1", "--template", "9", "--slo-ms", "600000", "--query-id", "py-retry"]);
+        let (again, _) = python_submit(grpc[2], &["--pool", "p1", "--template", "9", "--slo-ms", "600000", "--query-id", "py-retry"]);
+        assert_eq!(first, again);
+        // Bad input gets the same status and message from any node as from one.
+        for (args, code) in [
+            (vec!["--pool", "p2", "--template", "3", "--slo-ms", "0"], "INVALID_ARGUMENT"),
+            (vec!["--pool", "nope", "--template", "3", "--slo-ms", "1000"], "NOT_FOUND"),
+        ] {
+            let (expected, ok) = python_submit(alone_addr, &args);
+            assert!(!ok);
+            assert_eq!(expected["error"], code);
+            for node in &grpc {
+                let (reply, node_ok) = python_submit(*node, &args);
+                assert!(!node_ok);
+                assert_eq!(reply, expected, "{args:?}");
+            }
+        }
+    })
+    .await
+    .unwrap();
+}
