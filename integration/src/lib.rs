@@ -262,34 +262,45 @@ impl EtcdProcess {
         let binary = etcd_binary().expect("etcd is installed (apt-get install -y etcd-server; .ci/run does it)");
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).expect("etcd's directory");
-        let (client, peer) = (free_port(), free_port());
-        let client_url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let log = std::fs::File::create(dir.join("etcd.log")).expect("etcd's log file");
-        let child = Command::new(binary)
-            .args(["--name", "test", "--data-dir"])
-            .arg(dir.join("data"))
-            .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
-            .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("test={peer_url}")])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("etcd starts");
-        let client_addr: SocketAddr = format!("127.0.0.1:{client}").parse().expect("address");
-        let started = std::time::Instant::now();
-        let etcd = EtcdProcess { child, client_url, client_addr, dir: dir.to_owned() };
-        // Ready once its health endpoint says so.
-        loop {
-            if TcpStream::connect_timeout(&client_addr, Duration::from_millis(200)).is_ok() {
-                let (status, body) = http_get(client_addr, "/health");
-                if status == 200 && body.contains("true") {
-                    return etcd;
+        // A port found free may be taken by another process before etcd
+        // binds it (tests start nodes on port 0 in parallel): then etcd
+        // exits, and it is tried again on other ports.
+        for attempt in 0..5 {
+            let (client, peer) = (free_port(), free_port());
+            let client_url = format!("http://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let log = std::fs::File::create(dir.join(format!("etcd-{attempt}.log"))).expect("etcd's log file");
+            let child = Command::new(&binary)
+                .args(["--name", "test", "--data-dir"])
+                .arg(dir.join(format!("data-{attempt}")))
+                .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
+                .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &format!("test={peer_url}")])
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("etcd starts");
+            let client_addr: SocketAddr = format!("127.0.0.1:{client}").parse().expect("address");
+            let mut etcd = EtcdProcess { child, client_url, client_addr, dir: dir.to_owned() };
+            let started = std::time::Instant::now();
+            while started.elapsed() < Duration::from_secs(30) {
+                if etcd.child.try_wait().expect("waitpid works").is_some() {
+                    break;
                 }
+                if TcpStream::connect_timeout(&client_addr, Duration::from_millis(200)).is_ok() {
+                    let (status, body) = http_get(client_addr, "/health");
+                    if status == 200 && body.contains("true") {
+                        return etcd;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
             }
-            assert!(started.elapsed() < Duration::from_secs(30), "etcd did not become healthy in 30 s; see {}", dir.join("etcd.log").display());
-            std::thread::sleep(Duration::from_millis(50));
+            let _ = etcd.child.kill();
+            let _ = etcd.child.wait();
+            // Keep the directory (and its logs) for the next attempt.
+            etcd.dir = PathBuf::new();
         }
+        panic!("etcd did not become healthy in 5 attempts; see the logs in {}", dir.display());
     }
 }
 
@@ -297,7 +308,9 @@ impl Drop for EtcdProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

@@ -17,11 +17,28 @@ use slogate_proto::v1::{QueryStatus, SubmitRequest};
 const POOLS: [&str; 4] = ["p0", "p1", "p2", "p3"];
 const LEASE_TTL_S: u64 = 2;
 
-fn scratch(name: &str) -> PathBuf {
+/// A test's directory, removed when the guard drops (after the nodes,
+/// which the test declares later and so drops first).
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("slogate-fleet-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 /// A node's configuration: four pools, time compressed 200× (a query of
