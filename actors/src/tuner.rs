@@ -95,6 +95,19 @@ pub struct StartTuning {
 #[rtype(result = "TunerState")]
 pub struct GetState;
 
+/// Adopts a configuration another node's Tuner chose for this pool (the
+/// pool moved here): persisted and applied as if this Tuner had chosen
+/// it, unless the configuration in force here finished later. Returns
+/// whether it was adopted.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct Adopt {
+    /// The configuration.
+    pub tuned: TunedConfig,
+    /// Where it came from, for the Autoscaler's state.
+    pub source: String,
+}
+
 /// A run's end, from its thread.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -300,6 +313,22 @@ impl Handler<TuningFinished> for TunerActor {
                 *self.phase.lock().expect("the phase lock is never poisoned") = None;
             }
         }
+    }
+}
+
+impl Handler<Adopt> for TunerActor {
+    type Result = bool;
+
+    fn handle(&mut self, message: Adopt, _ctx: &mut Self::Context) -> bool {
+        if self.active.as_ref().is_some_and(|active| active.finished_at_unix_s >= message.tuned.finished_at_unix_s) {
+            return false;
+        }
+        if let Err(e) = self.persist(&message.tuned) {
+            self.last_error = Some(format!("cannot write {}: {e}", self.settings.state_path.display()));
+        }
+        self.apply(&message.tuned, &message.source);
+        self.active = Some(message.tuned);
+        true
     }
 }
 

@@ -419,3 +419,84 @@ async fn a_grpcio_client_spread_over_three_nodes_sees_what_one_node_answers() {
     .await
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_s_tuned_configuration_survives_its_owner() {
+    let dir = scratch("tuned");
+    let etcd = EtcdProcess::start(&dir.join("etcd"));
+    let config = |id: &str| {
+        let data = dir.join(id);
+        std::fs::create_dir_all(&data).unwrap();
+        let text = format!(
+            "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 2000.0\nadmin_token = \"t0ken\"\n\
+             [fleet]\nnode_id = \"{id}\"\n{}\
+             [[pool]]\nname = \"t\"\npolicy = \"slogate\"\nclusters = [4]\n\
+             [pool.autoscale]\nenabled = true\n\
+             [pool.tune]\nenabled = true\nevery_hours = 0.0\nhistory_days = 1\nscenarios = 4\nstrategy = \"random\"\nbudget = 2\nrounds = 1\nthreads = 1\n",
+            data.join("data").display(),
+            etcd_fleet(&etcd.client_url)
+        );
+        let path = data.join("node.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let mut nodes = vec![Some(NodeProcess::start(&config("ta"))), Some(NodeProcess::start(&config("tb")))];
+    let owner_of_t = || async {
+        for (i, node) in nodes.iter().enumerate() {
+            if let Some(node) = node
+                && owned(&fleet_view(node.admin_addr).await).contains("t")
+            {
+                return Some(i);
+            }
+        }
+        None
+    };
+    let started = Instant::now();
+    let owner = loop {
+        if let Some(owner) = owner_of_t().await {
+            break owner;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "nobody owns t");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let other = 1 - owner;
+
+    // Today's arrivals, through both nodes, are the history the owner's
+    // tuner forecasts tomorrow from.
+    let grpc: Vec<SocketAddr> = nodes.iter().flatten().map(|n| n.grpc_addr).collect();
+    for i in 0..30u32 {
+        let (reply, _) = submit_with_retries(&grpc, i as usize % 2, request(&format!("t{i}"), "t", 1 + i % 10)).await;
+        assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
+    }
+    let owner_admin = nodes[owner].as_ref().unwrap().admin_addr;
+    let (status, body) =
+        tokio::task::spawn_blocking(move || slogate_integration::http(owner_admin, "POST", "/v1/pools/t/tune", Some("t0ken"), "")).await.unwrap();
+    assert_eq!(status, 202, "{body}");
+    let actors = |admin: SocketAddr| async move { json(&tokio::task::spawn_blocking(move || http_get(admin, "/v1/actors")).await.unwrap().1) };
+    let tuned = loop {
+        let state = actors(owner_admin).await;
+        if state["tuners"]["t"]["runs"].as_u64() >= Some(1) {
+            break state["tuners"]["t"]["active"].clone();
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "the tuner did not finish: {}", state["tuners"]["t"]);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(tuned.is_object(), "{tuned}");
+    // The owner publishes it within a second or so; then it dies.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    nodes[owner].take().unwrap().kill();
+
+    let other_admin = nodes[other].as_ref().unwrap().admin_addr;
+    let killed_at = Instant::now();
+    loop {
+        if owned(&fleet_view(other_admin).await).contains("t") {
+            break;
+        }
+        assert!(killed_at.elapsed() < Duration::from_secs(20), "the survivor did not take t");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let state = actors(other_admin).await;
+    assert_eq!(state["tuners"]["t"]["active"], tuned, "the new owner's configuration in force is the one the old owner chose");
+    assert_eq!(state["autoscalers"]["t"]["tuning"]["source"], "fleet (adopted)", "{}", state["autoscalers"]["t"]);
+    drop(etcd);
+}

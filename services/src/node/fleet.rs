@@ -22,6 +22,11 @@
 //!   stops taking the pool's queries, waits up to `drain_max_s` for its
 //!   in-flight ones, and deletes its claim; the new owner then claims it.
 //!
+//! A pool's small durable state (its tuned configuration) lives on etcd
+//! under `/slogate/<deployment>/state/<pool>/`, written by its owner only
+//! while its claim stands, and adopted by the next owner as it claims the
+//! pool.
+//!
 //! # Guarantees
 //!
 //! - **One router per pool at any instant**, given clock rates that agree
@@ -173,6 +178,8 @@ pub struct Fleet {
     /// For each pool this node took over: the executions its policy was
     /// rebuilt on.
     relearned: Mutex<BTreeMap<String, usize>>,
+    /// etcd's KV service, once the membership task has connected.
+    kv: Mutex<Option<KvClient<Channel>>>,
 }
 
 /// A pool this node just claimed and does not route yet.
@@ -240,6 +247,7 @@ impl Fleet {
             moves: Mutex::default(),
             claims: Mutex::default(),
             relearned: Mutex::default(),
+            kv: Mutex::default(),
         })
     }
 
@@ -393,6 +401,41 @@ impl Fleet {
         Ok(client)
     }
 
+    /// Stores `value` as the pool's durable `kind` of state on etcd
+    /// (`/slogate/<deployment>/state/<pool>/<kind>`), only while this node's
+    /// claim on the pool stands: a node that lost the pool cannot
+    /// overwrite its new owner's. Returns whether it was stored (`false`
+    /// also without etcd).
+    pub async fn put_pool_state(&self, pool: &str, kind: &str, value: Vec<u8>) -> std::result::Result<bool, tonic::Status> {
+        let Some(mut kv) = self.kv.lock().expect("kv lock").clone() else { return Ok(false) };
+        let owner_key = format!("{}{pool}", owners_prefix(&self.deployment));
+        let put = TxnRequest {
+            compare: vec![Compare {
+                result: compare::CompareResult::Equal as i32,
+                target: compare::CompareTarget::Value as i32,
+                key: owner_key.into_bytes(),
+                target_union: Some(compare::TargetUnion::Value(self.node_id.clone().into_bytes())),
+                range_end: Vec::new(),
+            }],
+            success: vec![RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest {
+                    key: state_key(&self.deployment, pool, kind).into_bytes(),
+                    value,
+                    ..PutRequest::default()
+                })),
+            }],
+            failure: Vec::new(),
+        };
+        Ok(kv.txn(put).await?.into_inner().succeeded)
+    }
+
+    /// The pool's durable `kind` of state on etcd, if any was stored.
+    pub async fn pool_state(&self, pool: &str, kind: &str) -> std::result::Result<Option<Vec<u8>>, tonic::Status> {
+        let Some(mut kv) = self.kv.lock().expect("kv lock").clone() else { return Ok(None) };
+        let range = RangeRequest { key: state_key(&self.deployment, pool, kind).into_bytes(), ..RangeRequest::default() };
+        Ok(kv.range(range).await?.into_inner().kvs.into_iter().next().map(|kv| kv.value))
+    }
+
     /// Queries this node accepted and is forwarding now.
     pub fn forwarding(&self) -> usize {
         self.forwarding.load(Ordering::Relaxed)
@@ -478,6 +521,11 @@ fn owners_prefix(deployment: &str) -> String {
     format!("/slogate/{deployment}/owners/")
 }
 
+/// The etcd key of a pool's durable `kind` of state.
+fn state_key(deployment: &str, pool: &str, kind: &str) -> String {
+    format!("/slogate/{deployment}/state/{pool}/{kind}")
+}
+
 /// The end of the key range that starts with `prefix`.
 fn prefix_end(prefix: &str) -> Vec<u8> {
     let mut end = prefix.as_bytes().to_vec();
@@ -526,6 +574,7 @@ pub async fn run_etcd(fleet: Arc<Fleet>, endpoints: Vec<String>, mut stop: tokio
         })
         .collect::<Result<Vec<_>>>()?;
     let channel = Channel::balance_list(endpoints.into_iter());
+    *fleet.kv.lock().expect("kv lock") = Some(KvClient::new(channel.clone()));
     let settings = fleet.settings().clone();
     let mut session = Session {
         kv: KvClient::new(channel.clone()),

@@ -32,6 +32,7 @@
 pub mod admin;
 pub mod fleet;
 pub mod grpc;
+pub mod takeover;
 pub mod tenants;
 pub mod transport;
 
@@ -356,35 +357,13 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         None
     };
     // A pool this node takes over starts on the execution log it holds
-    // now, which has copies of what the pool's owners logged for the
-    // queries this node forwarded to them.
+    // now and on the tuned configuration its last owner published.
     if let Some(fleet) = &fleet {
-        let mut claims = fleet.claims();
-        let (fleet, router, reservoir) = (fleet.clone(), router.clone(), reservoir.clone());
-        let policies = policies.clone();
-        actix_rt::spawn(async move {
-            while let Some(fleet::Claim { pool, ready }) = claims.recv().await {
-                // Answered whatever happens, when this iteration ends.
-                let _ready = ready;
-                let (Some((policy, terms)), Some(shard)) = (policies.get(&pool).cloned(), router.for_pool(&PoolId(pool.clone())).cloned()) else { continue };
-                let records = match reservoir.send(slogate_actors::reservoir::GetRecentExecutions { limit: WARM_UP_EXECUTIONS_MAX }).await {
-                    Ok(Ok(records)) => records,
-                    _ => continue,
-                };
-                let history: Vec<Observation> = records.iter().map(|r| r.observation()).collect();
-                let executions = history.len();
-                let build: router::PolicyBuilder =
-                    Box::new(move || crate::eval::build_policy_with(&policy, &history, &terms).map_err(|e| e.to_string()));
-                match shard.send(router::ReplacePolicy { pool: PoolId(pool.clone()), build }).await {
-                    Ok(Ok(())) => {
-                        fleet.relearned(&pool, executions);
-                        tracing::info!(message = "Took a pool over with its policy learned from the execution log.", pool = %pool, executions);
-                    }
-                    Ok(Err(error)) => tracing::warn!(message = "Took a pool over with the policy it had.", pool = %pool, %error),
-                    Err(_) => break,
-                }
-            }
-        });
+        let wiring = takeover::Wiring { fleet: fleet.clone(), router: router.clone(), reservoir: reservoir.clone(), policies: policies.clone(), tuners: tuners.clone() };
+        actix_rt::spawn(takeover::prepare_claims(fleet.claims(), wiring.clone()));
+        if !file.fleet.etcd_endpoints.is_empty() && !tuners.is_empty() {
+            actix_rt::spawn(takeover::publish_tuned(wiring));
+        }
     }
     let (fleet_stop, fleet_stopped) = tokio::sync::watch::channel(false);
     let fleet_task = match &fleet {
@@ -671,7 +650,7 @@ async fn postgres_pool(id: &PoolId, pool: &crate::config::PoolSection, index: us
 const LAG_PROBE_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// The most recent executions a learned policy warms up on.
-const WARM_UP_EXECUTIONS_MAX: usize = 200_000;
+pub(crate) const WARM_UP_EXECUTIONS_MAX: usize = 200_000;
 
 fn warm_up_log(store: &SledStore) -> Result<Vec<Observation>> {
     use slogate_actors::reservoir::ReservoirStore;
