@@ -421,7 +421,7 @@ async fn a_grpcio_client_spread_over_three_nodes_sees_what_one_node_answers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pool_s_tuned_configuration_survives_its_owner() {
+async fn a_pool_s_tuned_configuration_and_cluster_layout_survive_its_owner() {
     let dir = scratch("tuned");
     let etcd = EtcdProcess::start(&dir.join("etcd"));
     let config = |id: &str| {
@@ -482,7 +482,12 @@ async fn a_pool_s_tuned_configuration_survives_its_owner() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(tuned.is_object(), "{tuned}");
-    // The owner publishes it within a second or so; then it dies.
+    // The operator adds a cluster on the owner: the layout is now [4, 8].
+    let (status, body) = tokio::task::spawn_blocking(move || slogate_integration::http(owner_admin, "POST", "/v1/pools/t/clusters", Some("t0ken"), r#"{"size": 8}"#))
+        .await
+        .unwrap();
+    assert!(status == 201 || status == 202 || status == 200, "{status} {body}");
+    // The owner publishes both within a second or so; then it dies.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     nodes[owner].take().unwrap().kill();
 
@@ -498,5 +503,16 @@ async fn a_pool_s_tuned_configuration_survives_its_owner() {
     let state = actors(other_admin).await;
     assert_eq!(state["tuners"]["t"]["active"], tuned, "the new owner's configuration in force is the one the old owner chose");
     assert_eq!(state["autoscalers"]["t"]["tuning"]["source"], "fleet (adopted)", "{}", state["autoscalers"]["t"]);
+    let (_, body) = tokio::task::spawn_blocking(move || http_get(other_admin, "/v1/pools/t")).await.unwrap();
+    let pool = json(&body);
+    let mut sizes: Vec<u64> = pool["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["state"] != "draining" && c["state"] != "gone")
+        .map(|c| c["size"].as_u64().unwrap())
+        .collect();
+    sizes.sort_unstable();
+    assert_eq!(sizes, [4, 8], "the new owner runs the old owner's layout: {pool}");
     drop(etcd);
 }

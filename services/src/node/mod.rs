@@ -357,12 +357,13 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         None
     };
     // A pool this node takes over starts on the execution log it holds
-    // now and on the tuned configuration its last owner published.
+    // now, and on the tuned configuration and cluster layout its last
+    // owner published.
     if let Some(fleet) = &fleet {
         let wiring = takeover::Wiring { fleet: fleet.clone(), router: router.clone(), reservoir: reservoir.clone(), policies: policies.clone(), tuners: tuners.clone() };
         actix_rt::spawn(takeover::prepare_claims(fleet.claims(), wiring.clone()));
-        if !file.fleet.etcd_endpoints.is_empty() && !tuners.is_empty() {
-            actix_rt::spawn(takeover::publish_tuned(wiring));
+        if !file.fleet.etcd_endpoints.is_empty() {
+            actix_rt::spawn(takeover::publish_state(wiring));
         }
     }
     let (fleet_stop, fleet_stopped) = tokio::sync::watch::channel(false);
