@@ -440,7 +440,7 @@ async fn a_pool_s_tuned_configuration_and_cluster_layout_survive_its_owner() {
         std::fs::write(&path, text).unwrap();
         path
     };
-    let mut nodes = vec![Some(NodeProcess::start(&config("ta"))), Some(NodeProcess::start(&config("tb")))];
+    let mut nodes = [Some(NodeProcess::start(&config("ta"))), Some(NodeProcess::start(&config("tb")))];
     let owner_of_t = || async {
         for (i, node) in nodes.iter().enumerate() {
             if let Some(node) = node
