@@ -347,6 +347,21 @@ async fn a_static_member_list_splits_the_pools_and_forwards_between_two_nodes() 
     };
     assert_eq!(forwarded, elsewhere, "each query sent to the node that does not own its pool was forwarded once");
     assert!(elsewhere > 0);
+    // Any node shows a pool's actors from its owner.
+    for admin in &admins {
+        for (pool, owner) in &owners {
+            let (admin, path) = (*admin, format!("/v1/actors?pool={pool}"));
+            let (status, body) = tokio::task::spawn_blocking(move || http_get(admin, &path)).await.unwrap();
+            assert_eq!(status, 200, "{body}");
+            let actors = json(&body);
+            assert_eq!(actors["node"], owner.as_str(), "{pool}: {actors}");
+            assert_eq!(actors["pool"]["id"], pool.as_str());
+            assert!(actors["cluster_trackers"].as_array().is_some_and(|t| !t.is_empty()), "{actors}");
+        }
+        let admin = *admin;
+        let (status, body) = tokio::task::spawn_blocking(move || http_get(admin, "/v1/actors?pool=nope")).await.unwrap();
+        assert_eq!((status, json(&body)["code"].as_str()), (404, Some("NOT_FOUND")), "{body}");
+    }
     // The owners logged all 16 executions, and each accepting node kept a
     // copy of those it forwarded.
     let started = Instant::now();

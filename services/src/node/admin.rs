@@ -395,7 +395,67 @@ async fn queries(request: HttpRequest, state: web::Data<AdminState>, path: web::
     }
 }
 
+/// `GET /v1/actors?pool=NAME`'s query.
+#[derive(Deserialize)]
+struct ActorsQuery {
+    pool: Option<String>,
+}
+
+/// One pool's actors on this node: its RouterShard's view of it, its
+/// trackers, backend, provider, Autoscaler and Tuner.
+pub async fn pool_actors(state: &AdminState, pool: &PoolId) -> Result<serde_json::Value, GatewayError> {
+    let router = pool_state(state, pool).await?;
+    let backends = state.backends.iter().find(|b| b.pool == *pool).ok_or_else(|| GatewayError::UnknownPool(pool.0.clone()))?;
+    let backend = backends.backend.state().await.map_err(backend_unavailable)?;
+    let provider = backends.provider.state().await.map_err(backend_unavailable)?;
+    let trackers = tracker_states(state, pool).await?;
+    let autoscaler = match state.autoscalers.iter().find(|(id, _)| id == pool) {
+        Some((_, actor)) => Some(actor.send(autoscaler::GetState).await.map_err(mailbox)?),
+        None => None,
+    };
+    let tuner = match state.tuners.iter().find(|(id, _)| id == pool) {
+        Some((_, actor)) => Some(actor.send(tuner::GetState).await.map_err(mailbox)?),
+        None => None,
+    };
+    Ok(serde_json::json!({
+        "node": state.fleet.as_ref().map(|f| f.node_id.clone()).unwrap_or_default(),
+        "pool": router,
+        "cluster_trackers": trackers,
+        "backend": backend,
+        "provider": provider,
+        "autoscaler": autoscaler,
+        "tuner": tuner,
+    }))
+}
+
 async fn actors(request: HttpRequest, state: web::Data<AdminState>) -> HttpResponse {
+    let params = match web::Query::<ActorsQuery>::from_query(request.query_string()) {
+        Ok(q) => q.into_inner(),
+        Err(e) => return error_response(&GatewayError::InvalidArgument(format!("query string: {e}"))),
+    };
+    if let Some(pool) = params.pool {
+        let result = async {
+            authorised(&request, &state, false)?;
+            let pool = PoolId(pool);
+            shard_of(&state, &pool)?;
+            // In a fleet, the pool's owner shows its actors.
+            if let Some(fleet) = &state.fleet
+                && let super::fleet::Placement::Remote { node, addr } = fleet.placement(&pool.0)
+            {
+                let json = fleet
+                    .pool_actors_of(&addr, &pool.0)
+                    .await
+                    .map_err(|status| GatewayError::Unavailable(format!("pool `{pool}`'s owner {node} did not answer: {}", status.message())))?;
+                return serde_json::from_str(&json).map_err(|e| GatewayError::Internal(format!("node {node} answered with bad JSON: {e}")));
+            }
+            pool_actors(&state, &pool).await
+        }
+        .await;
+        return match result {
+            Ok(body) => HttpResponse::Ok().json(body),
+            Err(e) => error_response(&e),
+        };
+    }
     let result = async {
         authorised(&request, &state, false)?;
         let router = state.router.state().await.map_err(mailbox)?;

@@ -468,6 +468,18 @@ impl Fleet {
         client.state(call).await.map(tonic::Response::into_inner)
     }
 
+    /// Asks the node at `addr` for `pool`'s actors (JSON), within a
+    /// second.
+    pub async fn pool_actors_of(&self, addr: &str, pool: &str) -> std::result::Result<String, tonic::Status> {
+        let mut client = self.client(addr)?;
+        let mut call = tonic::Request::new(slogate_proto::v1::PoolActorsRequest { pool: pool.to_owned() });
+        call.set_timeout(Duration::from_secs(1));
+        if let Some(secret) = &self.secret {
+            call.metadata_mut().insert(SECRET_HEADER, secret.clone());
+        }
+        client.pool_actors(call).await.map(|reply| reply.into_inner().json)
+    }
+
     /// This node's state, as the Node service reports it.
     pub fn state(&self) -> NodeState {
         NodeState {

@@ -562,13 +562,20 @@ impl Gateway for GatewayService {
 pub struct NodeService {
     gateway: GatewayService,
     fleet: Arc<Fleet>,
+    /// Where `PoolActors` asks the admin API's task, which runs on the
+    /// actors' thread (a pool's backend and provider answer there).
+    actors: PoolActorsAsker,
 }
+
+/// Asks the admin API's task for one pool's actors.
+pub type PoolActorsAsker = tokio::sync::mpsc::Sender<(slogate_core::model::PoolId, tokio::sync::oneshot::Sender<Result<serde_json::Value, GatewayError>>)>;
 
 impl NodeService {
     /// The Node service of `gateway`'s node in `fleet` (a gateway already
-    /// given the fleet with [`GatewayService::with_fleet`]).
-    pub fn new(gateway: GatewayService, fleet: Arc<Fleet>) -> Self {
-        NodeService { gateway, fleet }
+    /// given the fleet with [`GatewayService::with_fleet`]); `PoolActors`
+    /// asks `actors`.
+    pub fn new(gateway: GatewayService, fleet: Arc<Fleet>, actors: PoolActorsAsker) -> Self {
+        NodeService { gateway, fleet, actors }
     }
 }
 
@@ -628,6 +635,16 @@ impl slogate_proto::v1::node_server::Node for NodeService {
     async fn state(&self, request: Request<slogate_proto::v1::StateRequest>) -> Result<Response<slogate_proto::v1::NodeState>, Status> {
         self.fleet.check_secret(request.metadata())?;
         Ok(Response::new(self.fleet.state()))
+    }
+
+    async fn pool_actors(&self, request: Request<slogate_proto::v1::PoolActorsRequest>) -> Result<Response<slogate_proto::v1::PoolActorsReply>, Status> {
+        self.fleet.check_secret(request.metadata())?;
+        let pool = slogate_core::model::PoolId(request.into_inner().pool);
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let gone = || GatewayError::Unavailable("the node's admin task is not answering".into()).to_status();
+        self.actors.send((pool, reply)).await.map_err(|_| gone())?;
+        let actors = answer.await.map_err(|_| gone())?.map_err(|e| status_of(&e))?;
+        Ok(Response::new(slogate_proto::v1::PoolActorsReply { json: actors.to_string() }))
     }
 }
 

@@ -399,8 +399,11 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         Some(fleet) => service.with_fleet(fleet.clone(), reservoir_link.clone()),
         None => service,
     };
+    // Other nodes' `PoolActors` calls are answered by a task on this
+    // thread, where the admin API's state lives.
+    let (pool_actors_asker, mut pool_actors_asked) = tokio::sync::mpsc::channel(16);
     let node_service = fleet.as_ref().map(|fleet| {
-        slogate_proto::v1::node_server::NodeServer::new(grpc::NodeService::new(service.clone(), fleet.clone()))
+        slogate_proto::v1::node_server::NodeServer::new(grpc::NodeService::new(service.clone(), fleet.clone(), pool_actors_asker))
             .max_decoding_message_size(file.limits.grpc_message_bytes_max)
     });
     let gateway = GatewayServer::new(service).max_decoding_message_size(file.limits.grpc_message_bytes_max);
@@ -468,6 +471,14 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         intake,
         fleet: fleet.clone(),
     };
+    {
+        let admin_state = admin_state.clone();
+        actix_rt::spawn(async move {
+            while let Some((pool, reply)) = pool_actors_asked.recv().await {
+                let _ = reply.send(admin::pool_actors(&admin_state, &pool).await);
+            }
+        });
+    }
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new().app_data(actix_web::web::Data::new(admin_state.clone())).configure(admin::routes)
     })
