@@ -141,6 +141,11 @@ pub struct AutoscalerState {
     pub tuning: Option<ActiveTuning>,
     /// Planned spinups still to fire, in virtual time.
     pub planned: Vec<ScheduledSpinup>,
+    /// Whether this node decides for the pool now (false on a node of a
+    /// fleet that does not own it).
+    pub deciding: bool,
+    /// Observations and timer checks skipped while it did not decide.
+    pub skipped_as_standby: u64,
 }
 
 /// The router as a snapshot: predictions only (what the triggers read). It
@@ -180,7 +185,16 @@ pub struct AutoscalerActor {
     last_command_error: Option<String>,
     mailbox_capacity: usize,
     tuning: Option<ActiveTuning>,
+    /// Whether this node decides for the pool now (see [`OwnershipGate`]).
+    gate: Option<OwnershipGate>,
+    /// Observations and timer checks skipped while another node decided.
+    skipped_as_standby: u64,
 }
+
+/// Whether this node decides for a pool now: in a fleet, only the pool's
+/// owner routes, scales and tunes it, and a node stops deciding the moment
+/// its ownership lapses. Without one, the node always decides.
+pub type OwnershipGate = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// `daily` (times after 00:00 UTC of the node's calendar) on the virtual
 /// clock: the calendar day that holds `calendar_now_s` (the node's calendar
@@ -211,7 +225,24 @@ impl AutoscalerActor {
             last_command_error: None,
             mailbox_capacity,
             tuning: None,
+            gate: None,
+            skipped_as_standby: 0,
         }
+    }
+
+    /// The autoscaler decides only while `gate` says so.
+    pub fn with_gate(mut self, gate: OwnershipGate) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// Whether it decides now; counts a skip when it does not.
+    fn deciding(&mut self) -> bool {
+        let deciding = self.gate.as_ref().is_none_or(|gate| gate());
+        if !deciding {
+            self.skipped_as_standby += 1;
+        }
+        deciding
     }
 
     /// Carries out core's commands, then starts a pending selection.
@@ -269,7 +300,7 @@ impl Actor for AutoscalerActor {
         // every 50 ms of real time.
         ctx.run_interval(std::time::Duration::from_millis(50), |actor, ctx| {
             let now = actor.clock.now();
-            if actor.core.poll_timeout().is_some_and(|at| at <= now) {
+            if actor.core.poll_timeout().is_some_and(|at| at <= now) && actor.deciding() {
                 // Before any notice the pool is not known yet; a planned
                 // spinup still fires.
                 let snapshot = actor.last_snapshot.clone().unwrap_or_else(|| PoolSnapshot {
@@ -288,6 +319,9 @@ impl Handler<ScaleNotice> for AutoscalerActor {
     type Result = ();
 
     fn handle(&mut self, notice: ScaleNotice, ctx: &mut Self::Context) {
+        if !self.deciding() {
+            return;
+        }
         let now = self.clock.now();
         let router = SnapshotRouter::new(&notice.snapshot);
         let pool = &notice.snapshot.pool;
@@ -319,6 +353,8 @@ impl Handler<GetState> for AutoscalerActor {
             last_command_error: self.last_command_error.clone(),
             tuning: self.tuning.clone(),
             planned: self.core.schedule().copied().collect(),
+            deciding: self.gate.as_ref().is_none_or(|gate| gate()),
+            skipped_as_standby: self.skipped_as_standby,
         })
     }
 }

@@ -154,9 +154,17 @@ pub struct TunerActor {
     failures: u64,
     last_error: Option<String>,
     active: Option<TunedConfig>,
+    gate: Option<crate::autoscaler::OwnershipGate>,
 }
 
 impl TunerActor {
+    /// The tuner runs only while `gate` says this node decides for the
+    /// pool; a run asked of a node that does not is refused.
+    pub fn with_gate(mut self, gate: crate::autoscaler::OwnershipGate) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
     /// A tuner for `pool`; a configuration persisted at
     /// `settings.state_path` is loaded and applied when it starts.
     pub fn new(
@@ -181,6 +189,7 @@ impl TunerActor {
             failures: 0,
             last_error: None,
             active: None,
+            gate: None,
         }
     }
 
@@ -206,6 +215,9 @@ impl TunerActor {
     fn start(&mut self, reason: String, ctx: &mut Context<Self>) -> Result<()> {
         if self.running {
             return Err(Error::TuningInProgress(self.pool.0.clone()));
+        }
+        if self.gate.as_ref().is_some_and(|gate| !gate()) {
+            return Err(Error::Unsupported(format!("this node does not own pool `{}` now; its owner tunes it", self.pool)));
         }
         self.running = true;
         self.reason = Some(reason);

@@ -484,10 +484,19 @@ async fn a_pool_s_tuned_configuration_and_cluster_layout_survive_its_owner() {
         assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
     }
     let owner_admin = nodes[owner].as_ref().unwrap().admin_addr;
+    let other_admin = nodes[other].as_ref().unwrap().admin_addr;
+    // Only the owner decides for the pool: the other node's Autoscaler and
+    // Tuner stand by.
+    let actors = |admin: SocketAddr| async move { json(&tokio::task::spawn_blocking(move || http_get(admin, "/v1/actors")).await.unwrap().1) };
+    assert_eq!(actors(owner_admin).await["autoscalers"]["t"]["deciding"], true);
+    assert_eq!(actors(other_admin).await["autoscalers"]["t"]["deciding"], false);
+    let (status, body) =
+        tokio::task::spawn_blocking(move || slogate_integration::http(other_admin, "POST", "/v1/pools/t/tune", Some("t0ken"), "")).await.unwrap();
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("does not own pool"), "{body}");
     let (status, body) =
         tokio::task::spawn_blocking(move || slogate_integration::http(owner_admin, "POST", "/v1/pools/t/tune", Some("t0ken"), "")).await.unwrap();
     assert_eq!(status, 202, "{body}");
-    let actors = |admin: SocketAddr| async move { json(&tokio::task::spawn_blocking(move || http_get(admin, "/v1/actors")).await.unwrap().1) };
     let tuned = loop {
         let state = actors(owner_admin).await;
         if state["tuners"]["t"]["runs"].as_u64() >= Some(1) {
@@ -506,7 +515,6 @@ async fn a_pool_s_tuned_configuration_and_cluster_layout_survive_its_owner() {
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     nodes[owner].take().unwrap().kill();
 
-    let other_admin = nodes[other].as_ref().unwrap().admin_addr;
     let killed_at = Instant::now();
     loop {
         if owned(&fleet_view(other_admin).await).contains("t") {
@@ -518,6 +526,7 @@ async fn a_pool_s_tuned_configuration_and_cluster_layout_survive_its_owner() {
     let state = actors(other_admin).await;
     assert_eq!(state["tuners"]["t"]["active"], tuned, "the new owner's configuration in force is the one the old owner chose");
     assert_eq!(state["autoscalers"]["t"]["tuning"]["source"], "fleet (adopted)", "{}", state["autoscalers"]["t"]);
+    assert_eq!(state["autoscalers"]["t"]["deciding"], true, "the new owner decides now");
     let (_, body) = tokio::task::spawn_blocking(move || http_get(other_admin, "/v1/pools/t")).await.unwrap();
     let pool = json(&body);
     let mut sizes: Vec<u64> = pool["clusters"]

@@ -290,6 +290,26 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     }
     let router = RouterShards::new(shards);
 
+    // gRPC's listener is bound now: a fleet advertises its address.
+    let std_listener = std::net::TcpListener::bind(config.grpc_addr).map_err(|e| io(&format!("cannot bind gRPC on {}", config.grpc_addr), e))?;
+    std_listener.set_nonblocking(true).map_err(|e| io("gRPC listener", e))?;
+    let grpc_addr = std_listener.local_addr().map_err(|e| io("gRPC address", e))?;
+    // Several nodes: this one routes (and scales and tunes) the pools it
+    // owns and forwards the rest; the Node service takes what the others
+    // forward.
+    let fleet = if file.fleet.enabled() {
+        let pools: Vec<String> = file.pool.iter().map(|p| p.name.clone()).collect();
+        Some(Arc::new(fleet::Fleet::new(&file.fleet, &pools, grpc_addr)?))
+    } else {
+        None
+    };
+    let gate = |pool: &str| -> Option<slogate_actors::autoscaler::OwnershipGate> {
+        fleet.as_ref().map(|fleet| {
+            let (fleet, pool) = (fleet.clone(), pool.to_owned());
+            Arc::new(move || fleet.placement(&pool) == fleet::Placement::Local) as slogate_actors::autoscaler::OwnershipGate
+        })
+    };
+
     // Autoscalers, each on its own thread: the size selector's replays run
     // there, off the routing path.
     let mut autoscalers = Vec::new();
@@ -304,7 +324,14 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         let arbiter = actix::Arbiter::new();
         let actor = {
             let (id, router) = (id.clone(), owner.clone());
-            AutoscalerActor::start_in_arbiter(&arbiter.handle(), move |_| AutoscalerActor::new(id, core, router, clock, mailbox))
+            let gate = gate(&id.0);
+            AutoscalerActor::start_in_arbiter(&arbiter.handle(), move |_| {
+                let actor = AutoscalerActor::new(id, core, router, clock, mailbox);
+                match gate {
+                    Some(gate) => actor.with_gate(gate),
+                    None => actor,
+                }
+            })
         };
         owner
             .send(router::AttachAutoscaler { pool: id.clone(), autoscaler: actor.clone().recipient() })
@@ -322,7 +349,14 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             let tuner_arbiter = actix::Arbiter::new();
             let tuner = {
                 let (id, router, reservoir, autoscaler) = (id.clone(), owner.clone(), reservoir.clone(), actor.clone());
-                TunerActor::start_in_arbiter(&tuner_arbiter.handle(), move |_| TunerActor::new(id, settings, clock, router, reservoir, autoscaler))
+                let gate = gate(&id.0);
+                TunerActor::start_in_arbiter(&tuner_arbiter.handle(), move |_| {
+                    let tuner = TunerActor::new(id, settings, clock, router, reservoir, autoscaler);
+                    match gate {
+                        Some(gate) => tuner.with_gate(gate),
+                        None => tuner,
+                    }
+                })
             };
             tuners.push((id.clone(), tuner));
             arbiters.push(tuner_arbiter);
@@ -336,9 +370,6 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         0 => None,
         threads => Some(GrpcRuntime::new(threads)?),
     };
-    let std_listener = std::net::TcpListener::bind(config.grpc_addr).map_err(|e| io(&format!("cannot bind gRPC on {}", config.grpc_addr), e))?;
-    std_listener.set_nonblocking(true).map_err(|e| io("gRPC listener", e))?;
-    let grpc_addr = std_listener.local_addr().map_err(|e| io("gRPC address", e))?;
     let (health, health_service) = slogate_proto::health_service();
     let (closing, closing_seen) = tokio::sync::watch::channel(false);
     let tenants = Arc::new(tenants::Tenants::new(&file.tenant));
@@ -348,14 +379,6 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             grpc_addr = %config.grpc_addr
         );
     }
-    // Several nodes: this one routes the pools it owns and forwards the
-    // rest; the Node service takes what the others forward.
-    let fleet = if file.fleet.enabled() {
-        let pools: Vec<String> = file.pool.iter().map(|p| p.name.clone()).collect();
-        Some(Arc::new(fleet::Fleet::new(&file.fleet, &pools, grpc_addr)?))
-    } else {
-        None
-    };
     // A pool this node takes over starts on the execution log it holds
     // now, and on the tuned configuration and cluster layout its last
     // owner published.

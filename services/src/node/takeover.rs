@@ -40,7 +40,7 @@ const TUNED: &str = "tuned";
 const CLUSTERS: &str = "clusters";
 
 /// How often an owner looks for state to publish.
-const PUBLISH_EVERY: Duration = Duration::from_secs(1);
+pub const PUBLISH_EVERY: Duration = Duration::from_secs(1);
 
 /// A pool's clusters as the next owner should have them.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
