@@ -540,3 +540,57 @@ async fn a_pool_s_tuned_configuration_and_cluster_layout_survive_its_owner() {
     assert_eq!(sizes, [4, 8], "the new owner runs the old owner's layout: {pool}");
     drop(etcd);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_serving_tls_forward_to_each_other_over_tls() {
+    let dir = scratch("tls");
+    let certificates = dir.join("certificates");
+    std::fs::create_dir_all(&certificates).unwrap();
+    let ca = slogate::backend::local_postgres::make_certificates(&certificates).expect("openssl makes a CA and a certificate (the CI installs it)");
+    let (cert, key) = (certificates.join("server.crt"), certificates.join("server.key"));
+    let ports = [free_port(), free_port()];
+    let fleet = format!(
+        "ca_path = \"{}\"\n[[fleet.member]]\nid = \"x0\"\ngrpc_addr = \"127.0.0.1:{}\"\n[[fleet.member]]\nid = \"x1\"\ngrpc_addr = \"127.0.0.1:{}\"\n",
+        ca.display(),
+        ports[0],
+        ports[1]
+    );
+    let nodes: Vec<NodeProcess> = (0..2)
+        .map(|i| {
+            let path = node_config(&dir, &format!("x{i}"), &format!("127.0.0.1:{}", ports[i]), &fleet);
+            // The [node] keys go before [fleet]: splice TLS in.
+            let text = std::fs::read_to_string(&path)
+                .unwrap()
+                .replace("[fleet]\n", &format!("tls_cert_path = \"{}\"\ntls_key_path = \"{}\"\n[fleet]\n", cert.display(), key.display()));
+            std::fs::write(&path, text).unwrap();
+            NodeProcess::start(&path)
+        })
+        .collect();
+    let pem = std::fs::read(&ca).unwrap();
+    for node in &nodes {
+        let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(&pem)).domain_name("127.0.0.1");
+        let channel = tonic::transport::Endpoint::from_shared(format!("https://{}", node.grpc_addr)).unwrap().tls_config(tls).unwrap().connect().await.unwrap();
+        let mut client = GatewayClient::new(channel);
+        // Every pool through each node: half of them forwarded, over TLS.
+        for pool in POOLS {
+            let reply = client.submit(request(&format!("tls-{pool}-{}", node.grpc_addr.port()), pool, 5)).await.unwrap().into_inner();
+            assert_eq!(reply.status(), QueryStatus::Completed, "{reply:?}");
+        }
+    }
+    // The admin API is on TLS too; each node's fleet view asks the other
+    // over the Node service, over TLS.
+    let mut forwarded = 0;
+    for node in &nodes {
+        let output = std::process::Command::new("curl")
+            .args(["-sS", "--max-time", "10", "--cacert"])
+            .arg(&ca)
+            .arg(format!("https://{}/v1/fleet", node.admin_addr))
+            .output()
+            .expect("curl runs (the CI installs it)");
+        let view = json(&String::from_utf8_lossy(&output.stdout));
+        let other = if view["node_id"] == "x0" { "x1" } else { "x0" };
+        assert!(view["reports"][other]["error"].is_null(), "{view}");
+        forwarded += view["reports"][view["node_id"].as_str().unwrap()]["forwarded"].as_u64().unwrap();
+    }
+    assert_eq!(forwarded, POOLS.len() as u64, "each node forwarded the pools the other owns");
+}

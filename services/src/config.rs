@@ -107,6 +107,10 @@ pub struct FleetSection {
     /// A shared secret the Node service requires from other nodes (the
     /// `x-slogate-fleet-secret` header); empty: none.
     pub secret: String,
+    /// With TLS on gRPC (`node.tls_cert_path`), the PEM certificate(s) of
+    /// the authority that signed the members' certificates: nodes call each
+    /// other over TLS and trust only these. Required then; unused without.
+    pub ca_path: Option<PathBuf>,
 }
 
 /// `[[fleet.member]]`.
@@ -132,6 +136,7 @@ impl Default for FleetSection {
             failover_wait_s: 30,
             drain_max_s: 30,
             secret: String::new(),
+            ca_path: None,
         }
     }
 }
@@ -142,7 +147,13 @@ impl FleetSection {
         !self.node_id.is_empty()
     }
 
-    fn validate(&self) -> Result<()> {
+    fn validate(&self, tls: bool) -> Result<()> {
+        match (&self.ca_path, tls && self.enabled()) {
+            (None, true) => return Err(invalid("fleet.ca_path", "nodes serving gRPC over TLS call each other over TLS: name the authority that signed their certificates")),
+            (Some(_), false) => return Err(invalid("fleet.ca_path", "only used by a fleet whose nodes serve gRPC over TLS (node.tls_cert_path)")),
+            (Some(path), true) if !path.is_file() => return Err(invalid("fleet.ca_path", format!("`{}` is not a readable file", path.display()))),
+            _ => {}
+        }
         if !self.enabled() {
             if !self.member.is_empty() || !self.etcd_endpoints.is_empty() {
                 return Err(invalid("fleet.node_id", "a member list or etcd_endpoints needs this node's id"));
@@ -1244,7 +1255,7 @@ impl NodeConfig {
             }
             _ => return Err(invalid("node.tls_cert_path", "TLS needs both tls_cert_path and tls_key_path")),
         }
-        file.fleet.validate()?;
+        file.fleet.validate(file.node.tls_cert_path.is_some())?;
         let limits = &file.limits;
         for (key, value) in [
             ("limits.in_flight_per_pool_max", limits.in_flight_per_pool_max),
@@ -1504,6 +1515,8 @@ mod tests {
         let config = load("etcd_endpoints = [\"http://e:2379\"]", &[("SLOGATE_NODE_ID", "slogate-1"), ("SLOGATE_ADVERTISE_ADDR", "slogate-1.slogate:50051")]).unwrap();
         assert_eq!((config.file.fleet.node_id.as_str(), config.file.fleet.advertise_addr.as_str()), ("slogate-1", "slogate-1.slogate:50051"));
         assert!(!NodeConfig::load("", &env(&[]), &Overrides::default()).unwrap().file.fleet.enabled(), "a single node by default");
+        let needless_ca = error("node_id = \"a\"\netcd_endpoints = [\"http://e:1\"]\nca_path = \"/etc/hosts\"");
+        assert!(needless_ca.contains("`fleet.ca_path`") && needless_ca.contains("over TLS"), "{needless_ca}");
     }
 
     #[test]

@@ -160,6 +160,9 @@ pub struct Fleet {
     epoch: std::time::Instant,
     clients: Mutex<HashMap<String, NodeClient<Channel>>>,
     secret: Option<tonic::metadata::AsciiMetadataValue>,
+    /// The authority other members' certificates are checked against, when
+    /// nodes talk TLS.
+    tls: Option<tonic::transport::ClientTlsConfig>,
     /// Queries of each pool running here now (a handover waits for them).
     in_flight: HashMap<String, AtomicUsize>,
     /// Queries this node accepted and forwarded.
@@ -211,6 +214,13 @@ impl Fleet {
     /// unless `advertise_addr` says otherwise. With a static member list the
     /// owners are known at once.
     pub fn new(section: &FleetSection, pools: &[String], bound_grpc_addr: std::net::SocketAddr) -> Result<Fleet> {
+        let tls = match &section.ca_path {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|e| Error::Config(format!("`fleet.ca_path`: cannot read {}: {e}", path.display())))?;
+                Some(tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(pem)))
+            }
+            None => None,
+        };
         let advertise_addr = if section.advertise_addr.is_empty() { bound_grpc_addr.to_string() } else { section.advertise_addr.clone() };
         let secret = if section.secret.is_empty() {
             None
@@ -239,6 +249,7 @@ impl Fleet {
             epoch: std::time::Instant::now(),
             clients: Mutex::default(),
             secret,
+            tls,
             in_flight: pools.iter().map(|p| (p.clone(), AtomicUsize::new(0))).collect(),
             forwarded: AtomicU64::new(0),
             received: AtomicU64::new(0),
@@ -392,10 +403,14 @@ impl Fleet {
         if let Some(client) = clients.get(addr) {
             return Ok(client.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
             .map_err(|e| tonic::Status::internal(format!("member address `{addr}`: {e}")))?
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_secs(1));
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint.tls_config(tls.clone()).map_err(|e| tonic::Status::internal(format!("TLS to member `{addr}`: {e}")))?;
+        }
         let client = NodeClient::new(endpoint.connect_lazy());
         clients.insert(addr.to_owned(), client.clone());
         Ok(client)
