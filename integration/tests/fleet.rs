@@ -362,8 +362,37 @@ async fn a_static_member_list_splits_the_pools_and_forwards_between_two_nodes() 
         let (status, body) = tokio::task::spawn_blocking(move || http_get(admin, "/v1/actors?pool=nope")).await.unwrap();
         assert_eq!((status, json(&body)["code"].as_str()), (404, Some("NOT_FOUND")), "{body}");
     }
-    // The owners logged all 16 executions, and each accepting node kept a
-    // copy of those it forwarded.
+    // Node/ForwardStream: p0's owner runs what is forwarded to it and
+    // returns each execution; the other node refuses each query as not the
+    // owner.
+    let owner = if owners["p0"] == "s0" { 0 } else { 1 };
+    for (node, runs) in [(owner, true), (1 - owner, false)] {
+        let mut client = slogate_proto::v1::node_client::NodeClient::connect(format!("http://{}", grpc[node])).await.unwrap();
+        let forwards: Vec<slogate_proto::v1::ForwardRequest> = (0..3)
+            .map(|i| slogate_proto::v1::ForwardRequest {
+                request: Some(request(&format!("stream-{node}-{i}"), "p0", 4 + i)),
+                from_node: "test".into(),
+                ..Default::default()
+            })
+            .collect();
+        let mut replies = client.forward_stream(tokio_stream::iter(forwards)).await.unwrap().into_inner();
+        let mut answered = 0;
+        while let Some(reply) = replies.message().await.unwrap() {
+            let response = reply.reply.unwrap();
+            if runs {
+                assert_eq!(response.status(), QueryStatus::Completed, "{response:?}");
+                assert!(reply.execution.is_some_and(|e| e.latency_us > 0 && e.size_rpu == 16));
+            } else {
+                assert_eq!(response.status(), QueryStatus::Rejected, "{response:?}");
+                assert_eq!(response.error_code, tonic::Code::FailedPrecondition as i32);
+                assert!(response.explanation.contains("is not the owner of pool `p0`"), "{response:?}");
+            }
+            answered += 1;
+        }
+        assert_eq!(answered, 3);
+    }
+    // The owners logged all 16 executions and the 3 sent on the stream
+    // above, and each accepting node kept a copy of those it forwarded.
     let started = Instant::now();
     loop {
         let mut logged = 0;
@@ -372,10 +401,10 @@ async fn a_static_member_list_splits_the_pools_and_forwards_between_two_nodes() 
             let (_, body) = tokio::task::spawn_blocking(move || http_get(admin, "/v1/actors")).await.unwrap();
             logged += json(&body)["reservoir"]["executions"].as_u64().unwrap();
         }
-        if logged == 16 + elsewhere {
+        if logged == 16 + 3 + elsewhere {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(10), "{logged} executions logged, expected {}", 16 + elsewhere);
+        assert!(started.elapsed() < Duration::from_secs(10), "{logged} executions logged, expected {}", 16 + 3 + elsewhere);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -203,16 +203,23 @@ async fn bench_fleet(args: FleetArgs) -> i32 {
         clusters: args.clusters,
         scratch: std::env::temp_dir().join("slogate-bench-fleet"),
     };
-    let report = match slogate_loadgen::bench_fleet::bench_fleet(&config, &mut |line| eprintln!("{line}")).await {
+    let report = slogate_loadgen::bench_fleet::bench_fleet(&config, &mut |line| eprintln!("{line}")).await;
+    finish(report.map(|report| (report.table(), serde_json::to_string_pretty(&report).expect("json"))), args.json.as_deref())
+}
+
+/// Prints a benchmark's table and writes its JSON to `json`, if asked;
+/// the exit code (2 for bad parameters).
+fn finish(report: slogate_loadgen::Result<(String, String)>, json: Option<&std::path::Path>) -> i32 {
+    let (table, report_json) = match report {
         Ok(report) => report,
         Err(e) => {
             eprintln!("error: {e}");
             return if matches!(e, slogate_loadgen::Error::InvalidParameter(_)) { 2 } else { 1 };
         }
     };
-    print!("{}", report.table());
-    if let Some(path) = &args.json
-        && let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&report).expect("json") + "\n")
+    print!("{table}");
+    if let Some(path) = json
+        && let Err(e) = std::fs::write(path, report_json + "\n")
     {
         eprintln!("error: cannot write {}: {e}", path.display());
         return 1;
@@ -239,21 +246,8 @@ async fn bench(args: BenchArgs) -> i32 {
         router_shards: args.router_shards,
         scratch: std::env::temp_dir().join("slogate-bench-gateway"),
     };
-    let report = match slogate_loadgen::bench::bench_gateway(&config, &mut |line| eprintln!("{line}")).await {
-        Ok(report) => report,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return if matches!(e, slogate_loadgen::Error::InvalidParameter(_)) { 2 } else { 1 };
-        }
-    };
-    print!("{}", report.table());
-    if let Some(path) = &args.json
-        && let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&report).expect("json") + "\n")
-    {
-        eprintln!("error: cannot write {}: {e}", path.display());
-        return 1;
-    }
-    0
+    let report = slogate_loadgen::bench::bench_gateway(&config, &mut |line| eprintln!("{line}")).await;
+    finish(report.map(|report| (report.table(), serde_json::to_string_pretty(&report).expect("json"))), args.json.as_deref())
 }
 
 async fn run(args: RunArgs) -> i32 {

@@ -509,51 +509,73 @@ impl Gateway for GatewayService {
     /// UNAVAILABLE) comes last.
     async fn submit_stream(&self, request: Request<Streaming<SubmitRequest>>) -> Result<Response<Self::SubmitStreamStream>, Status> {
         let tenant = self.caller(&request)?;
-        let mut requests = request.into_inner();
-        let (sender, receiver) = tokio::sync::mpsc::channel(self.stream_in_flight_max);
         let service = self.clone();
-        let mut closing = self.closing.clone();
-        tokio::spawn(async move {
-            let mut tasks = tokio::task::JoinSet::new();
-            let mut last: Option<Status> = None;
-            loop {
-                let room = tasks.len() < service.stream_in_flight_max;
-                tokio::select! {
-                    next = requests.next(), if room => match next {
-                        Some(Ok(request)) => {
-                            let query_id = request.query_id.clone();
-                            let service = service.clone();
-                            let sender = sender.clone();
-                            let tenant = tenant.clone();
-                            tasks.spawn(async move {
-                                let reply = match service.answer(request, tenant.as_ref(), None).await {
-                                    Ok(reply) => reply,
-                                    Err(error) => rejected(query_id, &error),
-                                };
-                                // A client that hung up no longer reads replies.
-                                let _ = sender.send(Ok(reply)).await;
-                            });
-                        }
-                        Some(Err(status)) => {
-                            last = Some(status);
-                            break;
-                        }
-                        None => break,
-                    },
-                    Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-                    _ = closing.wait_for(|closing| *closing) => {
-                        last = Some(GatewayError::ShuttingDown.to_status());
-                        break;
-                    }
+        let replies = serve_stream(request.into_inner(), self.stream_in_flight_max, self.closing.clone(), move |request: SubmitRequest| {
+            let (service, tenant) = (service.clone(), tenant.clone());
+            async move {
+                let query_id = request.query_id.clone();
+                match service.answer(request, tenant.as_ref(), None).await {
+                    Ok(reply) => reply,
+                    Err(error) => rejected(query_id, &error),
                 }
             }
-            while tasks.join_next().await.is_some() {}
-            if let Some(status) = last {
-                let _ = sender.send(Err(status)).await;
-            }
         });
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver))))
+        Ok(Response::new(Box::pin(replies)))
     }
+}
+
+/// Serves a stream of requests with `answer`: reads while fewer than
+/// `in_flight_max` are in progress (the client then waits on HTTP/2 flow
+/// control), sends each reply as it is ready, and ends once the client
+/// half-closes and every accepted request is answered. A request that does
+/// not decode, or `closing` turning true, stops the reading; the requests
+/// already accepted are still answered, and the error (or UNAVAILABLE)
+/// comes last.
+fn serve_stream<Req, Rep, Fut>(
+    mut requests: Streaming<Req>,
+    in_flight_max: usize,
+    mut closing: tokio::sync::watch::Receiver<bool>,
+    answer: impl Fn(Req) -> Fut + Send + 'static,
+) -> tokio_stream::wrappers::ReceiverStream<Result<Rep, Status>>
+where
+    Req: Send + 'static,
+    Rep: Send + 'static,
+    Fut: std::future::Future<Output = Rep> + Send + 'static,
+{
+    let (sender, receiver) = tokio::sync::mpsc::channel(in_flight_max);
+    tokio::spawn(async move {
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut last: Option<Status> = None;
+        loop {
+            let room = tasks.len() < in_flight_max;
+            tokio::select! {
+                next = requests.next(), if room => match next {
+                    Some(Ok(request)) => {
+                        let (reply, sender) = (answer(request), sender.clone());
+                        tasks.spawn(async move {
+                            // A client that hung up no longer reads replies.
+                            let _ = sender.send(Ok(reply.await)).await;
+                        });
+                    }
+                    Some(Err(status)) => {
+                        last = Some(status);
+                        break;
+                    }
+                    None => break,
+                },
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                _ = closing.wait_for(|closing| *closing) => {
+                    last = Some(GatewayError::ShuttingDown.to_status());
+                    break;
+                }
+            }
+        }
+        while tasks.join_next().await.is_some() {}
+        if let Some(status) = last {
+            let _ = sender.send(Err(status)).await;
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(receiver)
 }
 
 /// The node-to-node service: runs the queries other nodes forward here,
@@ -593,43 +615,19 @@ impl slogate_proto::v1::node_server::Node for NodeService {
     /// replies in completion order, a refusal as a `REJECTED` reply.
     async fn forward_stream(&self, request: Request<Streaming<ForwardRequest>>) -> Result<Response<Self::ForwardStreamStream>, Status> {
         self.fleet.check_secret(request.metadata())?;
-        let mut requests = request.into_inner();
-        let (sender, receiver) = tokio::sync::mpsc::channel(self.gateway.stream_in_flight_max);
         let service = self.gateway.clone();
-        tokio::spawn(async move {
-            let mut tasks = tokio::task::JoinSet::new();
-            let mut last: Option<Status> = None;
-            loop {
-                let room = tasks.len() < service.stream_in_flight_max;
-                tokio::select! {
-                    next = requests.next(), if room => match next {
-                        Some(Ok(forward)) => {
-                            let service = service.clone();
-                            let sender = sender.clone();
-                            tasks.spawn(async move {
-                                let query_id = forward.request.as_ref().map(|r| r.query_id.clone()).unwrap_or_default();
-                                let reply = match service.forwarded(forward).await {
-                                    Ok(reply) => reply,
-                                    Err(error) => ForwardReply { reply: Some(rejected(query_id, &error)), execution: None },
-                                };
-                                let _ = sender.send(Ok(reply)).await;
-                            });
-                        }
-                        Some(Err(status)) => {
-                            last = Some(status);
-                            break;
-                        }
-                        None => break,
-                    },
-                    Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        let (in_flight_max, closing) = (service.stream_in_flight_max, service.closing.clone());
+        let replies = serve_stream(request.into_inner(), in_flight_max, closing, move |forward: ForwardRequest| {
+            let service = service.clone();
+            async move {
+                let query_id = forward.request.as_ref().map(|r| r.query_id.clone()).unwrap_or_default();
+                match service.forwarded(forward).await {
+                    Ok(reply) => reply,
+                    Err(error) => ForwardReply { reply: Some(rejected(query_id, &error)), execution: None },
                 }
             }
-            while tasks.join_next().await.is_some() {}
-            if let Some(status) = last {
-                let _ = sender.send(Err(status)).await;
-            }
         });
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver))))
+        Ok(Response::new(Box::pin(replies)))
     }
 
     async fn state(&self, request: Request<slogate_proto::v1::StateRequest>) -> Result<Response<slogate_proto::v1::NodeState>, Status> {
