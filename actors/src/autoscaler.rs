@@ -250,18 +250,26 @@ impl AutoscalerActor {
         while let Some(command) = self.core.poll_command() {
             let router = self.router.clone();
             let pool = self.pool.clone();
+            let spinup = match command {
+                ClusterCommand::SpinUp { size } => Some(size),
+                ClusterCommand::TearDown { .. } => None,
+            };
             let sent = async move {
                 match command {
                     ClusterCommand::SpinUp { size } => router.send(RequestCluster { pool, size }).await.map(|r| r.map(|_| ())),
                     ClusterCommand::TearDown { cluster } => router.send(ReleaseCluster { pool, cluster, force: true }).await,
                 }
             };
-            ctx.spawn(sent.into_actor(self).map(|reply, actor, _ctx| {
+            ctx.spawn(sent.into_actor(self).map(move |reply, actor, _ctx| {
                 let error = match reply {
                     Ok(Ok(())) => return,
                     Ok(Err(e)) => e.to_string(),
                     Err(_) => "the router shard is not answering".to_owned(),
                 };
+                // A refused spinup is a decision of its own, with its reason.
+                if let Some(size) = spinup {
+                    actor.core.record_refusal(actor.clock.now(), size, error.clone());
+                }
                 actor.commands_failed += 1;
                 actor.last_command_error = Some(error);
             }));

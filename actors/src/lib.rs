@@ -123,6 +123,14 @@ pub enum Error {
         /// The limit.
         limit: usize,
     },
+    /// A spinup would take the pool past one of its caps.
+    #[error("pool `{pool}`: spinup refused: {reason}")]
+    CapReached {
+        /// The pool.
+        pool: String,
+        /// Which cap, with its figures.
+        reason: String,
+    },
     /// Releasing this cluster would leave the pool with no ready cluster.
     #[error("cluster `{cluster}` is pool `{pool}`'s last ready cluster; releasing it needs force")]
     LastReadyCluster {

@@ -362,6 +362,23 @@ pub struct PoolSetup {
     /// Set when the pool's clusters are provisioned (trackers estimate
     /// their bill from spinup until gone).
     pub provisioned: Option<slogate_core::elastic::ProvisionedBilling>,
+    /// What the pool may hold, whatever a policy or an operator asks.
+    pub caps: PoolCaps,
+}
+
+/// A pool's caps and the price its spend cap counts at.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct PoolCaps {
+    /// The caps.
+    pub caps: slogate_core::scale::caps::Caps,
+    /// Dollars per RPU-hour a live cluster can bill at most.
+    pub price_per_rpu_hour_usd: f64,
+}
+
+impl Default for PoolCaps {
+    fn default() -> Self {
+        PoolCaps { caps: slogate_core::scale::caps::Caps::default(), price_per_rpu_hour_usd: slogate_core::billing::BillingConfig::default().price_per_rpu_hour_usd }
+    }
 }
 
 struct InFlight {
@@ -408,6 +425,7 @@ struct PoolRuntime {
     autoscaler: Option<Recipient<ScaleNotice>>,
     elastic: bool,
     provisioned: Option<slogate_core::elastic::ProvisionedBilling>,
+    caps: PoolCaps,
     /// The latest SLO each template was submitted with (the tuner gives
     /// forecast queries these).
     slos: std::collections::BTreeMap<slogate_core::model::TemplateId, slogate_core::time::Duration>,
@@ -610,6 +628,7 @@ impl RouterShard {
                     autoscaler: None,
                     elastic: setup.elastic,
                     provisioned: setup.provisioned,
+                    caps: setup.caps,
                     slos: std::collections::BTreeMap::new(),
                     slo_templates: slogate_core::recency::RecentKeys::new(limits.templates_max),
                 };
@@ -931,7 +950,14 @@ impl Handler<RequestCluster> for RouterShard {
             Some(pool) if !self.draining && pool.view.clusters.iter().filter(|c| c.state != ClusterState::Gone).count() >= clusters_max => {
                 return Box::pin(fut::ready(Err(Error::ClusterLimit { pool: message.pool.0, limit: clusters_max })));
             }
-            Some(pool) if !self.draining => (pool.provider.clone(), pool.backend.clone(), pool.provisioned.clone()),
+            Some(pool) if !self.draining => {
+                // The pool's caps count every cluster that can still bill.
+                let live: Vec<Rpu> = pool.view.clusters.iter().filter(|c| c.state != ClusterState::Gone).map(|c| c.size).collect();
+                if let Err(refusal) = pool.caps.caps.admit(&live, message.size, pool.caps.price_per_rpu_hour_usd) {
+                    return Box::pin(fut::ready(Err(Error::CapReached { pool: message.pool.0, reason: refusal.to_string() })));
+                }
+                (pool.provider.clone(), pool.backend.clone(), pool.provisioned.clone())
+            }
             Some(_) => return Box::pin(fut::ready(Err(Error::ShuttingDown))),
             None => return Box::pin(fut::ready(Err(Error::UnknownPool(message.pool.0)))),
         };

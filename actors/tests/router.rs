@@ -18,7 +18,7 @@ async fn node(in_flight_max: usize) -> Addr<RouterShard> {
 }
 
 async fn node_logging_to(in_flight_max: usize, cluster_count: usize, reservoir: Option<ReservoirLink>) -> Addr<RouterShard> {
-    node_with(BaselinePolicy::LeastLoaded.build(), in_flight_max, cluster_count, reservoir).await
+    node_with(BaselinePolicy::LeastLoaded.build(), in_flight_max, cluster_count, reservoir, Default::default()).await
 }
 
 async fn node_with(
@@ -26,6 +26,7 @@ async fn node_with(
     in_flight_max: usize,
     cluster_count: usize,
     reservoir: Option<ReservoirLink>,
+    caps: slogate_actors::router::PoolCaps,
 ) -> Addr<RouterShard> {
     let clock = VirtualClock::start(1_000.0);
     let warehouse = EmulatedWarehouse::new(WorldConfig::default(), clock, 4_096).start();
@@ -45,6 +46,7 @@ async fn node_with(
         in_flight_max,
         elastic: false,
         provisioned: None,
+        caps,
     };
     let limits = RouterLimits {
         billing: slogate_core::billing::BillingConfig::default(),
@@ -101,7 +103,7 @@ async fn a_learning_policy_refits_off_the_routing_thread_and_its_fits_are_instal
     tokio::time::pause();
     let predictor = ConcurrencyAware::new(ConcurrencyConfig { refit_every: 16, ..ConcurrencyConfig::default() });
     let policy = Box::new(SloRouter::new("slogate", predictor, slogate_core::billing::BillingConfig::default()));
-    let router = node_with(policy, 1_000, 2, None).await;
+    let router = node_with(policy, 1_000, 2, None, Default::default()).await;
     let mut replies = Vec::new();
     for i in 0..100u32 {
         replies.push(router.send(submit(&format!("q{i}"), 1 + i % 7)).await.unwrap().unwrap());
@@ -286,4 +288,23 @@ async fn a_pool_refuses_clusters_beyond_its_cap_and_keeps_its_last_ready_cluster
     assert!(matches!(last, Error::LastReadyCluster { .. }), "{last}");
     assert!(last.to_string().contains("force"));
     router.send(ReleaseCluster { pool: PoolId::default(), cluster: ready[1], force: true }).await.unwrap().unwrap();
+}
+
+#[actix_rt::test]
+async fn a_spinup_past_a_pool_cap_is_refused_naming_the_cap_whoever_asks() {
+    use slogate_actors::router::{PoolCaps, RequestCluster};
+    use slogate_core::scale::caps::Caps;
+    tokio::time::pause();
+    // One ready cluster of 16 RPU; at most 40 RPU and $14 an hour.
+    let caps = PoolCaps { caps: Caps { clusters_max: None, rpu_total_max: Some(40), spend_per_hour_max_usd: Some(14.0) }, price_per_rpu_hour_usd: 0.375 };
+    let router = node_with(BaselinePolicy::LeastLoaded.build(), 1_000, 1, None, caps).await;
+    let refused = router.send(RequestCluster { pool: PoolId::default(), size: Rpu(32) }).await.unwrap().unwrap_err();
+    assert!(matches!(&refused, Error::CapReached { reason, .. } if reason.contains("cap of 40 RPU")), "{refused}");
+    // 16 more fit both caps (32 RPU bill $12/h).
+    router.send(RequestCluster { pool: PoolId::default(), size: Rpu(16) }).await.unwrap().unwrap();
+    // 8 more fit 40 RPU but would bill $15/h.
+    let refused = router.send(RequestCluster { pool: PoolId::default(), size: Rpu(8) }).await.unwrap().unwrap_err();
+    assert!(matches!(&refused, Error::CapReached { reason, .. } if reason.contains("$15.00/h") && reason.contains("$14.00/h")), "{refused}");
+    let state = router.send(GetState).await.unwrap();
+    assert_eq!(state.pools[0].clusters.len(), 2);
 }

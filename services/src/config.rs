@@ -418,12 +418,58 @@ pub struct PoolSection {
     /// unset: its index in the file modulo the shard count.
     #[serde(default)]
     pub shard: Option<usize>,
+    /// What the pool may hold, whatever its policy or an operator asks.
+    #[serde(default)]
+    pub caps: CapsSection,
+}
+
+/// `[pool.caps]`: most clusters, RPU and spend per hour the pool may hold,
+/// whatever its autoscaler or an operator asks; 0 is no cap. A spinup past
+/// one is refused, and the refusal is a scaling decision with its reason.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CapsSection {
+    /// Most live clusters.
+    pub clusters_max: usize,
+    /// Most RPU over the live clusters.
+    pub rpu_total_max: u32,
+    /// Most dollars an hour, every live cluster billed for the whole hour
+    /// at the pool's price.
+    pub spend_per_hour_max_usd: f64,
+}
+
+impl CapsSection {
+    /// The caps as the router checks them, with the price the spend cap
+    /// counts at; `key` names the section in errors.
+    pub fn to_core(&self, key: &str, price_per_rpu_hour_usd: f64) -> Result<slogate_actors::router::PoolCaps> {
+        let spend = self.spend_per_hour_max_usd;
+        if !(spend.is_finite() && spend >= 0.0) {
+            return Err(invalid(&format!("{key}.spend_per_hour_max_usd"), format!("must be a finite number ≥ 0, got {spend}")));
+        }
+        Ok(slogate_actors::router::PoolCaps {
+            caps: slogate_core::scale::caps::Caps {
+                clusters_max: (self.clusters_max > 0).then_some(self.clusters_max),
+                rpu_total_max: (self.rpu_total_max > 0).then_some(self.rpu_total_max),
+                spend_per_hour_max_usd: (spend > 0.0).then_some(spend),
+            },
+            price_per_rpu_hour_usd,
+        })
+    }
 }
 
 impl PoolSection {
     /// The shard that owns the pool at `index` in the file, of `shards`.
     pub fn shard_index(&self, index: usize, shards: usize) -> usize {
         self.shard.unwrap_or(index % shards.max(1))
+    }
+
+    /// The pool's caps, counted at its price per RPU-hour.
+    pub fn caps(&self, index: usize) -> Result<slogate_actors::router::PoolCaps> {
+        let price = match self.provisioned_billing() {
+            Some(provisioned) => provisioned.price_per_hour_usd,
+            None => slogate_core::billing::BillingConfig::default().price_per_rpu_hour_usd,
+        };
+        self.caps.to_core(&format!("pool[{index}].caps"), price)
     }
 
     /// The provisioned clusters' billing, if the pool bills so.
@@ -1087,6 +1133,7 @@ impl Default for ConfigV1 {
                 elastic: ElasticSection::default(),
                 tune: TuneSection::default(),
                 shard: None,
+                caps: CapsSection::default(),
             }],
             tenant: Vec::new(),
             fleet: FleetSection::default(),
@@ -1310,6 +1357,7 @@ impl NodeConfig {
             return Err(invalid("node.router_shards", format!("must be between 1 and the number of pools ({}): each shard owns at least one", file.pool.len())));
         }
         for (i, pool) in file.pool.iter().enumerate() {
+            pool.caps(i)?;
             if let Some(shard) = pool.shard.filter(|&s| s >= shards) {
                 return Err(invalid(&format!("pool[{i}].shard"), format!("is {shard}, but node.router_shards is {shards} (shards 0..{})", shards - 1)));
             }
@@ -1517,6 +1565,19 @@ mod tests {
         assert!(!NodeConfig::load("", &env(&[]), &Overrides::default()).unwrap().file.fleet.enabled(), "a single node by default");
         let needless_ca = error("node_id = \"a\"\netcd_endpoints = [\"http://e:1\"]\nca_path = \"/etc/hosts\"");
         assert!(needless_ca.contains("`fleet.ca_path`") && needless_ca.contains("over TLS"), "{needless_ca}");
+    }
+
+    #[test]
+    fn pool_caps_are_checked_and_counted_at_the_pool_s_price() {
+        let pool = |caps: &str, billing: &str| format!("version = \"1\"\n[[pool]]\nname = \"a\"\nclusters = [16]\n{billing}[pool.caps]\n{caps}\n");
+        let error = NodeConfig::load(&pool("spend_per_hour_max_usd = -1.0", ""), &env(&[]), &Overrides::default()).unwrap_err().to_string();
+        assert!(error.contains("`pool[0].caps.spend_per_hour_max_usd`"), "{error}");
+        let serverless = NodeConfig::load(&pool("rpu_total_max = 64\nspend_per_hour_max_usd = 20.0", ""), &env(&[]), &Overrides::default()).unwrap();
+        let caps = serverless.file.pool[0].caps(0).unwrap();
+        assert_eq!((caps.caps.clusters_max, caps.caps.rpu_total_max, caps.caps.spend_per_hour_max_usd), (None, Some(64), Some(20.0)));
+        assert_eq!(caps.price_per_rpu_hour_usd, 0.375);
+        let provisioned = NodeConfig::load(&pool("clusters_max = 3", "billing = \"provisioned\"\nprovisioned_price_per_rpu_hour_usd = 0.5\n"), &env(&[]), &Overrides::default()).unwrap();
+        assert_eq!(provisioned.file.pool[0].caps(0).unwrap().price_per_rpu_hour_usd, 0.5);
     }
 
     #[test]

@@ -325,6 +325,54 @@ async fn wait_for_scale_decision(addr: std::net::SocketAddr, kind: &str) -> Vec<
 }
 
 #[actix_rt::test]
+async fn a_pool_at_its_cap_refuses_the_autoscaler_s_spinup_and_the_operator_s_and_says_why() {
+    let dir = scratch("caps");
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 2000.0\nadmin_token = \"s3cret\"\n\
+         [[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [4]\n\
+         [pool.autoscale]\nenabled = true\nmin_observations = 8\n\
+         [pool.caps]\nrpu_total_max = 4\n",
+        dir.display()
+    );
+    let node = node::start(load(&text)).await.unwrap();
+    let addr = node.admin_addr;
+    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    // The burst that makes the autoscaler ask for a cluster.
+    let mut tasks = Vec::new();
+    for i in 0..60u32 {
+        let mut client = client.clone();
+        tasks.push(tokio::spawn(async move { client.submit(request(&format!("capped{i}"), 1 + i, 20_000)).await }));
+    }
+    let mut decisions = wait_for_scale_decision(addr, "refused").await;
+    let refused = decisions.iter().find(|d| d["kind"] == "refused").unwrap_or_else(|| panic!("no refusal: {decisions:?}"));
+    assert!(refused["reason"].as_str().unwrap().contains("cap of 4 RPU"), "{refused}");
+    // Each spinup asked for (a `spin_up` decision) is refused, once the
+    // router has answered it.
+    let count = |decisions: &[serde_json::Value], kind: &str| decisions.iter().filter(|d| d["kind"] == kind).count();
+    for _ in 0..200 {
+        if count(&decisions, "refused") == count(&decisions, "spin_up") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        decisions = wait_for_scale_decision(addr, "refused").await;
+    }
+    assert_eq!(count(&decisions, "refused"), count(&decisions, "spin_up"), "{decisions:?}");
+    for task in tasks {
+        let reply = task.await.unwrap().unwrap().into_inner();
+        assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
+    }
+    // The operator is refused too, with the same reason.
+    let (status, body) = admin(addr, "POST", "/v1/pools/default/clusters", Some("s3cret"), r#"{"size": 8}"#).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("cap of 4 RPU"), "{body}");
+    let (_, body) = admin_get(addr, "/v1/pools/default").await;
+    let pool: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(pool["clusters"].as_array().unwrap().len(), 1, "{pool}");
+    node.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[actix_rt::test]
 async fn a_burst_spins_a_cluster_up_and_an_idle_period_tears_one_down() {
     let dir = scratch("autoscale");
     // δ = 300 virtual seconds is 150 ms at this compression; T_idle and

@@ -141,6 +141,16 @@ pub enum ScaleDecision {
         /// Every candidate and the choice.
         selection: ScaleInSelection,
     },
+    /// A spinup was refused before it reached the platform: a cap, or the
+    /// platform's own refusal.
+    Refused {
+        /// When.
+        at: Instant,
+        /// Its size.
+        size: Rpu,
+        /// Why, naming the cap and its figures.
+        reason: String,
+    },
     /// A fired trigger led to nothing.
     Skipped {
         /// When.
@@ -380,6 +390,12 @@ impl Autoscaler {
     /// The selector's settings, derived from the knobs.
     pub fn selector_config(&self) -> SelectorConfig {
         self.config.selector_config(self.billing.clone())
+    }
+
+    /// Records that a spinup of `size` it asked for at `now` was refused
+    /// (a cap, or the platform), with the reason.
+    pub fn record_refusal(&mut self, now: Instant, size: Rpu, reason: String) {
+        self.record(ScaleDecision::Refused { at: now, size, reason });
     }
 
     fn record(&mut self, decision: ScaleDecision) {

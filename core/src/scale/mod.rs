@@ -15,6 +15,8 @@
 //!   with a price-performance setting.
 //! - [`sro`]: Spandana's Resource Optimizer: the instance count that
 //!   minimises provisioned plus elastic cost over a load profile.
+//! - [`caps`]: most clusters, RPU and spend per hour a pool may hold,
+//!   whatever a policy asks.
 //! - [`autoscaler`]: the [`Autoscaler`], which wires them together behind
 //!   the simulator's `Controller` interface, with the §8.5–8.6 baselines as
 //!   [`AutoscalerPolicy`] values.
@@ -23,6 +25,7 @@
 //! configuration as defaults.
 
 pub mod autoscaler;
+pub mod caps;
 pub mod rais;
 pub mod replay;
 pub mod scale_in;

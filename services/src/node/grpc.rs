@@ -36,7 +36,7 @@ pub fn gateway_error(error: slogate_actors::Error) -> GatewayError {
         A::Backend(reason) => GatewayError::Unavailable(reason),
         A::Unsupported(reason) => GatewayError::Conflict(reason),
         A::TuningInProgress(pool) => GatewayError::Conflict(format!("pool `{pool}` is already being tuned")),
-        limit @ (A::ClusterLimit { .. } | A::LastReadyCluster { .. }) => GatewayError::Conflict(limit.to_string()),
+        limit @ (A::ClusterLimit { .. } | A::LastReadyCluster { .. } | A::CapReached { .. }) => GatewayError::Conflict(limit.to_string()),
         mismatch @ A::IdempotencyMismatch { .. } => GatewayError::AlreadyExists(mismatch.to_string()),
         other @ (A::Storage(_) | A::CorruptStore(_) | A::DamagedStore { .. }) => GatewayError::Internal(other.to_string()),
     }

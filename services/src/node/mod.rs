@@ -205,6 +205,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             in_flight_max: file.limits.in_flight_per_pool_max,
             elastic: elastic.is_some(),
             provisioned: provisioned_billing,
+            caps: pool.caps(i)?,
         });
     }
     let history = Arc::new(history);
@@ -573,6 +574,7 @@ struct PendingPool {
     in_flight_max: usize,
     elastic: bool,
     provisioned: Option<slogate_core::elastic::ProvisionedBilling>,
+    caps: router::PoolCaps,
 }
 
 /// What a RouterShard is built from, on the thread it will run on.
@@ -608,6 +610,7 @@ impl ShardPlan {
                 in_flight_max: pool.in_flight_max,
                 elastic: pool.elastic,
                 provisioned: pool.provisioned,
+                caps: pool.caps,
             });
         }
         let (decision_time, event_loop_lag) = self.histograms;
