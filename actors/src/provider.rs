@@ -9,6 +9,9 @@
 //! - [`FixedEndpoints`] is a pool of servers slogate did not create (a
 //!   Postgres-wire pool's declared endpoints): it refuses to create or
 //!   release any, saying so.
+//! - [`DryRun`] wraps any provider (`[pool.provider] dry_run = true`): it
+//!   logs and shows what it would create or release, does nothing, and
+//!   answers each request with a refusal that says so.
 //!
 //! EC2 and Redshift providers answer the same trait.
 
@@ -212,5 +215,77 @@ impl Provider for FixedEndpoints {
 
     fn state(&self) -> LocalFuture<Result<ProviderState, ExecuteError>> {
         Box::pin(std::future::ready(Ok(ProviderState { kind: "fixed", recent: Vec::new() })))
+    }
+}
+
+/// A provider in dry-run mode: every request is logged as what it would
+/// have done and refused, so nothing is created or released; the wrapped
+/// provider's state is shown beside the log.
+pub struct DryRun {
+    inner: std::sync::Arc<dyn Provider>,
+    clock: VirtualClock,
+    recent: std::sync::Mutex<VecDeque<LifecycleRecord>>,
+}
+
+impl DryRun {
+    /// `inner` in dry-run mode.
+    pub fn new(inner: std::sync::Arc<dyn Provider>, clock: VirtualClock) -> Self {
+        DryRun { inner, clock, recent: std::sync::Mutex::default() }
+    }
+
+    fn refuse(&self, record: LifecycleRecord) -> ExecuteError {
+        let reason = format!("dry run: {}; nothing was done", record.result);
+        let mut recent = self.recent.lock().expect("the dry run's log lock is never poisoned");
+        if recent.len() == RECENT_MAX {
+            recent.pop_back();
+        }
+        recent.push_front(record);
+        ExecuteError::Unsupported(reason)
+    }
+}
+
+impl Provider for DryRun {
+    fn spin_up(&self, pool: PoolId, size: Rpu) -> LocalFuture<Result<ClusterId, ExecuteError>> {
+        let result = format!("would create a {} RPU cluster for pool `{pool}`", size.0);
+        let error = self.refuse(LifecycleRecord { at_s: self.clock.now().as_secs_f64(), pool, action: "spin_up", cluster: None, size: Some(size), result });
+        Box::pin(std::future::ready(Err(error)))
+    }
+
+    fn spin_down(&self, pool: PoolId, cluster: ClusterId) -> LocalFuture<Result<(), ExecuteError>> {
+        let result = format!("would release {cluster} of pool `{pool}`");
+        let error = self.refuse(LifecycleRecord { at_s: self.clock.now().as_secs_f64(), pool, action: "spin_down", cluster: Some(cluster), size: None, result });
+        Box::pin(std::future::ready(Err(error)))
+    }
+
+    fn state(&self) -> LocalFuture<Result<ProviderState, ExecuteError>> {
+        let recent: Vec<LifecycleRecord> = self.recent.lock().expect("the dry run's log lock is never poisoned").iter().cloned().collect();
+        let inner = self.inner.state();
+        Box::pin(async move {
+            let mut state = inner.await?;
+            state.kind = "dry-run";
+            // What it would have done first, then what the platform did before.
+            state.recent = recent.into_iter().chain(state.recent).collect();
+            Ok(state)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[actix_rt::test]
+    async fn a_dry_run_logs_what_it_would_do_does_nothing_and_says_so() {
+        let clock = VirtualClock::start(1_000.0);
+        let dry = DryRun::new(std::sync::Arc::new(FixedEndpoints), clock);
+        let created = dry.spin_up(PoolId("p".into()), Rpu(32)).await.unwrap_err();
+        assert!(created.to_string().contains("dry run: would create a 32 RPU cluster for pool `p`"), "{created}");
+        let released = dry.spin_down(PoolId("p".into()), ClusterId(3)).await.unwrap_err();
+        assert!(released.to_string().contains("would release c3"), "{released}");
+        let state = dry.state().await.unwrap();
+        assert_eq!(state.kind, "dry-run");
+        let actions: Vec<&str> = state.recent.iter().map(|r| r.action).collect();
+        assert_eq!(actions, ["spin_down", "spin_up"], "newest first");
+        assert_eq!(state.recent[1].size, Some(Rpu(32)));
     }
 }

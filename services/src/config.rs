@@ -421,6 +421,18 @@ pub struct PoolSection {
     /// What the pool may hold, whatever its policy or an operator asks.
     #[serde(default)]
     pub caps: CapsSection,
+    /// The pool's provider.
+    #[serde(default)]
+    pub provider: ProviderSection,
+}
+
+/// `[pool.provider]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProviderSection {
+    /// Log and show what the provider would create or release, and do
+    /// nothing: each request is refused, saying what it would have done.
+    pub dry_run: bool,
 }
 
 /// `[pool.caps]`: most clusters, RPU and spend per hour the pool may hold,
@@ -1134,6 +1146,7 @@ impl Default for ConfigV1 {
                 tune: TuneSection::default(),
                 shard: None,
                 caps: CapsSection::default(),
+                provider: ProviderSection::default(),
             }],
             tenant: Vec::new(),
             fleet: FleetSection::default(),

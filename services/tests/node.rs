@@ -373,6 +373,46 @@ async fn a_pool_at_its_cap_refuses_the_autoscaler_s_spinup_and_the_operator_s_an
 }
 
 #[actix_rt::test]
+async fn a_dry_run_provider_shows_what_the_autoscaler_would_create_and_creates_nothing() {
+    let dir = scratch("dry-run");
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 2000.0\nadmin_token = \"s3cret\"\n\
+         [[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [4]\n\
+         [pool.autoscale]\nenabled = true\nmin_observations = 8\n\
+         [pool.provider]\ndry_run = true\n",
+        dir.display()
+    );
+    let node = node::start(load(&text)).await.unwrap();
+    let addr = node.admin_addr;
+    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..60u32 {
+        let mut client = client.clone();
+        tasks.push(tokio::spawn(async move { client.submit(request(&format!("dry{i}"), 1 + i, 20_000)).await }));
+    }
+    let decisions = wait_for_scale_decision(addr, "refused").await;
+    let refused = decisions.iter().find(|d| d["kind"] == "refused").unwrap_or_else(|| panic!("no refusal: {decisions:?}"));
+    assert!(refused["reason"].as_str().unwrap().contains("dry run: would create a"), "{refused}");
+    for task in tasks {
+        let reply = task.await.unwrap().unwrap().into_inner();
+        assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
+    }
+    let (_, body) = admin_get(addr, "/v1/actors").await;
+    let actors: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let provider = &actors["providers"]["default"];
+    assert_eq!(provider["kind"], "dry-run", "{provider}");
+    assert!(provider["recent"].as_array().unwrap().iter().any(|r| r["action"] == "spin_up" && r["result"].as_str().unwrap().starts_with("would create")), "{provider}");
+    let (status, body) = admin(addr, "POST", "/v1/pools/default/clusters", Some("s3cret"), r#"{"size": 8}"#).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("dry run"), "{body}");
+    let (_, body) = admin_get(addr, "/v1/pools/default").await;
+    let pool: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(pool["clusters"].as_array().unwrap().len(), 1, "nothing was created: {pool}");
+    node.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[actix_rt::test]
 async fn a_burst_spins_a_cluster_up_and_an_idle_period_tears_one_down() {
     let dir = scratch("autoscale");
     // δ = 300 virtual seconds is 150 ms at this compression; T_idle and

@@ -184,10 +184,14 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         let provisioned_billing = pool.provisioned_billing();
         let provisioned = provisioned_billing.is_some();
         let arbiter = shard_arbiters[shard].as_ref().map(|a| a.handle());
-        let wiring = match pool.backend.as_str() {
+        let mut wiring = match pool.backend.as_str() {
             "postgres" => postgres_pool(&id, pool, i, clock).await?,
             _ => emulated_pool(file.node.seed, pool, elastic.as_ref(), clock, mailbox, arbiter.as_ref()).await?,
         };
+        if pool.provider.dry_run {
+            tracing::warn!(message = "Dry run: the pool's provider creates and releases nothing.", pool = %id);
+            wiring.provider = Arc::new(slogate_actors::provider::DryRun::new(wiring.provider, clock));
+        }
         let terms = crate::eval::PoolTerms {
             elastic: elastic.clone(),
             provisioned,
