@@ -259,6 +259,20 @@ impl EtcdProcess {
     ///
     /// If etcd is not installed or does not start in time.
     pub fn start(dir: &Path) -> EtcdProcess {
+        EtcdProcess::start_with(dir, None)
+    }
+
+    /// [`EtcdProcess::start`] serving clients over TLS with `tls`'s
+    /// certificate and key (its health is checked with `curl` and the CA).
+    ///
+    /// # Panics
+    ///
+    /// If etcd is not installed or does not start in time.
+    pub fn start_tls(dir: &Path, tls: &EtcdTls) -> EtcdProcess {
+        EtcdProcess::start_with(dir, Some(tls))
+    }
+
+    fn start_with(dir: &Path, tls: Option<&EtcdTls>) -> EtcdProcess {
         let binary = etcd_binary().expect("etcd is installed (apt-get install -y etcd-server; .ci/run does it)");
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).expect("etcd's directory");
@@ -267,19 +281,21 @@ impl EtcdProcess {
         // exits, and it is tried again on other ports.
         for attempt in 0..5 {
             let (client, peer) = (free_port(), free_port());
-            let client_url = format!("http://127.0.0.1:{client}");
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            let client_url = format!("{scheme}://127.0.0.1:{client}");
             let peer_url = format!("http://127.0.0.1:{peer}");
             let log = std::fs::File::create(dir.join(format!("etcd-{attempt}.log"))).expect("etcd's log file");
-            let child = Command::new(&binary)
+            let mut command = Command::new(&binary);
+            command
                 .args(["--name", "test", "--data-dir"])
                 .arg(dir.join(format!("data-{attempt}")))
                 .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
                 .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
-                .args(["--initial-cluster", &format!("test={peer_url}")])
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .expect("etcd starts");
+                .args(["--initial-cluster", &format!("test={peer_url}")]);
+            if let Some(tls) = tls {
+                command.arg("--cert-file").arg(&tls.cert).arg("--key-file").arg(&tls.key);
+            }
+            let child = command.stdout(Stdio::null()).stderr(log).spawn().expect("etcd starts");
             let client_addr: SocketAddr = format!("127.0.0.1:{client}").parse().expect("address");
             let mut etcd = EtcdProcess { child, client_url, client_addr, dir: dir.to_owned() };
             let started = std::time::Instant::now();
@@ -288,8 +304,19 @@ impl EtcdProcess {
                     break;
                 }
                 if TcpStream::connect_timeout(&client_addr, Duration::from_millis(200)).is_ok() {
-                    let (status, body) = http_get(client_addr, "/health");
-                    if status == 200 && body.contains("true") {
+                    let healthy = match tls {
+                        None => {
+                            let (status, body) = http_get(client_addr, "/health");
+                            status == 200 && body.contains("true")
+                        }
+                        Some(tls) => Command::new("curl")
+                            .args(["-sS", "--max-time", "2", "--cacert"])
+                            .arg(&tls.ca)
+                            .arg(format!("https://{client_addr}/health"))
+                            .output()
+                            .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("true")),
+                    };
+                    if healthy {
                         return etcd;
                     }
                 }
@@ -302,6 +329,17 @@ impl EtcdProcess {
         }
         panic!("etcd did not become healthy in 5 attempts; see the logs in {}", dir.display());
     }
+}
+
+/// An etcd server's TLS files: its certificate and key, and the authority
+/// that signed them.
+pub struct EtcdTls {
+    /// PEM certificate.
+    pub cert: PathBuf,
+    /// PEM key.
+    pub key: PathBuf,
+    /// PEM certificate of the signing authority.
+    pub ca: PathBuf,
 }
 
 impl Drop for EtcdProcess {

@@ -623,3 +623,26 @@ async fn nodes_serving_tls_forward_to_each_other_over_tls() {
     }
     assert_eq!(forwarded, POOLS.len() as u64, "each node forwarded the pools the other owns");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_reaches_etcd_over_tls() {
+    let dir = scratch("etcd-tls");
+    let certificates = dir.join("certificates");
+    std::fs::create_dir_all(&certificates).unwrap();
+    let ca = slogate::backend::local_postgres::make_certificates(&certificates).expect("openssl makes a CA and a certificate (the CI installs it)");
+    let tls = slogate_integration::EtcdTls { cert: certificates.join("server.crt"), key: certificates.join("server.key"), ca: ca.clone() };
+    let etcd = EtcdProcess::start_tls(&dir.join("etcd"), &tls);
+    assert!(etcd.client_url.starts_with("https://"));
+    let fleet = format!("{}etcd_ca_path = \"{}\"\n", etcd_fleet(&etcd.client_url), ca.display());
+    let nodes: Vec<NodeProcess> = ["e0", "e1"].iter().map(|id| NodeProcess::start(&node_config(&dir, id, "127.0.0.1:0", &fleet))).collect();
+    let admins: Vec<SocketAddr> = nodes.iter().map(|n| n.admin_addr).collect();
+    // Both join and the pools are claimed, all through etcd over TLS.
+    let owners = settled(&admins, 2, Duration::from_secs(20)).await;
+    assert_eq!(owners.len(), POOLS.len());
+    let grpc: Vec<SocketAddr> = nodes.iter().map(|n| n.grpc_addr).collect();
+    for (i, pool) in POOLS.iter().enumerate() {
+        let (reply, _) = submit_with_retries(&grpc, i % 2, request(&format!("etls-{i}"), pool, 5)).await;
+        assert_eq!(reply.status(), QueryStatus::Completed, "{reply:?}");
+    }
+    drop(etcd);
+}

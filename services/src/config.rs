@@ -111,6 +111,9 @@ pub struct FleetSection {
     /// the authority that signed the members' certificates: nodes call each
     /// other over TLS and trust only these. Required then; unused without.
     pub ca_path: Option<PathBuf>,
+    /// With `https://` etcd endpoints, the PEM certificate(s) of the
+    /// authority that signed etcd's: required then, refused otherwise.
+    pub etcd_ca_path: Option<PathBuf>,
 }
 
 /// `[[fleet.member]]`.
@@ -137,6 +140,7 @@ impl Default for FleetSection {
             drain_max_s: 30,
             secret: String::new(),
             ca_path: None,
+            etcd_ca_path: None,
         }
     }
 }
@@ -191,6 +195,16 @@ impl FleetSection {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(invalid(&format!("fleet.etcd_endpoints[{i}]"), format!("`{url}` must be an http:// or https:// URL")));
             }
+        }
+        let https = self.etcd_endpoints.iter().filter(|url| url.starts_with("https://")).count();
+        if https > 0 && https < self.etcd_endpoints.len() {
+            return Err(invalid("fleet.etcd_endpoints", "mixes http:// and https:// endpoints"));
+        }
+        match (&self.etcd_ca_path, https > 0) {
+            (None, true) => return Err(invalid("fleet.etcd_ca_path", "https:// etcd endpoints need the authority that signed etcd's certificate")),
+            (Some(_), false) => return Err(invalid("fleet.etcd_ca_path", "only used with https:// etcd endpoints")),
+            (Some(path), true) if !path.is_file() => return Err(invalid("fleet.etcd_ca_path", format!("`{}` is not a readable file", path.display()))),
+            _ => {}
         }
         if !self.advertise_addr.is_empty() && self.advertise_addr.rsplit_once(':').is_none_or(|(_, port)| port.parse::<u16>().is_err()) {
             return Err(invalid("fleet.advertise_addr", format!("`{}` is not host:port", self.advertise_addr)));
@@ -1576,6 +1590,8 @@ mod tests {
         let config = load("etcd_endpoints = [\"http://e:2379\"]", &[("SLOGATE_NODE_ID", "slogate-1"), ("SLOGATE_ADVERTISE_ADDR", "slogate-1.slogate:50051")]).unwrap();
         assert_eq!((config.file.fleet.node_id.as_str(), config.file.fleet.advertise_addr.as_str()), ("slogate-1", "slogate-1.slogate:50051"));
         assert!(!NodeConfig::load("", &env(&[]), &Overrides::default()).unwrap().file.fleet.enabled(), "a single node by default");
+        assert!(error("node_id = \"a\"\netcd_endpoints = [\"https://e:1\"]").contains("`fleet.etcd_ca_path`"));
+        assert!(error("node_id = \"a\"\netcd_endpoints = [\"http://e:1\", \"https://f:1\"]").contains("mixes"));
         let needless_ca = error("node_id = \"a\"\netcd_endpoints = [\"http://e:1\"]\nca_path = \"/etc/hosts\"");
         assert!(needless_ca.contains("`fleet.ca_path`") && needless_ca.contains("over TLS"), "{needless_ca}");
     }

@@ -591,13 +591,29 @@ struct Session {
 /// Keeps this node's membership and its pools' claims on etcd until `stop`
 /// turns true, then revokes its lease, which deletes its member key and
 /// claims at once so that the next owners need not wait for the TTL.
-pub async fn run_etcd(fleet: Arc<Fleet>, endpoints: Vec<String>, mut stop: tokio::sync::watch::Receiver<bool>) -> Result<()> {
+pub async fn run_etcd(
+    fleet: Arc<Fleet>,
+    endpoints: Vec<String>,
+    ca_path: Option<std::path::PathBuf>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
+    let tls = match ca_path {
+        Some(path) => {
+            let pem = std::fs::read(&path).map_err(|e| Error::Config(format!("`fleet.etcd_ca_path`: cannot read {}: {e}", path.display())))?;
+            Some(tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(pem)))
+        }
+        None => None,
+    };
     let endpoints = endpoints
         .iter()
         .map(|url| {
-            Endpoint::from_shared(url.clone())
+            let endpoint = Endpoint::from_shared(url.clone())
                 .map(|e| e.tcp_nodelay(true).connect_timeout(Duration::from_secs(1)))
-                .map_err(|e| Error::Config(format!("`fleet.etcd_endpoints`: `{url}`: {e}")))
+                .map_err(|e| Error::Config(format!("`fleet.etcd_endpoints`: `{url}`: {e}")))?;
+            match &tls {
+                Some(tls) => endpoint.tls_config(tls.clone()).map_err(|e| Error::Config(format!("`fleet.etcd_endpoints`: `{url}`: {e}"))),
+                None => Ok(endpoint),
+            }
         })
         .collect::<Result<Vec<_>>>()?;
     let channel = Channel::balance_list(endpoints.into_iter());

@@ -397,9 +397,9 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     let (fleet_stop, fleet_stopped) = tokio::sync::watch::channel(false);
     let fleet_task = match &fleet {
         Some(fleet) if !file.fleet.etcd_endpoints.is_empty() => {
-            let (fleet, endpoints) = (fleet.clone(), file.fleet.etcd_endpoints.clone());
+            let (fleet, endpoints, ca) = (fleet.clone(), file.fleet.etcd_endpoints.clone(), file.fleet.etcd_ca_path.clone());
             Some(actix_rt::spawn(async move {
-                if let Err(error) = fleet::run_etcd(fleet, endpoints, fleet_stopped).await {
+                if let Err(error) = fleet::run_etcd(fleet, endpoints, ca, fleet_stopped).await {
                     tracing::error!(message = "Fleet membership stopped.", %error);
                 }
             }))
