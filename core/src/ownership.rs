@@ -8,6 +8,10 @@
 //! holds the decisions and no IO: the node's membership task feeds it the
 //! members it read and the instants at which it asked for lease renewals.
 //!
+//! [`route`] says where a member sends a pool's queries and [`step`] what
+//! it does about its claims at each poll: the node's membership task only
+//! carries them out.
+//!
 //! # Properties (tested by property tests)
 //!
 //! - **Deterministic and stable:** the order depends only on the pool's
@@ -17,6 +21,12 @@
 //! - **Minimal movement:** when a member leaves, only the pools it owned
 //!   move; when one joins, pools move only to it.
 //! - **Balance:** over many pools, each of n members owns about 1/n.
+//! - **Claims:** a member claims only an unclaimed pool it is first for,
+//!   under a live lease; it releases only a pool it holds and is no longer
+//!   first for, never in the poll that starts the drain, and only once
+//!   drained or after the longest drain.
+//! - **Routing:** a member routes a pool only if it claimed it and may
+//!   route it; otherwise it sends the queries to another live member.
 //! - **Fencing:** a lease is held until `ttl` after the *send* time of the
 //!   last renewal the server acknowledged. The server keeps the lease at
 //!   least `ttl` after it *received* that renewal, which is later; so a
@@ -59,6 +69,93 @@ pub fn rendezvous_order<'a>(pool: &str, members: impl IntoIterator<Item = &'a st
 /// `None` when there is no member.
 pub fn owner<'a>(pool: &str, members: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     members.into_iter().map(|member| (weight(pool, member), member)).max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1))).map(|(_, m)| m)
+}
+
+/// Where a member sends a pool's queries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route<'a> {
+    /// This member routes them.
+    Local,
+    /// To this member: the pool's owner, or (when no live owner is known
+    /// or this member may not route a pool it claimed) the next live member
+    /// in rendezvous order, which refuses unless it owns the pool by then.
+    Remote(&'a str),
+    /// Nowhere yet: no other live member.
+    Unowned,
+}
+
+/// Where `me` sends `pool`'s queries, given the member that claimed the
+/// pool, the live members, and whether `me` may route a pool it claimed
+/// now (its lease holds and it is not handing the pool over).
+pub fn route<'a>(pool: &str, me: &str, claimed_by: Option<&'a str>, live: &[&'a str], may_route_here: bool) -> Route<'a> {
+    match claimed_by {
+        Some(owner) if owner == me && may_route_here => return Route::Local,
+        Some(owner) if owner != me && live.contains(&owner) => return Route::Remote(owner),
+        _ => {}
+    }
+    match owner(pool, live.iter().copied().filter(|member| *member != me)) {
+        Some(next) => Route::Remote(next),
+        None => Route::Unowned,
+    }
+}
+
+/// What a member does about one pool at one poll of the membership.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Claim it: nobody has, it is first in rendezvous order for the pool,
+    /// and its lease holds.
+    Claim,
+    /// It holds the pool but another live member is first now: take no new
+    /// queries of the pool and wait for the running ones.
+    Drain,
+    /// Let the claim go: drained (or waited long enough).
+    Release,
+    /// It was handing the pool over, but is first again: keep it.
+    Keep,
+    /// Nothing to do.
+    Nothing,
+}
+
+/// One pool as a member sees it at a poll.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolSeen<'a> {
+    /// The pool.
+    pub pool: &'a str,
+    /// The member deciding.
+    pub me: &'a str,
+    /// Who claimed the pool, if anyone.
+    pub claimed_by: Option<&'a str>,
+    /// Whether its lease holds now.
+    pub lease_holds: bool,
+    /// Since when it has been draining the pool, if it is.
+    pub draining_since_s: Option<f64>,
+    /// Its queries of the pool still running, counted after the drain was
+    /// announced.
+    pub in_flight: usize,
+    /// Now.
+    pub now_s: f64,
+    /// The longest a drain waits.
+    pub drain_max_s: f64,
+}
+
+/// What `seen.me` does about `seen.pool`, with `live` the live members.
+///
+/// A drain starts one poll before any release, so that queries admitted
+/// before the drain was announced are counted in `in_flight` when the
+/// release is decided.
+pub fn step(seen: &PoolSeen<'_>, live: &[&str]) -> Step {
+    let first = owner(seen.pool, live.iter().copied());
+    let mine = first == Some(seen.me);
+    match seen.claimed_by {
+        None if mine && seen.lease_holds => Step::Claim,
+        Some(claimed) if claimed == seen.me && !mine && first.is_some() => match seen.draining_since_s {
+            None => Step::Drain,
+            Some(since) if seen.in_flight == 0 || seen.now_s - since >= seen.drain_max_s => Step::Release,
+            Some(_) => Step::Drain,
+        },
+        Some(claimed) if claimed == seen.me && mine && seen.draining_since_s.is_some() => Step::Keep,
+        _ => Step::Nothing,
+    }
 }
 
 /// A lease as its holder sees it, in seconds on the holder's monotonic
@@ -154,7 +251,84 @@ mod tests {
         assert_eq!(lease.valid_until_s(0.0), 15.0);
     }
 
+    #[test]
+    fn a_member_routes_what_it_claimed_and_sends_the_rest_to_the_owner_or_the_next_in_order() {
+        let live = ["node-0", "node-1", "node-2"];
+        assert_eq!(route("default", "node-0", Some("node-0"), &live, true), Route::Local);
+        assert_eq!(route("default", "node-1", Some("node-0"), &live, true), Route::Remote("node-0"));
+        // Claimed here but the lease lapsed: the next in order other than me.
+        assert_eq!(route("default", "node-0", Some("node-0"), &live, false), Route::Remote("node-1"));
+        // Claimed by a member that is gone: the next in order.
+        assert_eq!(route("default", "node-1", Some("node-9"), &live, true), Route::Remote("node-0"));
+        assert_eq!(route("default", "node-0", None, &["node-0"], true), Route::Unowned);
+    }
+
+    #[test]
+    fn a_drain_waits_for_running_queries_or_its_longest_wait() {
+        let live = ["node-0", "node-1"];
+        // node-1 holds "default", but node-0 is first for it.
+        let seen = |since: Option<f64>, in_flight, now_s| PoolSeen {
+            pool: "default",
+            me: "node-1",
+            claimed_by: Some("node-1"),
+            lease_holds: true,
+            draining_since_s: since,
+            in_flight,
+            now_s,
+            drain_max_s: 30.0,
+        };
+        assert_eq!(step(&seen(None, 0, 10.0), &live), Step::Drain, "never released in the poll that starts the drain");
+        assert_eq!(step(&seen(Some(10.0), 3, 11.0), &live), Step::Drain);
+        assert_eq!(step(&seen(Some(10.0), 0, 11.0), &live), Step::Release);
+        assert_eq!(step(&seen(Some(10.0), 3, 40.0), &live), Step::Release);
+        // node-0 left: node-1 is first again and keeps the pool.
+        assert_eq!(step(&seen(Some(10.0), 3, 11.0), &["node-1"]), Step::Keep);
+    }
+
     proptest! {
+        #[test]
+        fn claims_and_releases_follow_rendezvous_order_and_the_lease(
+            pool in "[a-z]{1,6}",
+            count in 1usize..5,
+            me in 0usize..5,
+            claimed in proptest::option::of(0usize..6),
+            lease_holds: bool,
+            since in proptest::option::of(0.0f64..100.0),
+            in_flight in 0usize..3,
+            now_s in 0.0f64..200.0,
+        ) {
+            let members = names(count);
+            let live: Vec<&str> = members.iter().map(String::as_str).collect();
+            let me = live[me % count];
+            let claimed_name = claimed.map(|i| format!("node-{i}"));
+            let seen = PoolSeen {
+                pool: &pool,
+                me,
+                claimed_by: claimed_name.as_deref(),
+                lease_holds,
+                draining_since_s: since,
+                in_flight,
+                now_s,
+                drain_max_s: 30.0,
+            };
+            let first = owner(&pool, live.iter().copied());
+            match step(&seen, &live) {
+                Step::Claim => prop_assert!(seen.claimed_by.is_none() && first == Some(me) && lease_holds),
+                Step::Drain | Step::Release => prop_assert!(seen.claimed_by == Some(me) && first != Some(me)),
+                Step::Keep => prop_assert!(seen.claimed_by == Some(me) && first == Some(me)),
+                Step::Nothing => {}
+            }
+            if step(&seen, &live) == Step::Release {
+                let since = since.expect("a release follows a drain");
+                prop_assert!(in_flight == 0 || now_s - since >= 30.0);
+            }
+            match route(&pool, me, seen.claimed_by, &live, lease_holds) {
+                Route::Local => prop_assert!(seen.claimed_by == Some(me) && lease_holds),
+                Route::Remote(other) => prop_assert!(other != me && live.contains(&other)),
+                Route::Unowned => prop_assert_eq!(count, 1),
+            }
+        }
+
         #[test]
         fn order_ignores_listing_order(pool in "[a-z]{1,8}", count in 1usize..8, rotate in 0usize..8) {
             let members = names(count);

@@ -54,7 +54,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use serde::Serialize;
-use slogate_core::ownership::{self, LeaseView};
+use slogate_core::ownership::{self, LeaseView, PoolSeen, Route, Step};
 use slogate_proto::etcd::kv_client::KvClient;
 use slogate_proto::etcd::lease_client::LeaseClient;
 use slogate_proto::etcd::{
@@ -334,27 +334,16 @@ impl Fleet {
     /// owner, which refuses it unless it owns the pool by then.
     pub fn placement(&self, pool: &str) -> Placement {
         let view = self.view.read().expect("fleet view lock");
-        match view.owners.get(pool) {
-            Some(owner) if *owner == self.node_id => {
-                let holds = match self.mode {
-                    Mode::Static => true,
-                    Mode::Etcd => view.lease.is_some_and(|lease| lease.holds_at(self.now_s(), self.settings.margin_s)),
-                };
-                if holds && !view.releasing.contains(pool) {
-                    return Placement::Local;
-                }
-            }
-            Some(owner) => {
-                if let Some(addr) = view.members.get(owner) {
-                    return Placement::Remote { node: owner.clone(), addr: addr.clone() };
-                }
-            }
-            None => {}
-        }
-        let others = view.members.keys().map(String::as_str).filter(|m| *m != self.node_id);
-        match ownership::owner(pool, others) {
-            Some(next) => Placement::Remote { node: next.to_owned(), addr: view.members[next].clone() },
-            None => Placement::Unowned,
+        let may_route_here = !view.releasing.contains(pool)
+            && match self.mode {
+                Mode::Static => true,
+                Mode::Etcd => view.lease.is_some_and(|lease| lease.holds_at(self.now_s(), self.settings.margin_s)),
+            };
+        let live: Vec<&str> = view.members.keys().map(String::as_str).collect();
+        match ownership::route(pool, &self.node_id, view.owners.get(pool).map(String::as_str), &live, may_route_here) {
+            Route::Local => Placement::Local,
+            Route::Remote(node) => Placement::Remote { node: node.to_owned(), addr: view.members[node].clone() },
+            Route::Unowned => Placement::Unowned,
         }
     }
 
@@ -424,24 +413,12 @@ impl Fleet {
     pub async fn put_pool_state(&self, pool: &str, kind: &str, value: Vec<u8>) -> std::result::Result<bool, tonic::Status> {
         let Some(mut kv) = self.kv.lock().expect("kv lock").clone() else { return Ok(false) };
         let owner_key = format!("{}{pool}", owners_prefix(&self.deployment));
-        let put = TxnRequest {
-            compare: vec![Compare {
-                result: compare::CompareResult::Equal as i32,
-                target: compare::CompareTarget::Value as i32,
-                key: owner_key.into_bytes(),
-                target_union: Some(compare::TargetUnion::Value(self.node_id.clone().into_bytes())),
-                range_end: Vec::new(),
-            }],
-            success: vec![RequestOp {
-                request: Some(request_op::Request::RequestPut(PutRequest {
-                    key: state_key(&self.deployment, pool, kind).into_bytes(),
-                    value,
-                    ..PutRequest::default()
-                })),
-            }],
+        let store = TxnRequest {
+            compare: vec![value_is(&owner_key, self.node_id.as_bytes())],
+            success: vec![put(&state_key(&self.deployment, pool, kind), value, 0)],
             failure: Vec::new(),
         };
-        Ok(kv.txn(put).await?.into_inner().succeeded)
+        Ok(kv.txn(store).await?.into_inner().succeeded)
     }
 
     /// The pool's durable `kind` of state on etcd, if any was stored.
@@ -551,6 +528,33 @@ fn owners_prefix(deployment: &str) -> String {
 /// The etcd key of a pool's durable `kind` of state.
 fn state_key(deployment: &str, pool: &str, kind: &str) -> String {
     format!("/slogate/{deployment}/state/{pool}/{kind}")
+}
+
+/// A transaction's test: `key` does not exist.
+fn key_absent(key: &str) -> Compare {
+    Compare {
+        result: compare::CompareResult::Equal as i32,
+        target: compare::CompareTarget::Create as i32,
+        key: key.as_bytes().to_vec(),
+        target_union: Some(compare::TargetUnion::CreateRevision(0)),
+        range_end: Vec::new(),
+    }
+}
+
+/// A transaction's test: `key` holds `value`.
+fn value_is(key: &str, value: &[u8]) -> Compare {
+    Compare {
+        result: compare::CompareResult::Equal as i32,
+        target: compare::CompareTarget::Value as i32,
+        key: key.as_bytes().to_vec(),
+        target_union: Some(compare::TargetUnion::Value(value.to_vec())),
+        range_end: Vec::new(),
+    }
+}
+
+/// A transaction's put of `value` at `key`, bound to `lease` (0: none).
+fn put(key: &str, value: Vec<u8>, lease: i64) -> RequestOp {
+    RequestOp { request: Some(request_op::Request::RequestPut(PutRequest { key: key.as_bytes().to_vec(), value, lease, ..PutRequest::default() })) }
 }
 
 /// The end of the key range that starts with `prefix`.
@@ -724,31 +728,28 @@ async fn poll(fleet: &Arc<Fleet>, session: &mut Session) -> std::result::Result<
     let mut owners = within(limit, read_prefix(&mut session.kv, &owners_prefix(&fleet.deployment))).await?;
 
     // 3. Claim what is ours and free; hand over what is no longer ours.
-    let holds = fleet.view.read().expect("fleet view lock").lease.is_some_and(|lease| lease.holds_at(fleet.now_s(), settings.margin_s));
+    let lease_holds = fleet.view.read().expect("fleet view lock").lease.is_some_and(|lease| lease.holds_at(fleet.now_s(), settings.margin_s));
     let mut pools: Vec<&String> = fleet.in_flight.keys().collect();
     pools.sort();
     for pool in pools {
         let key = format!("{}{}", owners_prefix(&fleet.deployment), pool);
-        let desired = ownership::owner(pool, members.keys().map(String::as_str));
-        let mine = desired == Some(fleet.node_id.as_str());
-        match owners.get(pool) {
-            None if mine && holds => {
+        let live: Vec<&str> = members.keys().map(String::as_str).collect();
+        let seen = PoolSeen {
+            pool,
+            me: &fleet.node_id,
+            claimed_by: owners.get(pool).map(String::as_str),
+            lease_holds,
+            draining_since_s: session.releasing_since.get(pool).copied(),
+            in_flight: fleet.in_flight_of(pool),
+            now_s: fleet.now_s(),
+            drain_max_s: settings.drain_max.as_secs_f64(),
+        };
+        let in_flight = seen.in_flight;
+        match ownership::step(&seen, &live) {
+            Step::Claim => {
                 let claim = TxnRequest {
-                    compare: vec![Compare {
-                        result: compare::CompareResult::Equal as i32,
-                        target: compare::CompareTarget::Create as i32,
-                        key: key.clone().into_bytes(),
-                        target_union: Some(compare::TargetUnion::CreateRevision(0)),
-                        range_end: Vec::new(),
-                    }],
-                    success: vec![RequestOp {
-                        request: Some(request_op::Request::RequestPut(PutRequest {
-                            key: key.into_bytes(),
-                            value: fleet.node_id.clone().into_bytes(),
-                            lease: lease_id,
-                            ..PutRequest::default()
-                        })),
-                    }],
+                    compare: vec![key_absent(&key)],
+                    success: vec![put(&key, fleet.node_id.clone().into_bytes(), lease_id)],
                     failure: Vec::new(),
                 };
                 if within(limit, session.kv.txn(claim)).await?.into_inner().succeeded {
@@ -759,35 +760,30 @@ async fn poll(fleet: &Arc<Fleet>, session: &mut Session) -> std::result::Result<
                     tracing::info!(message = "Claimed a pool.", node = %fleet.node_id, pool = %pool);
                 }
             }
-            Some(owner) if *owner == fleet.node_id && !mine && desired.is_some() => {
-                let since = *session.releasing_since.entry(pool.clone()).or_insert_with(|| fleet.now_s());
+            Step::Drain => {
+                // Announced before the next poll counts the pool's running
+                // queries (see `Fleet::running`).
+                session.releasing_since.entry(pool.clone()).or_insert_with(|| fleet.now_s());
                 fleet.view.write().expect("fleet view lock").releasing.insert(pool.clone());
-                let left = fleet.in_flight_of(pool);
-                if left == 0 || fleet.now_s() - since >= settings.drain_max.as_secs_f64() {
-                    let release = TxnRequest {
-                        compare: vec![Compare {
-                            result: compare::CompareResult::Equal as i32,
-                            target: compare::CompareTarget::Value as i32,
-                            key: key.clone().into_bytes(),
-                            target_union: Some(compare::TargetUnion::Value(fleet.node_id.clone().into_bytes())),
-                            range_end: Vec::new(),
-                        }],
-                        success: vec![RequestOp { request: Some(request_op::Request::RequestDeleteRange(DeleteRangeRequest { key: key.into_bytes(), ..DeleteRangeRequest::default() })) }],
-                        failure: Vec::new(),
-                    };
-                    within(limit, session.kv.txn(release)).await?;
-                    owners.remove(pool);
-                    session.releasing_since.remove(pool);
-                    fleet.view.write().expect("fleet view lock").releasing.remove(pool);
-                    fleet.record_move(pool, "released", left);
-                    tracing::info!(message = "Handed a pool over.", node = %fleet.node_id, pool = %pool, to = desired.unwrap_or("-"), in_flight_left = left);
-                }
             }
-            Some(owner) if *owner == fleet.node_id && session.releasing_since.remove(pool).is_some() => {
-                // It became ours again before the handover finished.
+            Step::Release => {
+                let release = TxnRequest {
+                    compare: vec![value_is(&key, fleet.node_id.as_bytes())],
+                    success: vec![RequestOp { request: Some(request_op::Request::RequestDeleteRange(DeleteRangeRequest { key: key.into_bytes(), ..DeleteRangeRequest::default() })) }],
+                    failure: Vec::new(),
+                };
+                within(limit, session.kv.txn(release)).await?;
+                owners.remove(pool);
+                session.releasing_since.remove(pool);
+                fleet.view.write().expect("fleet view lock").releasing.remove(pool);
+                fleet.record_move(pool, "released", in_flight);
+                tracing::info!(message = "Handed a pool over.", node = %fleet.node_id, pool = %pool, in_flight_left = in_flight);
+            }
+            Step::Keep => {
+                session.releasing_since.remove(pool);
                 fleet.view.write().expect("fleet view lock").releasing.remove(pool);
             }
-            _ => {}
+            Step::Nothing => {}
         }
     }
 
