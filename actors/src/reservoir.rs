@@ -1214,6 +1214,9 @@ pub struct ReservoirState {
     pub arrivals: u64,
     /// Executions logged.
     pub executions: u64,
+    /// Executions written since the actor started (never decreases; the
+    /// retention prunes `executions`).
+    pub executions_written_since_start: u64,
     /// Updates not yet flushed.
     pub unflushed: u64,
     /// Storage errors since start.
@@ -1297,6 +1300,7 @@ pub struct ReservoirActor {
     mailbox_capacity: usize,
     unflushed: u64,
     executions: u64,
+    executions_written_since_start: u64,
     storage_errors: u64,
     retention: Retention,
     executions_pruned: u64,
@@ -1324,6 +1328,7 @@ impl ReservoirActor {
             mailbox_capacity,
             unflushed: 0,
             executions: stored.executions,
+            executions_written_since_start: 0,
             storage_errors: 0,
             retention: Retention::default(),
             executions_pruned: 0,
@@ -1419,7 +1424,10 @@ impl ReservoirActor {
         }
         if !self.pending_executions.is_empty() {
             match store.append_executions(&self.pending_executions, crate::clock::unix_now_s()) {
-                Ok(()) => self.executions += self.pending_executions.len() as u64,
+                Ok(()) => {
+                    self.executions += self.pending_executions.len() as u64;
+                    self.executions_written_since_start += self.pending_executions.len() as u64;
+                }
                 Err(e) => failed = Some(e),
             }
             self.pending_executions.clear();
@@ -1582,6 +1590,7 @@ impl ReservoirActor {
             hours: hours.len(),
             arrivals: hours.iter().map(|&h| self.reservoir.arrivals_in(h).0).sum(),
             executions: self.executions,
+            executions_written_since_start: self.executions_written_since_start,
             unflushed: self.unflushed,
             storage_errors: self.storage_errors,
             executions_pruned: self.executions_pruned,

@@ -17,6 +17,8 @@
 //!   minimises provisioned plus elastic cost over a load profile.
 //! - [`caps`]: most clusters, RPU and spend per hour a pool may hold,
 //!   whatever a policy asks.
+//! - [`layout`]: a pool's cluster sizes, and what brings a pool to them
+//!   (a node taking a pool over).
 //! - [`autoscaler`]: the [`Autoscaler`], which wires them together behind
 //!   the simulator's `Controller` interface, with the §8.5–8.6 baselines as
 //!   [`AutoscalerPolicy`] values.
@@ -26,6 +28,7 @@
 
 pub mod autoscaler;
 pub mod caps;
+pub mod layout;
 pub mod rais;
 pub mod replay;
 pub mod scale_in;

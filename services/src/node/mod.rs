@@ -388,7 +388,14 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     // now, and on the tuned configuration and cluster layout its last
     // owner published.
     if let Some(fleet) = &fleet {
-        let wiring = takeover::Wiring { fleet: fleet.clone(), router: router.clone(), reservoir: reservoir.clone(), policies: policies.clone(), tuners: tuners.clone() };
+        let wiring = takeover::Wiring {
+            fleet: fleet.clone(),
+            router: router.clone(),
+            reservoir: reservoir.clone(),
+            policies: policies.clone(),
+            tuners: tuners.clone(),
+            learned_at: Arc::default(),
+        };
         actix_rt::spawn(takeover::prepare_claims(fleet.claims(), wiring.clone()));
         if !file.fleet.etcd_endpoints.is_empty() {
             actix_rt::spawn(takeover::publish_state(wiring));

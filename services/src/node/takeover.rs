@@ -13,7 +13,8 @@
 //!   cluster layout whenever it changes and its Tuner's configuration in
 //!   force whenever a newer one is chosen.
 //!
-//! The layout, not the clusters themselves: an emulated cluster lives in
+//! The decisions are core's ([`slogate_core::scale::layout`]); the
+//! layout, not the clusters themselves: an emulated cluster lives in
 //! its node's process, so the next owner runs clusters of the same sizes
 //! on its own warehouse. Providers of real clusters adopt them by their
 //! tags instead.
@@ -27,7 +28,8 @@ use slogate_actors::reservoir::{GetRecentExecutions, ReservoirActor};
 use slogate_actors::router::{PolicyBuilder, ReleaseCluster, ReplacePolicy, RequestCluster};
 use slogate_actors::shards::RouterShards;
 use slogate_actors::tuner::{Adopt, GetState, TunedConfig, TunerActor};
-use slogate_core::model::{ClusterId, ClusterState, PoolId, Rpu};
+use slogate_core::model::{ClusterView, PoolId};
+use slogate_core::scale::layout::{Layout, Reconciliation, reconcile};
 use slogate_core::predict::Observation;
 
 use super::WARM_UP_EXECUTIONS_MAX;
@@ -42,49 +44,6 @@ const CLUSTERS: &str = "clusters";
 /// How often an owner looks for state to publish.
 pub const PUBLISH_EVERY: Duration = Duration::from_secs(1);
 
-/// A pool's clusters as the next owner should have them.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Layout {
-    /// The sizes of its starting, ready and unhealthy clusters, ascending.
-    pub sizes_rpu: Vec<u32>,
-}
-
-/// `pool`'s layout on this node, and its clusters by id and size.
-async fn layout_of(wiring: &Wiring, pool: &str) -> Option<(Layout, Vec<(ClusterId, ClusterState, u32)>)> {
-    let shard = wiring.router.for_pool(&PoolId(pool.to_owned()))?;
-    let state = shard.send(slogate_actors::router::GetState).await.ok()?;
-    let pool = state.pools.into_iter().find(|p| p.id.0 == pool)?;
-    let clusters: Vec<(ClusterId, ClusterState, u32)> = pool
-        .clusters
-        .iter()
-        .filter(|c| matches!(c.state, ClusterState::Starting | ClusterState::Ready | ClusterState::Unhealthy))
-        .map(|c| (c.id, c.state, c.size.0))
-        .collect();
-    let mut sizes_rpu: Vec<u32> = clusters.iter().map(|c| c.2).collect();
-    sizes_rpu.sort_unstable();
-    Some((Layout { sizes_rpu }, clusters))
-}
-
-/// What to do to turn `have` (id, state, size) into `want` (sizes): the
-/// sizes to request and the clusters to release, starting ones first.
-pub fn reconcile(have: &[(ClusterId, ClusterState, u32)], want: &Layout) -> (Vec<u32>, Vec<ClusterId>) {
-    let mut spare: Vec<(ClusterId, ClusterState, u32)> = have.to_vec();
-    // Keep ready clusters before starting ones.
-    spare.sort_by_key(|c| (c.1 != ClusterState::Ready, c.0));
-    let mut request = Vec::new();
-    for &size in &want.sizes_rpu {
-        match spare.iter().position(|c| c.2 == size) {
-            Some(kept) => {
-                spare.remove(kept);
-            }
-            None => request.push(size),
-        }
-    }
-    // What is left over is released, starting and unhealthy ones first.
-    spare.sort_by_key(|c| (c.1 == ClusterState::Ready, c.0));
-    (request, spare.into_iter().map(|c| c.0).collect())
-}
-
 /// What taking a pool over needs.
 #[derive(Clone)]
 pub struct Wiring {
@@ -98,6 +57,17 @@ pub struct Wiring {
     pub policies: HashMap<String, (String, crate::eval::PoolTerms)>,
     /// Each tuned pool's Tuner.
     pub tuners: Vec<(PoolId, Addr<TunerActor>)>,
+    /// For each pool, how many executions the node had written since it
+    /// started when the pool's policy last learned from the log (absent:
+    /// zero, the log the policies were built on at start).
+    pub learned_at: Arc<std::sync::Mutex<HashMap<String, u64>>>,
+}
+
+/// `pool`'s clusters on this node.
+async fn clusters_of(wiring: &Wiring, pool: &str) -> Option<Vec<ClusterView>> {
+    let shard = wiring.router.for_pool(&PoolId(pool.to_owned()))?;
+    let state = shard.send(slogate_actors::router::GetState).await.ok()?;
+    state.pools.into_iter().find(|p| p.id.0 == pool).map(|p| p.clusters)
 }
 
 /// Prepares each claimed pool; the claim's `ready` is answered when done
@@ -121,14 +91,14 @@ async fn restore_layout(wiring: &Wiring, pool: &str) {
         Ok(None) => return,
         Err(error) => return tracing::warn!(message = "Could not read the pool's cluster layout from etcd.", pool = %pool, %error),
     };
-    let (Some((have, clusters)), Some(shard)) = (layout_of(wiring, pool).await, wiring.router.for_pool(&PoolId(pool.to_owned()))) else { return };
-    if have == want || want.sizes_rpu.is_empty() {
+    let (Some(clusters), Some(shard)) = (clusters_of(wiring, pool).await, wiring.router.for_pool(&PoolId(pool.to_owned()))) else { return };
+    if want.sizes_rpu.is_empty() || Layout::of(&clusters) == want {
         return;
     }
-    let (request, release) = reconcile(&clusters, &want);
+    let Reconciliation { request, release } = reconcile(&clusters, &want);
     for size in &request {
-        if let Ok(Err(error)) = shard.send(RequestCluster { pool: PoolId(pool.to_owned()), size: Rpu(*size) }).await {
-            tracing::warn!(message = "Could not request a cluster of the pool's layout.", pool = %pool, size, %error);
+        if let Ok(Err(error)) = shard.send(RequestCluster { pool: PoolId(pool.to_owned()), size: *size }).await {
+            tracing::warn!(message = "Could not request a cluster of the pool's layout.", pool = %pool, size = size.0, %error);
         }
     }
     for cluster in &release {
@@ -139,17 +109,25 @@ async fn restore_layout(wiring: &Wiring, pool: &str) {
     tracing::info!(message = "Took a pool over with its previous owner's cluster layout.", pool = %pool, layout = ?want.sizes_rpu, requested = ?request, released = release.len());
 }
 
-/// Rebuilds `pool`'s policy on the node's execution log.
+/// Rebuilds `pool`'s policy on the node's execution log, unless nothing
+/// was written to the log since the policy learned from it (at start-up,
+/// the policies were just built on the same log).
 async fn relearn(wiring: &Wiring, pool: &str) {
     let (Some((policy, terms)), Some(shard)) = (wiring.policies.get(pool).cloned(), wiring.router.for_pool(&PoolId(pool.to_owned())).cloned()) else {
         return;
     };
+    let Ok(state) = wiring.reservoir.send(slogate_actors::reservoir::GetState).await else { return };
+    let written = state.executions_written_since_start;
+    if written <= wiring.learned_at.lock().expect("learned_at lock").get(pool).copied().unwrap_or(0) {
+        return;
+    }
     let Ok(Ok(records)) = wiring.reservoir.send(GetRecentExecutions { limit: WARM_UP_EXECUTIONS_MAX }).await else { return };
     let history: Vec<Observation> = records.iter().map(|r| r.observation()).collect();
     let executions = history.len();
     let build: PolicyBuilder = Box::new(move || crate::eval::build_policy_with(&policy, &history, &terms).map_err(|e| e.to_string()));
     match shard.send(ReplacePolicy { pool: PoolId(pool.to_owned()), build }).await {
         Ok(Ok(())) => {
+            wiring.learned_at.lock().expect("learned_at lock").insert(pool.to_owned(), written);
             wiring.fleet.relearned(pool, executions);
             tracing::info!(message = "Took a pool over with its policy learned from the execution log.", pool = %pool, executions);
         }
@@ -189,16 +167,19 @@ pub async fn publish_state(wiring: Wiring) {
     let pools: Vec<String> = wiring.policies.keys().cloned().collect();
     loop {
         tokio::time::sleep(PUBLISH_EVERY).await;
-        for pool in &pools {
-            if wiring.fleet.placement(pool) != Placement::Local {
-                layout_published.remove(pool);
-                continue;
-            }
-            if let Some((layout, _)) = layout_of(&wiring, pool).await
-                && layout_published.get(pool) != Some(&layout)
-                && publish(&wiring, pool, CLUSTERS, &layout).await
-            {
-                layout_published.insert(pool.clone(), layout);
+        let owned: Vec<&String> = pools.iter().filter(|pool| wiring.fleet.placement(pool) == Placement::Local).collect();
+        layout_published.retain(|pool, _| owned.contains(&pool));
+        if owned.is_empty() {
+            continue;
+        }
+        // One read of every shard's pools per round.
+        let Ok(state) = wiring.router.state().await else { continue };
+        for pool in owned {
+            if let Some(routed) = state.pools.iter().find(|p| p.id.0 == *pool) {
+                let layout = Layout::of(&routed.clusters);
+                if layout_published.get(pool) != Some(&layout) && publish(&wiring, pool, CLUSTERS, &layout).await {
+                    layout_published.insert(pool.clone(), layout);
+                }
             }
             let Some((_, tuner)) = wiring.tuners.iter().find(|(id, _)| id.0 == *pool) else { continue };
             let Ok(state) = tuner.send(GetState).await else { continue };
@@ -222,23 +203,5 @@ async fn publish(wiring: &Wiring, pool: &str, kind: &str, value: &impl serde::Se
             tracing::warn!(message = "Could not publish the pool's state.", pool = %pool, kind, %error);
             false
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reconciling_requests_the_missing_sizes_and_releases_the_extra_clusters_starting_ones_first() {
-        let have = [(ClusterId(0), ClusterState::Ready, 16), (ClusterId(1), ClusterState::Ready, 16), (ClusterId(2), ClusterState::Starting, 16)];
-        let (request, release) = reconcile(&have, &Layout { sizes_rpu: vec![16, 16, 32] });
-        assert_eq!(request, [32]);
-        assert_eq!(release, [ClusterId(2)], "the starting cluster goes, the ready ones stay");
-        let (request, release) = reconcile(&have, &Layout { sizes_rpu: vec![16] });
-        assert!(request.is_empty());
-        assert_eq!(release, [ClusterId(2), ClusterId(1)]);
-        let (request, release) = reconcile(&have[..2], &Layout { sizes_rpu: vec![16, 16] });
-        assert!(request.is_empty() && release.is_empty(), "the same layout changes nothing");
     }
 }
