@@ -324,25 +324,47 @@ async fn wait_for_scale_decision(addr: std::net::SocketAddr, kind: &str) -> Vec<
     decisions
 }
 
-#[actix_rt::test]
-async fn a_pool_at_its_cap_refuses_the_autoscaler_s_spinup_and_the_operator_s_and_says_why() {
-    let dir = scratch("caps");
+/// A node with one autoscaled pool of one 4-RPU cluster (and `extra`
+/// TOML for it), and a burst of 60 queries with 20 s SLOs that makes its
+/// autoscaler ask for a cluster.
+async fn bursting_node(name: &str, extra: &str) -> (node::Node, std::path::PathBuf, Vec<tokio::task::JoinHandle<Result<tonic::Response<slogate_proto::v1::SubmitResponse>, tonic::Status>>>) {
+    let dir = scratch(name);
     let text = format!(
         "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 2000.0\nadmin_token = \"s3cret\"\n\
          [[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [4]\n\
-         [pool.autoscale]\nenabled = true\nmin_observations = 8\n\
-         [pool.caps]\nrpu_total_max = 4\n",
+         [pool.autoscale]\nenabled = true\nmin_observations = 8\n{extra}",
         dir.display()
     );
     let node = node::start(load(&text)).await.unwrap();
-    let addr = node.admin_addr;
     let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
-    // The burst that makes the autoscaler ask for a cluster.
-    let mut tasks = Vec::new();
-    for i in 0..60u32 {
-        let mut client = client.clone();
-        tasks.push(tokio::spawn(async move { client.submit(request(&format!("capped{i}"), 1 + i, 20_000)).await }));
+    let tasks = (0..60u32)
+        .map(|i| {
+            let mut client = client.clone();
+            tokio::spawn(async move { client.submit(request(&format!("{i}"), 1 + i, 20_000)).await })
+        })
+        .collect();
+    (node, dir, tasks)
+}
+
+/// Every burst query answered; then an operator's request for a cluster
+/// is refused saying `why`, and the pool still has its one cluster.
+async fn burst_answered_and_operator_refused(node: &node::Node, tasks: Vec<tokio::task::JoinHandle<Result<tonic::Response<slogate_proto::v1::SubmitResponse>, tonic::Status>>>, why: &str) {
+    for task in tasks {
+        let reply = task.await.unwrap().unwrap().into_inner();
+        assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
     }
+    let (status, body) = admin(node.admin_addr, "POST", "/v1/pools/default/clusters", Some("s3cret"), r#"{"size": 8}"#).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains(why), "{body}");
+    let (_, body) = admin_get(node.admin_addr, "/v1/pools/default").await;
+    let pool: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(pool["clusters"].as_array().unwrap().len(), 1, "nothing was created: {pool}");
+}
+
+#[actix_rt::test]
+async fn a_pool_at_its_cap_refuses_the_autoscaler_s_spinup_and_the_operator_s_and_says_why() {
+    let (node, dir, tasks) = bursting_node("caps", "[pool.caps]\nrpu_total_max = 4\n").await;
+    let addr = node.admin_addr;
     let mut decisions = wait_for_scale_decision(addr, "refused").await;
     let refused = decisions.iter().find(|d| d["kind"] == "refused").unwrap_or_else(|| panic!("no refusal: {decisions:?}"));
     assert!(refused["reason"].as_str().unwrap().contains("cap of 4 RPU"), "{refused}");
@@ -357,57 +379,25 @@ async fn a_pool_at_its_cap_refuses_the_autoscaler_s_spinup_and_the_operator_s_an
         decisions = wait_for_scale_decision(addr, "refused").await;
     }
     assert_eq!(count(&decisions, "refused"), count(&decisions, "spin_up"), "{decisions:?}");
-    for task in tasks {
-        let reply = task.await.unwrap().unwrap().into_inner();
-        assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
-    }
     // The operator is refused too, with the same reason.
-    let (status, body) = admin(addr, "POST", "/v1/pools/default/clusters", Some("s3cret"), r#"{"size": 8}"#).await;
-    assert_eq!(status, 409, "{body}");
-    assert!(body.contains("cap of 4 RPU"), "{body}");
-    let (_, body) = admin_get(addr, "/v1/pools/default").await;
-    let pool: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(pool["clusters"].as_array().unwrap().len(), 1, "{pool}");
+    burst_answered_and_operator_refused(&node, tasks, "cap of 4 RPU").await;
     node.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
 async fn a_dry_run_provider_shows_what_the_autoscaler_would_create_and_creates_nothing() {
-    let dir = scratch("dry-run");
-    let text = format!(
-        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 2000.0\nadmin_token = \"s3cret\"\n\
-         [[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [4]\n\
-         [pool.autoscale]\nenabled = true\nmin_observations = 8\n\
-         [pool.provider]\ndry_run = true\n",
-        dir.display()
-    );
-    let node = node::start(load(&text)).await.unwrap();
+    let (node, dir, tasks) = bursting_node("dry-run", "[pool.provider]\ndry_run = true\n").await;
     let addr = node.admin_addr;
-    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
-    let mut tasks = Vec::new();
-    for i in 0..60u32 {
-        let mut client = client.clone();
-        tasks.push(tokio::spawn(async move { client.submit(request(&format!("dry{i}"), 1 + i, 20_000)).await }));
-    }
     let decisions = wait_for_scale_decision(addr, "refused").await;
     let refused = decisions.iter().find(|d| d["kind"] == "refused").unwrap_or_else(|| panic!("no refusal: {decisions:?}"));
     assert!(refused["reason"].as_str().unwrap().contains("dry run: would create a"), "{refused}");
-    for task in tasks {
-        let reply = task.await.unwrap().unwrap().into_inner();
-        assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
-    }
+    burst_answered_and_operator_refused(&node, tasks, "dry run").await;
     let (_, body) = admin_get(addr, "/v1/actors").await;
     let actors: serde_json::Value = serde_json::from_str(&body).unwrap();
     let provider = &actors["providers"]["default"];
     assert_eq!(provider["kind"], "dry-run", "{provider}");
     assert!(provider["recent"].as_array().unwrap().iter().any(|r| r["action"] == "spin_up" && r["result"].as_str().unwrap().starts_with("would create")), "{provider}");
-    let (status, body) = admin(addr, "POST", "/v1/pools/default/clusters", Some("s3cret"), r#"{"size": 8}"#).await;
-    assert_eq!(status, 409, "{body}");
-    assert!(body.contains("dry run"), "{body}");
-    let (_, body) = admin_get(addr, "/v1/pools/default").await;
-    let pool: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(pool["clusters"].as_array().unwrap().len(), 1, "nothing was created: {pool}");
     node.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -428,6 +428,19 @@ impl Fleet {
         Ok(kv.range(range).await?.into_inner().kvs.into_iter().next().map(|kv| kv.value))
     }
 
+    /// A Node call carrying `message`, with `timeout` as its deadline and
+    /// the fleet's secret.
+    fn call<T>(&self, message: T, timeout: Option<Duration>) -> tonic::Request<T> {
+        let mut call = tonic::Request::new(message);
+        if let Some(timeout) = timeout {
+            call.set_timeout(timeout);
+        }
+        if let Some(secret) = &self.secret {
+            call.metadata_mut().insert(SECRET_HEADER, secret.clone());
+        }
+        call
+    }
+
     /// Queries this node accepted and is forwarding now.
     pub fn forwarding(&self) -> usize {
         self.forwarding.load(Ordering::Relaxed)
@@ -439,36 +452,20 @@ impl Fleet {
         let mut client = self.client(addr)?;
         self.forwarding.fetch_add(1, Ordering::Relaxed);
         let _done = Decrement(&self.forwarding);
-        let mut call = tonic::Request::new(request);
-        if let Some(timeout) = timeout {
-            call.set_timeout(timeout);
-        }
-        if let Some(secret) = &self.secret {
-            call.metadata_mut().insert(SECRET_HEADER, secret.clone());
-        }
-        client.forward(call).await.map(tonic::Response::into_inner)
+        client.forward(self.call(request, timeout)).await.map(tonic::Response::into_inner)
     }
 
     /// Asks the node at `addr` for its state, within `timeout`.
     pub async fn state_of(&self, addr: &str, timeout: Duration) -> std::result::Result<NodeState, tonic::Status> {
         let mut client = self.client(addr)?;
-        let mut call = tonic::Request::new(slogate_proto::v1::StateRequest {});
-        call.set_timeout(timeout);
-        if let Some(secret) = &self.secret {
-            call.metadata_mut().insert(SECRET_HEADER, secret.clone());
-        }
-        client.state(call).await.map(tonic::Response::into_inner)
+        client.state(self.call(slogate_proto::v1::StateRequest {}, Some(timeout))).await.map(tonic::Response::into_inner)
     }
 
     /// Asks the node at `addr` for `pool`'s actors (JSON), within a
     /// second.
     pub async fn pool_actors_of(&self, addr: &str, pool: &str) -> std::result::Result<String, tonic::Status> {
         let mut client = self.client(addr)?;
-        let mut call = tonic::Request::new(slogate_proto::v1::PoolActorsRequest { pool: pool.to_owned() });
-        call.set_timeout(Duration::from_secs(1));
-        if let Some(secret) = &self.secret {
-            call.metadata_mut().insert(SECRET_HEADER, secret.clone());
-        }
+        let call = self.call(slogate_proto::v1::PoolActorsRequest { pool: pool.to_owned() }, Some(Duration::from_secs(1)));
         client.pool_actors(call).await.map(|reply| reply.into_inner().json)
     }
 
