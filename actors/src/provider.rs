@@ -13,7 +13,11 @@
 //!   logs and shows what it would create or release, does nothing, and
 //!   answers each request with a refusal that says so.
 //!
-//! EC2 and Redshift providers answer the same trait.
+//! The cloud providers (`slogate-cloud`: Redshift Serverless, provisioned
+//! Redshift, EC2) answer the same trait. They create a resource, wait until
+//! it serves, and hand its address to the pool's backend through an
+//! [`EndpointSink`]; the backend health-checks it and reports it ready to
+//! its watchers, as for any cluster.
 
 use std::collections::VecDeque;
 
@@ -57,7 +61,8 @@ pub struct LifecycleRecord {
     pub at_s: f64,
     /// The pool.
     pub pool: PoolId,
-    /// `spin_up` or `spin_down`.
+    /// `spin_up`, `spin_down`, or a cloud provider's later steps
+    /// (`ready`, `abandon`, `delete`, `adopt`, `terminate`).
     pub action: &'static str,
     /// The cluster, once known.
     pub cluster: Option<ClusterId>,
@@ -70,10 +75,38 @@ pub struct LifecycleRecord {
 /// The Provider's observable state.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ProviderState {
-    /// `emulated` or `fixed`.
+    /// `emulated`, `fixed`, `dry-run` or a cloud provider's kind
+    /// (`redshift-serverless`, `redshift`, `ec2`).
     pub kind: &'static str,
     /// Recent requests, newest first.
     pub recent: Vec<LifecycleRecord>,
+    /// The implementation's own detail (a cloud provider's resources);
+    /// null when it has none.
+    pub detail: serde_json::Value,
+}
+
+/// Where a cluster a cloud provider created serves queries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProvidedEndpoint {
+    /// Its host name or address.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+}
+
+/// The backend side of a cloud provider: where it hands the clusters it
+/// creates and releases. The Postgres-wire executor implements it.
+pub trait EndpointSink: Send + Sync {
+    /// `cluster` of `pool` serves at `endpoint`: connect to it, check its
+    /// health, and report it ready to the watchers.
+    fn attach(&self, pool: PoolId, cluster: ClusterId, size: Rpu, endpoint: ProvidedEndpoint);
+
+    /// `cluster` will never serve: report it gone, saying why.
+    fn abandon(&self, pool: PoolId, cluster: ClusterId, reason: String);
+
+    /// Stops routing to `cluster` and resolves once its queries have ended
+    /// and it is reported gone; the provider then deletes its resource.
+    fn drain(&self, pool: PoolId, cluster: ClusterId) -> LocalFuture<()>;
 }
 
 /// Most lifecycle records kept.
@@ -159,7 +192,7 @@ impl Handler<GetState> for EmulatedProvider {
     type Result = MessageResult<GetState>;
 
     fn handle(&mut self, _message: GetState, _ctx: &mut Self::Context) -> Self::Result {
-        MessageResult(ProviderState { kind: "emulated", recent: self.recent.iter().cloned().collect() })
+        MessageResult(ProviderState { kind: "emulated", recent: self.recent.iter().cloned().collect(), detail: serde_json::Value::Null })
     }
 }
 
@@ -214,7 +247,7 @@ impl Provider for FixedEndpoints {
     }
 
     fn state(&self) -> LocalFuture<Result<ProviderState, ExecuteError>> {
-        Box::pin(std::future::ready(Ok(ProviderState { kind: "fixed", recent: Vec::new() })))
+        Box::pin(std::future::ready(Ok(ProviderState { kind: "fixed", recent: Vec::new(), detail: serde_json::Value::Null })))
     }
 }
 

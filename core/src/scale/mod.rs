@@ -19,6 +19,8 @@
 //!   whatever a policy asks.
 //! - [`layout`]: a pool's cluster sizes, and what brings a pool to them
 //!   (a node taking a pool over).
+//! - [`inventory`]: the tags on a pool's cloud resources, and which listed
+//!   resources a starting node adopts or terminates.
 //! - [`autoscaler`]: the [`Autoscaler`], which wires them together behind
 //!   the simulator's `Controller` interface, with the §8.5–8.6 baselines as
 //!   [`AutoscalerPolicy`] values.
@@ -28,6 +30,7 @@
 
 pub mod autoscaler;
 pub mod caps;
+pub mod inventory;
 pub mod layout;
 pub mod rais;
 pub mod replay;

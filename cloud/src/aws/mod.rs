@@ -1,0 +1,120 @@
+//! The AWS SDK implementations of [`crate::api::CloudApi`] (cargo feature
+//! `aws`).
+//!
+//! - [`serverless`]: Redshift Serverless workgroups, a cluster of size s
+//!   being a workgroup with base capacity s RPU in the configured namespace
+//!   (AutoSLO's own setting).
+//! - [`redshift`]: provisioned Redshift clusters, s RPU being s ÷
+//!   `rpu_per_node` nodes of the configured node type.
+//! - [`ec2`]: EC2 instances from a launch template, with an instance type
+//!   per size (Spandana's request-level pools, self-hosted engines).
+//!
+//! Credentials come from the standard AWS chain. `endpoint_url` points the
+//! SDK at another endpoint (the tests' loopback servers). The SDK retries
+//! throttling and 5xx answers itself, with exponential backoff, at most
+//! `attempts_max` times a call; an error that outlasts them reaches the
+//! caller with the service's error code.
+
+pub mod ec2;
+pub mod redshift;
+pub mod serverless;
+
+use std::time::Duration;
+
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+
+use crate::api::CloudError;
+
+/// Where and how the SDK calls AWS.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AwsSettings {
+    /// The region (`us-east-1`).
+    pub region: String,
+    /// Another endpoint for every service (a local AWS-compatible server);
+    /// `None` is AWS itself.
+    pub endpoint_url: Option<String>,
+    /// Most attempts per call, the first included, on throttling and 5xx.
+    pub attempts_max: u32,
+    /// The first retry's backoff; each later one doubles, with jitter.
+    pub backoff_initial: Duration,
+    /// Longest a single call attempt may take.
+    pub attempt_timeout: Duration,
+}
+
+impl Default for AwsSettings {
+    fn default() -> Self {
+        AwsSettings {
+            region: "us-east-1".into(),
+            endpoint_url: None,
+            attempts_max: 4,
+            backoff_initial: Duration::from_millis(200),
+            attempt_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+/// Whether `region` looks like an AWS region (`us-east-1`,
+/// `ap-southeast-2`, `us-gov-west-1`).
+pub fn region_is_valid(region: &str) -> bool {
+    let parts: Vec<&str> = region.split('-').collect();
+    parts.len() >= 3
+        && parts[..parts.len() - 1].iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_lowercase()))
+        && parts[parts.len() - 1].chars().all(|c| c.is_ascii_digit())
+        && !parts[parts.len() - 1].is_empty()
+}
+
+/// The SDK's configuration for `settings`, with credentials from the
+/// standard chain, or `credentials` when given (tests against loopback
+/// servers).
+pub async fn sdk_config(settings: &AwsSettings, credentials: Option<aws_sdk_ec2::config::Credentials>) -> crate::Result<SdkConfig> {
+    if !region_is_valid(&settings.region) {
+        return Err(crate::Error::Config(format!("region `{}` is not an AWS region (like us-east-1)", settings.region)));
+    }
+    if settings.attempts_max == 0 {
+        return Err(crate::Error::Config("attempts_max must be at least 1".into()));
+    }
+    let retry = RetryConfig::standard().with_max_attempts(settings.attempts_max).with_initial_backoff(settings.backoff_initial);
+    let timeout = TimeoutConfig::builder().operation_attempt_timeout(settings.attempt_timeout).build();
+    let mut loader = aws_config::defaults(BehaviorVersion::latest()).region(Region::new(settings.region.clone())).retry_config(retry).timeout_config(timeout);
+    if let Some(url) = &settings.endpoint_url {
+        loader = loader.endpoint_url(url);
+    }
+    if let Some(credentials) = credentials {
+        loader = loader.credentials_provider(credentials);
+    }
+    Ok(loader.load().await)
+}
+
+/// An SDK error as a [`CloudError`] with the service's code.
+pub(crate) fn cloud_error<E, R>(error: SdkError<E, R>) -> CloudError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match &error {
+        SdkError::ServiceError(_) => {
+            CloudError::new(error.code().unwrap_or("Unknown"), error.message().map_or_else(|| DisplayErrorContext(&error).to_string(), str::to_owned))
+        }
+        SdkError::TimeoutError(_) => CloudError::new("Timeout", DisplayErrorContext(&error).to_string()),
+        SdkError::DispatchFailure(_) => CloudError::new("Unreachable", DisplayErrorContext(&error).to_string()),
+        _ => CloudError::new("Unknown", DisplayErrorContext(&error).to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_are_checked_by_shape() {
+        for good in ["us-east-1", "ap-southeast-2", "us-gov-west-1", "eu-central-1"] {
+            assert!(region_is_valid(good), "{good}");
+        }
+        for bad in ["", "us-east", "US-EAST-1", "useast1", "us-east-x", "-east-1"] {
+            assert!(!region_is_valid(bad), "{bad}");
+        }
+    }
+}

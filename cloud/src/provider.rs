@@ -1,0 +1,319 @@
+//! [`CloudProvider`]: the actors' `Provider` over any [`CloudApi`].
+//!
+//! - **Spin up:** take the pool's next cluster id, name and tag the
+//!   resource, and create it. The request resolves once the platform
+//!   accepted the create (an error names the platform's code). A task then
+//!   describes the resource every `poll_interval` until it serves and hands
+//!   its endpoint to the backend, which health-checks it and reports it
+//!   ready. A resource that does not serve within `ready_timeout`, or that
+//!   the platform reports failed, is deleted, and the cluster is reported
+//!   gone with the reason.
+//! - **Spin down:** the backend drains the cluster; then the resource is
+//!   deleted. A cluster still starting is abandoned and deleted at once.
+//! - **Reconciliation at start** ([`CloudProvider::reconcile`]): list the
+//!   deployment's resources, adopt what the pool's layout needs (core's
+//!   `inventory::reconcile`), terminate the rest, and number new clusters
+//!   above every listed one.
+//! - **For operators:** every step is a lifecycle record, and the state
+//!   lists the resources with their platform ids and status.
+//!
+//! The provider runs on the node's actor runtime: its futures and tasks
+//! are local (`spawn_local`); the platform calls themselves are `Send`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use slogate_actors::backend::{ExecuteError, LocalFuture};
+use slogate_actors::clock::VirtualClock;
+use slogate_actors::provider::{EndpointSink, LifecycleRecord, Provider, ProviderState};
+use slogate_core::model::{ClusterId, PoolId, Rpu};
+use slogate_core::scale::inventory::{self, Adoption, Owner, ResourceState};
+use slogate_core::scale::layout::Layout;
+
+use crate::api::{CloudApi, CloudError, CreateSpec};
+
+/// How a [`CloudProvider`] names, tags and waits.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CloudSettings {
+    /// The deployment tag (`fleet.deployment`).
+    pub deployment: String,
+    /// The node tag (`fleet.node_id`).
+    pub node: String,
+    /// Resource names start with it.
+    pub name_prefix: String,
+    /// How often a starting resource is described.
+    pub poll_interval: Duration,
+    /// How long a resource may take to serve before it is deleted.
+    pub ready_timeout: Duration,
+}
+
+/// Most lifecycle records kept.
+const RECENT_MAX: usize = 256;
+
+/// One resource the provider holds for a cluster.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Resource {
+    /// The pool.
+    pub pool: PoolId,
+    /// slogate's cluster id.
+    pub cluster: ClusterId,
+    /// The platform's id.
+    pub resource_id: String,
+    /// Its size.
+    pub size: Rpu,
+    /// `starting`, `serving`, `releasing`.
+    pub phase: Phase,
+    /// The platform's last status word.
+    pub status: String,
+}
+
+/// Where a held resource is, from slogate's side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Created; waiting until it serves.
+    Starting,
+    /// Handed to the backend.
+    Serving,
+    /// Draining or being deleted.
+    Releasing,
+}
+
+#[derive(Default)]
+struct Book {
+    next_cluster: HashMap<PoolId, u32>,
+    resources: BTreeMap<(PoolId, ClusterId), Resource>,
+    recent: VecDeque<LifecycleRecord>,
+}
+
+/// The `Provider` over a [`CloudApi`]. See the module docs.
+pub struct CloudProvider {
+    api: Arc<dyn CloudApi>,
+    sink: Arc<dyn EndpointSink>,
+    settings: CloudSettings,
+    clock: VirtualClock,
+    book: Arc<Mutex<Book>>,
+}
+
+impl CloudProvider {
+    /// A provider that creates through `api` and hands endpoints to `sink`.
+    pub fn new(api: Arc<dyn CloudApi>, sink: Arc<dyn EndpointSink>, settings: CloudSettings, clock: VirtualClock) -> Self {
+        CloudProvider { api, sink, settings, clock, book: Arc::default() }
+    }
+
+    /// Lists the deployment's resources, adopts those of `pool` that
+    /// `want` needs (each is handed to the backend once it serves),
+    /// terminates the rest, and numbers new clusters above every listed
+    /// one. Resolves with what it decided; the caller creates
+    /// `adoption.request`.
+    pub async fn reconcile(&self, pool: &PoolId, want: &Layout) -> Result<Adoption, CloudError> {
+        let listed = self.api.list(self.settings.deployment.clone()).await?;
+        let adoption = inventory::reconcile(&self.settings.deployment, &pool.0, &listed, want);
+        self.book().next_cluster.insert(pool.clone(), adoption.next_cluster.0);
+        for (resource_id, reason) in &adoption.terminate {
+            let result = self.api.delete(resource_id.clone()).await;
+            let cluster = listed.iter().find(|r| &r.resource_id == resource_id).map(|r| r.owner.cluster);
+            let result = match result {
+                Ok(()) => format!("terminated {resource_id}: {reason}"),
+                Err(error) => format!("could not terminate {resource_id} ({reason}): {error}"),
+            };
+            tracing::warn!(message = "Reconciliation: a resource the pool does not need.", pool = %pool, %result);
+            self.log(pool, "terminate", cluster, None, result);
+        }
+        for (cluster, resource_id) in &adoption.adopt {
+            let found = listed.iter().find(|r| &r.resource_id == resource_id).expect("adopted resources are listed");
+            self.book().resources.insert(
+                (pool.clone(), *cluster),
+                Resource {
+                    pool: pool.clone(),
+                    cluster: *cluster,
+                    resource_id: resource_id.clone(),
+                    size: found.owner.size,
+                    phase: Phase::Starting,
+                    status: format!("{:?}", found.state).to_lowercase(),
+                },
+            );
+            tracing::info!(message = "Reconciliation: adopted a resource.", pool = %pool, cluster = %cluster, resource_id = %resource_id);
+            self.log(pool, "adopt", Some(*cluster), Some(found.owner.size), format!("adopted {resource_id}"));
+            self.watch_until_serving(pool.clone(), *cluster, resource_id.clone(), found.owner.size);
+        }
+        Ok(adoption)
+    }
+
+    /// The resources held, in pool and cluster order.
+    pub fn resources(&self) -> Vec<Resource> {
+        self.book().resources.values().cloned().collect()
+    }
+
+    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        self.book.lock().expect("the provider's book lock is never poisoned")
+    }
+
+    fn log(&self, pool: &PoolId, action: &'static str, cluster: Option<ClusterId>, size: Option<Rpu>, result: String) {
+        record(&self.book, self.clock, pool, action, cluster, size, result);
+    }
+
+    /// Describes `resource_id` until it serves, then hands it to the sink;
+    /// deletes it and abandons the cluster when it fails or times out.
+    fn watch_until_serving(&self, pool: PoolId, cluster: ClusterId, resource_id: String, size: Rpu) {
+        let (api, sink, book, clock) = (self.api.clone(), self.sink.clone(), self.book.clone(), self.clock);
+        let (poll, timeout) = (self.settings.poll_interval, self.settings.ready_timeout);
+        tokio::task::spawn_local(async move {
+            let deadline = tokio::time::Instant::now() + timeout;
+            let mut last_error = None;
+            let reason = loop {
+                let still_ours = |book: &Arc<Mutex<Book>>| {
+                    let book = book.lock().expect("the provider's book lock is never poisoned");
+                    book.resources.get(&(pool.clone(), cluster)).is_some_and(|r| r.phase == Phase::Starting)
+                };
+                if !still_ours(&book) {
+                    // Released while starting: spin_down deletes it.
+                    return;
+                }
+                match api.describe(resource_id.clone()).await {
+                    Ok(described) => {
+                        if let Some(r) = book.lock().expect("the provider's book lock is never poisoned").resources.get_mut(&(pool.clone(), cluster)) {
+                            r.status.clone_from(&described.status);
+                        }
+                        match (described.state, described.endpoint) {
+                            (ResourceState::Available, Some(endpoint)) => {
+                                if !still_ours(&book) {
+                                    return;
+                                }
+                                if let Some(r) = book.lock().expect("the provider's book lock is never poisoned").resources.get_mut(&(pool.clone(), cluster)) {
+                                    r.phase = Phase::Serving;
+                                }
+                                let result = format!("{resource_id} serves at {}:{}", endpoint.host, endpoint.port);
+                                record(&book, clock, &pool, "ready", Some(cluster), Some(size), result);
+                                sink.attach(pool, cluster, size, endpoint);
+                                return;
+                            }
+                            (ResourceState::Failed | ResourceState::Deleting, _) => {
+                                break format!("the platform reports {resource_id} as {}", described.status);
+                            }
+                            _ => {}
+                        }
+                    }
+                    Err(error) => last_error = Some(error),
+                }
+                if tokio::time::Instant::now() + poll > deadline {
+                    let seen = last_error.map_or_else(String::new, |e| format!("; the last describe failed: {e}"));
+                    break format!("{resource_id} did not become available within {:.0} s{seen}", timeout.as_secs_f64());
+                }
+                tokio::time::sleep(poll).await;
+            };
+            // It will not serve: delete it, and say why.
+            if let Some(r) = book.lock().expect("the provider's book lock is never poisoned").resources.get_mut(&(pool.clone(), cluster)) {
+                r.phase = Phase::Releasing;
+            }
+            let deleted = match api.delete(resource_id.clone()).await {
+                Ok(()) => format!("{reason}; deleted it"),
+                Err(error) => format!("{reason}; deleting it failed: {error}"),
+            };
+            tracing::warn!(message = "A cluster never served; abandoned.", pool = %pool, cluster = %cluster, reason = %deleted);
+            book.lock().expect("the provider's book lock is never poisoned").resources.remove(&(pool.clone(), cluster));
+            record(&book, clock, &pool, "abandon", Some(cluster), Some(size), deleted.clone());
+            sink.abandon(pool, cluster, deleted);
+        });
+    }
+}
+
+fn record(book: &Arc<Mutex<Book>>, clock: VirtualClock, pool: &PoolId, action: &'static str, cluster: Option<ClusterId>, size: Option<Rpu>, result: String) {
+    let mut book = book.lock().expect("the provider's book lock is never poisoned");
+    if book.recent.len() == RECENT_MAX {
+        book.recent.pop_back();
+    }
+    book.recent.push_front(LifecycleRecord { at_s: clock.now().as_secs_f64(), pool: pool.clone(), action, cluster, size, result });
+}
+
+/// A refused platform call as the actors' error, naming the platform's
+/// code.
+fn refused(kind: &str, what: &str, error: &CloudError) -> ExecuteError {
+    ExecuteError::Unavailable(format!("{kind} refused to {what}: {error}"))
+}
+
+impl Provider for CloudProvider {
+    fn spin_up(&self, pool: PoolId, size: Rpu) -> LocalFuture<Result<ClusterId, ExecuteError>> {
+        let cluster = {
+            let mut book = self.book();
+            let next = book.next_cluster.entry(pool.clone()).or_insert(0);
+            let cluster = ClusterId(*next);
+            *next += 1;
+            cluster
+        };
+        let name = inventory::resource_name(&self.settings.name_prefix, &self.settings.deployment, &pool.0, cluster);
+        let owner = Owner { deployment: self.settings.deployment.clone(), node: self.settings.node.clone(), pool: pool.0.clone(), cluster, size };
+        let created = self.api.create(CreateSpec { name: name.clone(), owner });
+        let kind = self.api.kind();
+        let this = self.clone_handle();
+        Box::pin(async move {
+            match created.await {
+                Ok(resource_id) => {
+                    this.book().resources.insert(
+                        (pool.clone(), cluster),
+                        Resource { pool: pool.clone(), cluster, resource_id: resource_id.clone(), size, phase: Phase::Starting, status: "creating".into() },
+                    );
+                    this.log(&pool, "spin_up", Some(cluster), Some(size), format!("created {resource_id}"));
+                    this.watch_until_serving(pool, cluster, resource_id, size);
+                    Ok(cluster)
+                }
+                Err(error) => {
+                    let refusal = refused(kind, &format!("create {name} ({} RPU)", size.0), &error);
+                    this.log(&pool, "spin_up", Some(cluster), Some(size), refusal.to_string());
+                    Err(refusal)
+                }
+            }
+        })
+    }
+
+    fn spin_down(&self, pool: PoolId, cluster: ClusterId) -> LocalFuture<Result<(), ExecuteError>> {
+        let held = {
+            let mut book = self.book();
+            match book.resources.get_mut(&(pool.clone(), cluster)) {
+                Some(r) if r.phase == Phase::Releasing => None,
+                Some(r) => {
+                    let was = r.phase;
+                    r.phase = Phase::Releasing;
+                    Some((r.resource_id.clone(), r.size, was))
+                }
+                None => None,
+            }
+        };
+        let Some((resource_id, size, was)) = held else {
+            return Box::pin(std::future::ready(Err(ExecuteError::UnknownCluster(cluster))));
+        };
+        self.log(&pool, "spin_down", Some(cluster), None, "draining, then deleting".into());
+        let this = self.clone_handle();
+        let kind = self.api.kind();
+        tokio::task::spawn_local(async move {
+            if was == Phase::Serving {
+                this.sink.drain(pool.clone(), cluster).await;
+            } else {
+                this.sink.abandon(pool.clone(), cluster, "released before it served".into());
+            }
+            let result = match this.api.delete(resource_id.clone()).await {
+                Ok(()) => format!("deleted {resource_id}"),
+                Err(error) => refused(kind, &format!("delete {resource_id}"), &error).to_string(),
+            };
+            this.book().resources.remove(&(pool.clone(), cluster));
+            this.log(&pool, "delete", Some(cluster), Some(size), result);
+        });
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn state(&self) -> LocalFuture<Result<ProviderState, ExecuteError>> {
+        let book = self.book();
+        let detail = serde_json::json!({ "resources": book.resources.values().collect::<Vec<_>>() });
+        let state = ProviderState { kind: self.api.kind(), recent: book.recent.iter().cloned().collect(), detail };
+        Box::pin(std::future::ready(Ok(state)))
+    }
+}
+
+impl CloudProvider {
+    /// Another handle on the same provider, for its tasks.
+    fn clone_handle(&self) -> CloudProvider {
+        CloudProvider { api: self.api.clone(), sink: self.sink.clone(), settings: self.settings.clone(), clock: self.clock, book: self.book.clone() }
+    }
+}
