@@ -28,6 +28,10 @@ use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
 use crate::api::CloudError;
 
+/// Static credentials, for local endpoints (tests); a node takes its
+/// credentials from the standard chain.
+pub use aws_sdk_ec2::config::Credentials;
+
 /// Where and how the SDK calls AWS.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AwsSettings {
@@ -69,7 +73,7 @@ pub fn region_is_valid(region: &str) -> bool {
 /// The SDK's configuration for `settings`, with credentials from the
 /// standard chain, or `credentials` when given (tests against loopback
 /// servers).
-pub async fn sdk_config(settings: &AwsSettings, credentials: Option<aws_sdk_ec2::config::Credentials>) -> crate::Result<SdkConfig> {
+pub async fn sdk_config(settings: &AwsSettings, credentials: Option<Credentials>) -> crate::Result<SdkConfig> {
     if !region_is_valid(&settings.region) {
         return Err(crate::Error::Config(format!("region `{}` is not an AWS region (like us-east-1)", settings.region)));
     }

@@ -1,0 +1,241 @@
+//! The Redshift Serverless provider against the stand-in server
+//! (`support/serverless_stand_in.rs`): the AWS SDK's real requests,
+//! signing, retries and error parsing, on loopback.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use slogate_actors::backend::LocalFuture;
+use slogate_actors::clock::VirtualClock;
+use slogate_actors::provider::{EndpointSink, ProvidedEndpoint, Provider};
+use slogate_cloud::api::CloudApi;
+use slogate_cloud::aws::serverless::{Serverless, ServerlessSettings};
+use slogate_cloud::aws::{AwsSettings, sdk_config};
+use slogate_cloud::provider::{CloudProvider, CloudSettings};
+use slogate_core::model::{ClusterId, PoolId, Rpu};
+use slogate_core::scale::inventory::tag;
+use slogate_core::scale::layout::Layout;
+use support::serverless_stand_in::{ACCESS_KEY, Behaviour, ServerlessStandIn};
+
+/// What the provider handed the backend.
+#[derive(Clone, Debug, PartialEq)]
+enum Handed {
+    Attached(ClusterId, Rpu, ProvidedEndpoint),
+    Abandoned(ClusterId, String),
+    Drained(ClusterId),
+}
+
+/// Records what it is handed, as the backend would receive it.
+#[derive(Default)]
+struct RecordingSink {
+    handed: Mutex<Vec<Handed>>,
+}
+
+impl RecordingSink {
+    fn handed(&self) -> Vec<Handed> {
+        self.handed.lock().unwrap().clone()
+    }
+
+    /// Waits (polling, at most `timeout`) until `check` holds of what was
+    /// handed.
+    async fn wait_for(&self, timeout: Duration, check: impl Fn(&[Handed]) -> bool) -> Vec<Handed> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let handed = self.handed();
+            if check(&handed) || tokio::time::Instant::now() > deadline {
+                return handed;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}
+
+impl EndpointSink for RecordingSink {
+    fn attach(&self, _pool: PoolId, cluster: ClusterId, size: Rpu, endpoint: ProvidedEndpoint) {
+        self.handed.lock().unwrap().push(Handed::Attached(cluster, size, endpoint));
+    }
+
+    fn abandon(&self, _pool: PoolId, cluster: ClusterId, reason: String) {
+        self.handed.lock().unwrap().push(Handed::Abandoned(cluster, reason));
+    }
+
+    fn drain(&self, _pool: PoolId, cluster: ClusterId) -> LocalFuture<()> {
+        self.handed.lock().unwrap().push(Handed::Drained(cluster));
+        Box::pin(std::future::ready(()))
+    }
+}
+
+fn aws_settings(url: String) -> AwsSettings {
+    AwsSettings {
+        region: "us-east-1".into(),
+        endpoint_url: Some(url),
+        attempts_max: 3,
+        backoff_initial: Duration::from_millis(20),
+        attempt_timeout: Duration::from_secs(5),
+    }
+}
+
+async fn serverless(stand_in: &ServerlessStandIn, namespace: &str) -> Serverless {
+    let credentials = aws_sdk_ec2_credentials();
+    let config = sdk_config(&aws_settings(stand_in.url()), Some(credentials)).await.unwrap();
+    Serverless::new(&config, ServerlessSettings { namespace: namespace.into(), publicly_accessible: false, port: None })
+}
+
+fn aws_sdk_ec2_credentials() -> slogate_cloud::aws::Credentials {
+    slogate_cloud::aws::Credentials::new(ACCESS_KEY, "stand-in-secret", None, None, "tests")
+}
+
+fn provider(api: Serverless, sink: Arc<RecordingSink>, ready_timeout: Duration) -> CloudProvider {
+    let settings = CloudSettings {
+        deployment: "test".into(),
+        node: "n1".into(),
+        name_prefix: "slogate".into(),
+        poll_interval: Duration::from_millis(50),
+        ready_timeout,
+    };
+    CloudProvider::new(Arc::new(api), sink, settings, VirtualClock::start(1.0))
+}
+
+fn pool() -> PoolId {
+    PoolId("dash".into())
+}
+
+#[actix_rt::test]
+async fn a_spinup_creates_a_tagged_workgroup_hands_its_endpoint_over_once_available_and_a_spindown_drains_then_deletes_it() {
+    let stand_in = ServerlessStandIn::start(Behaviour { endpoint: ("127.0.0.1".into(), 15439), ..Behaviour::default() });
+    let sink = Arc::new(RecordingSink::default());
+    let provider = provider(serverless(&stand_in, "analytics").await, sink.clone(), Duration::from_secs(10));
+
+    let cluster = provider.spin_up(pool(), Rpu(32)).await.expect("the create is accepted");
+    assert_eq!(cluster, ClusterId(0));
+    let workgroups = stand_in.workgroups();
+    assert_eq!(workgroups.len(), 1);
+    let (name, status, tags) = &workgroups[0];
+    assert_eq!(name, "slogate-test-dash-c0");
+    assert_eq!(status, "CREATING");
+    for (key, value) in [(tag::DEPLOYMENT, "test"), (tag::NODE, "n1"), (tag::POOL, "dash"), (tag::CLUSTER, "c0"), (tag::SIZE_RPU, "32")] {
+        assert!(tags.contains(&(key.to_owned(), value.to_owned())), "tag {key}={value} missing from {tags:?}");
+    }
+    assert!(sink.handed().is_empty(), "nothing is handed over while it is creating");
+
+    let handed = sink.wait_for(Duration::from_secs(5), |h| !h.is_empty()).await;
+    assert_eq!(handed, [Handed::Attached(ClusterId(0), Rpu(32), ProvidedEndpoint { host: "127.0.0.1".into(), port: 15439 })]);
+    let state = provider.state().await.unwrap();
+    assert_eq!(state.kind, "redshift-serverless");
+    assert_eq!(state.detail["resources"][0]["phase"], "serving");
+    assert_eq!(state.detail["resources"][0]["resource_id"], "slogate-test-dash-c0");
+
+    provider.spin_down(pool(), cluster).await.expect("the release is accepted");
+    let handed = sink.wait_for(Duration::from_secs(5), |h| h.len() == 2).await;
+    assert_eq!(handed[1], Handed::Drained(ClusterId(0)));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while stand_in.calls("DeleteWorkgroup") == 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(stand_in.calls("DeleteWorkgroup"), 1, "deleted once, after the drain");
+    let state = provider.state().await.unwrap();
+    let actions: Vec<&str> = state.recent.iter().map(|r| r.action).collect();
+    assert_eq!(actions, ["delete", "spin_down", "ready", "spin_up"], "newest first");
+}
+
+#[actix_rt::test]
+async fn throttling_and_server_errors_on_create_are_retried_with_backoff_and_bounded() {
+    let stand_in = ServerlessStandIn::start(Behaviour::default());
+    let sink = Arc::new(RecordingSink::default());
+    let provider = provider(serverless(&stand_in, "analytics").await, sink.clone(), Duration::from_secs(10));
+
+    // Two failures fit in three attempts.
+    stand_in.throttle_creates(1);
+    stand_in.fail_creates(1);
+    provider.spin_up(pool(), Rpu(16)).await.expect("the third attempt succeeds");
+    assert_eq!(stand_in.calls("CreateWorkgroup"), 3);
+
+    // Three throttles use every attempt: the spinup fails, naming the code.
+    stand_in.throttle_creates(3);
+    let refused = provider.spin_up(pool(), Rpu(16)).await.unwrap_err().to_string();
+    assert_eq!(stand_in.calls("CreateWorkgroup"), 6, "bounded at three attempts");
+    assert!(refused.contains("ThrottlingException"), "{refused}");
+    assert!(refused.contains("slogate-test-dash-c1"), "{refused}");
+    let state = provider.state().await.unwrap();
+    assert!(state.recent[0].result.contains("ThrottlingException"), "the log says why: {:?}", state.recent[0]);
+    assert_eq!(stand_in.workgroups().len(), 1, "the refused spinup made nothing");
+}
+
+#[actix_rt::test]
+async fn a_workgroup_that_never_becomes_available_times_out_is_deleted_and_the_cluster_is_abandoned_with_the_reason() {
+    let stand_in = ServerlessStandIn::start(Behaviour::default());
+    let sink = Arc::new(RecordingSink::default());
+    let provider = provider(serverless(&stand_in, "analytics").await, sink.clone(), Duration::from_millis(600));
+    stand_in.never_available(1);
+
+    let cluster = provider.spin_up(pool(), Rpu(64)).await.unwrap();
+    let handed = sink.wait_for(Duration::from_secs(5), |h| !h.is_empty()).await;
+    let [Handed::Abandoned(abandoned, reason)] = handed.as_slice() else { panic!("expected one abandon, got {handed:?}") };
+    assert_eq!(*abandoned, cluster);
+    assert!(reason.contains("did not become available within 1 s"), "{reason}");
+    assert!(reason.contains("deleted it"), "{reason}");
+    assert_eq!(stand_in.calls("DeleteWorkgroup"), 1);
+    assert_eq!(stand_in.workgroups()[0].1, "DELETING");
+    let state = provider.state().await.unwrap();
+    assert_eq!(state.recent[0].action, "abandon");
+    assert!(state.detail["resources"].as_array().unwrap().is_empty(), "the provider holds nothing more");
+}
+
+#[actix_rt::test]
+async fn reconciliation_adopts_what_the_layout_needs_terminates_the_rest_and_leaves_others_alone() {
+    let stand_in = ServerlessStandIn::start(Behaviour::default());
+    let ours = |cluster: &'static str, size: &'static str| {
+        [(tag::DEPLOYMENT, "test"), (tag::NODE, "n0"), (tag::POOL, "dash"), (tag::CLUSTER, cluster), (tag::SIZE_RPU, size)]
+    };
+    stand_in.seed_workgroup("slogate-test-dash-c0", 32, &ours("c0", "32"));
+    // Created for a burst by a node that then died before noting it.
+    stand_in.seed_workgroup("slogate-test-dash-c4", 128, &ours("c4", "128"));
+    stand_in.seed_workgroup("slogate-test-other-c0", 32, &[(tag::DEPLOYMENT, "test"), (tag::NODE, "n0"), (tag::POOL, "other"), (tag::CLUSTER, "c0"), (tag::SIZE_RPU, "32")]);
+    stand_in.seed_workgroup("someone-elses", 32, &[("team", "finance")]);
+    let sink = Arc::new(RecordingSink::default());
+    let provider = provider(serverless(&stand_in, "analytics").await, sink.clone(), Duration::from_secs(10));
+
+    let adoption = provider.reconcile(&pool(), &Layout { sizes_rpu: vec![32, 32] }).await.unwrap();
+    assert_eq!(adoption.adopt, [(ClusterId(0), "slogate-test-dash-c0".to_owned())]);
+    assert_eq!(adoption.terminate.len(), 1);
+    assert_eq!(adoption.terminate[0].0, "slogate-test-dash-c4");
+    assert_eq!(adoption.request, [Rpu(32)]);
+    assert_eq!(adoption.next_cluster, ClusterId(5));
+    let statuses: Vec<(String, String)> = stand_in.workgroups().into_iter().map(|(n, s, _)| (n, s)).collect();
+    assert!(statuses.contains(&("slogate-test-dash-c4".into(), "DELETING".into())), "{statuses:?}");
+    assert!(statuses.contains(&("slogate-test-other-c0".into(), "AVAILABLE".into())), "another pool's is left: {statuses:?}");
+    assert!(statuses.contains(&("someone-elses".into(), "AVAILABLE".into())), "an untagged one is left: {statuses:?}");
+    assert!(stand_in.calls("ListWorkgroups") >= 2, "the listing followed nextToken");
+
+    // The adopted one is handed over; the next new cluster is c5.
+    let handed = sink.wait_for(Duration::from_secs(5), |h| !h.is_empty()).await;
+    assert!(matches!(handed[0], Handed::Attached(ClusterId(0), Rpu(32), _)), "{handed:?}");
+    assert_eq!(provider.spin_up(pool(), Rpu(32)).await.unwrap(), ClusterId(5));
+    let state = provider.state().await.unwrap();
+    let actions: Vec<&str> = state.recent.iter().map(|r| r.action).collect();
+    assert!(actions.ends_with(&["adopt", "terminate"]), "{actions:?}");
+}
+
+#[actix_rt::test]
+async fn a_missing_namespace_or_a_wrong_key_is_an_error_that_names_it() {
+    let stand_in = ServerlessStandIn::start(Behaviour::default());
+    let missing = serverless(&stand_in, "nowhere").await.check().await.unwrap_err();
+    assert_eq!(missing.code, "ResourceNotFoundException");
+    assert!(missing.message.contains("namespace `nowhere`"), "{missing}");
+    serverless(&stand_in, "analytics").await.check().await.expect("the namespace exists");
+
+    let config = sdk_config(
+        &aws_settings(stand_in.url()),
+        Some(slogate_cloud::aws::Credentials::new("AKIDUNKNOWN", "x", None, None, "tests")),
+    )
+    .await
+    .unwrap();
+    let stranger = Serverless::new(&config, ServerlessSettings { namespace: "analytics".into(), publicly_accessible: false, port: None });
+    let refused = stranger.list("test".into()).await.unwrap_err();
+    assert_eq!(refused.code, "UnrecognizedClientException", "{refused}");
+
+    let wrong_region = sdk_config(&AwsSettings { region: "moon-1".into(), ..aws_settings(stand_in.url()) }, None).await.unwrap_err();
+    assert!(wrong_region.to_string().contains("region `moon-1`"), "{wrong_region}");
+}

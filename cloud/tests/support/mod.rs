@@ -1,0 +1,1 @@
+pub mod serverless_stand_in;
