@@ -58,10 +58,14 @@ pub trait CloudApi: Send + Sync + 'static {
     /// `redshift-serverless`, `redshift` or `ec2`.
     fn kind(&self) -> &'static str;
 
-    /// Creates (or, for a paused resource of that name, resumes) the
-    /// resource `spec` names, tagged with its owner; resolves with the
-    /// platform's id for it once the platform accepted the request.
+    /// Creates the resource `spec` names, tagged with its owner; resolves
+    /// with the platform's id for it once the platform accepted the
+    /// request.
     fn create(&self, spec: CreateSpec) -> CallFuture<String>;
+
+    /// Resumes the paused resource `resource_id` (a paused provisioned
+    /// cluster, a stopped instance).
+    fn resume(&self, resource_id: String) -> CallFuture<()>;
 
     /// Describes the resource `resource_id`.
     fn describe(&self, resource_id: String) -> CallFuture<Described>;

@@ -12,8 +12,8 @@
 //!   deleted. A cluster still starting is abandoned and deleted at once.
 //! - **Reconciliation at start** ([`CloudProvider::reconcile`]): list the
 //!   deployment's resources, adopt what the pool's layout needs (core's
-//!   `inventory::reconcile`), terminate the rest, and number new clusters
-//!   above every listed one.
+//!   `inventory::reconcile`; a paused one is resumed), terminate the rest,
+//!   and number new clusters above every listed one.
 //! - **For operators:** every step is a lifecycle record, and the state
 //!   lists the resources with their platform ids and status.
 //!
@@ -135,8 +135,15 @@ impl CloudProvider {
                     status: format!("{:?}", found.state).to_lowercase(),
                 },
             );
-            tracing::info!(message = "Reconciliation: adopted a resource.", pool = %pool, cluster = %cluster, resource_id = %resource_id);
-            self.log(pool, "adopt", Some(*cluster), Some(found.owner.size), format!("adopted {resource_id}"));
+            let mut adopted = format!("adopted {resource_id}");
+            if found.state == ResourceState::Paused {
+                match self.api.resume(resource_id.clone()).await {
+                    Ok(()) => adopted.push_str(", resuming it"),
+                    Err(error) => adopted.push_str(&format!("; resuming it failed: {error}")),
+                }
+            }
+            tracing::info!(message = "Reconciliation: adopted a resource.", pool = %pool, cluster = %cluster, result = %adopted);
+            self.log(pool, "adopt", Some(*cluster), Some(found.owner.size), adopted);
             self.watch_until_serving(pool.clone(), *cluster, resource_id.clone(), found.owner.size);
         }
         Ok(adoption)

@@ -4,98 +4,27 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use slogate_actors::backend::LocalFuture;
-use slogate_actors::clock::VirtualClock;
-use slogate_actors::provider::{EndpointSink, ProvidedEndpoint, Provider};
+use slogate_actors::provider::{ProvidedEndpoint, Provider};
 use slogate_cloud::api::CloudApi;
 use slogate_cloud::aws::serverless::{Serverless, ServerlessSettings};
 use slogate_cloud::aws::{AwsSettings, sdk_config};
-use slogate_cloud::provider::{CloudProvider, CloudSettings};
 use slogate_core::model::{ClusterId, PoolId, Rpu};
 use slogate_core::scale::inventory::tag;
 use slogate_core::scale::layout::Layout;
 use support::serverless_stand_in::{ACCESS_KEY, Behaviour, ServerlessStandIn};
+use support::sink::{Handed, RecordingSink, aws_settings, provider};
 
-/// What the provider handed the backend.
-#[derive(Clone, Debug, PartialEq)]
-enum Handed {
-    Attached(ClusterId, Rpu, ProvidedEndpoint),
-    Abandoned(ClusterId, String),
-    Drained(ClusterId),
-}
-
-/// Records what it is handed, as the backend would receive it.
-#[derive(Default)]
-struct RecordingSink {
-    handed: Mutex<Vec<Handed>>,
-}
-
-impl RecordingSink {
-    fn handed(&self) -> Vec<Handed> {
-        self.handed.lock().unwrap().clone()
-    }
-
-    /// Waits (polling, at most `timeout`) until `check` holds of what was
-    /// handed.
-    async fn wait_for(&self, timeout: Duration, check: impl Fn(&[Handed]) -> bool) -> Vec<Handed> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let handed = self.handed();
-            if check(&handed) || tokio::time::Instant::now() > deadline {
-                return handed;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-}
-
-impl EndpointSink for RecordingSink {
-    fn attach(&self, _pool: PoolId, cluster: ClusterId, size: Rpu, endpoint: ProvidedEndpoint) {
-        self.handed.lock().unwrap().push(Handed::Attached(cluster, size, endpoint));
-    }
-
-    fn abandon(&self, _pool: PoolId, cluster: ClusterId, reason: String) {
-        self.handed.lock().unwrap().push(Handed::Abandoned(cluster, reason));
-    }
-
-    fn drain(&self, _pool: PoolId, cluster: ClusterId) -> LocalFuture<()> {
-        self.handed.lock().unwrap().push(Handed::Drained(cluster));
-        Box::pin(std::future::ready(()))
-    }
-}
-
-fn aws_settings(url: String) -> AwsSettings {
-    AwsSettings {
-        region: "us-east-1".into(),
-        endpoint_url: Some(url),
-        attempts_max: 3,
-        backoff_initial: Duration::from_millis(20),
-        attempt_timeout: Duration::from_secs(5),
-    }
-}
-
-async fn serverless(stand_in: &ServerlessStandIn, namespace: &str) -> Serverless {
-    let credentials = aws_sdk_ec2_credentials();
-    let config = sdk_config(&aws_settings(stand_in.url()), Some(credentials)).await.unwrap();
-    Serverless::new(&config, ServerlessSettings { namespace: namespace.into(), publicly_accessible: false, port: None })
-}
-
-fn aws_sdk_ec2_credentials() -> slogate_cloud::aws::Credentials {
+fn credentials() -> slogate_cloud::aws::Credentials {
     slogate_cloud::aws::Credentials::new(ACCESS_KEY, "stand-in-secret", None, None, "tests")
 }
 
-fn provider(api: Serverless, sink: Arc<RecordingSink>, ready_timeout: Duration) -> CloudProvider {
-    let settings = CloudSettings {
-        deployment: "test".into(),
-        node: "n1".into(),
-        name_prefix: "slogate".into(),
-        poll_interval: Duration::from_millis(50),
-        ready_timeout,
-    };
-    CloudProvider::new(Arc::new(api), sink, settings, VirtualClock::start(1.0))
+async fn serverless(stand_in: &ServerlessStandIn, namespace: &str) -> Serverless {
+    let credentials = credentials();
+    let config = sdk_config(&aws_settings(stand_in.url()), Some(credentials)).await.unwrap();
+    Serverless::new(&config, ServerlessSettings { namespace: namespace.into(), publicly_accessible: false, port: None })
 }
 
 fn pool() -> PoolId {

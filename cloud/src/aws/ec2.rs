@@ -1,7 +1,8 @@
 //! EC2 instances (`aws-sdk-ec2`) for request-level pools and self-hosted
 //! Postgres-compatible engines: an instance per cluster, run from the
 //! pool's launch template with the instance type configured for its size,
-//! tagged at launch. The cluster's name is the launch's client token, so a
+//! tagged at launch. A launch first looks for a running instance of the
+//! cluster's name, and the name is also the launch's client token, so a
 //! retried launch never runs two instances. It serves at its private
 //! address (or its public one, when configured) on the engine's port, and
 //! the backend's health check decides when it is ready.
@@ -96,6 +97,20 @@ impl CloudApi for Ec2 {
                 let sizes: Vec<String> = this.settings.instance_types.keys().map(u32::to_string).collect();
                 CloudError::new("NoInstanceType", format!("no instance type is configured for {size} RPU (configured: {})", sizes.join(", ")))
             })?;
+            // A launch of this name that already runs is this cluster's:
+            // an earlier call made it and its answer was lost. (EC2 itself
+            // also dedupes by the client token, within one call's retries.)
+            let running = this
+                .client
+                .describe_instances()
+                .filters(Filter::builder().name("tag:Name").values(&spec.name).build())
+                .filters(Filter::builder().name("instance-state-name").set_values(Some(["pending", "running"].map(String::from).to_vec())).build())
+                .send()
+                .await
+                .map_err(cloud_error)?;
+            if let Some(id) = running.reservations().iter().flat_map(|r| r.instances()).find_map(|i| i.instance_id()) {
+                return Ok(id.to_owned());
+            }
             let tags = TagSpecification::builder()
                 .resource_type(ResourceType::Instance)
                 .set_tags(Some(spec.owner.tags().into_iter().map(|(key, value)| Tag::builder().key(key).value(value).build()).chain([Tag::builder().key("Name").value(&spec.name).build()]).collect()))
@@ -119,6 +134,11 @@ impl CloudApi for Ec2 {
                 .map(str::to_owned)
                 .ok_or_else(|| CloudError::new("MalformedReply", "RunInstances answered no instance"))
         })
+    }
+
+    fn resume(&self, resource_id: String) -> CallFuture<()> {
+        let client = self.client.clone();
+        Box::pin(async move { client.start_instances().instance_ids(&resource_id).send().await.map(|_| ()).map_err(cloud_error) })
     }
 
     fn describe(&self, resource_id: String) -> CallFuture<Described> {

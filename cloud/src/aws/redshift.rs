@@ -1,8 +1,8 @@
 //! Provisioned Redshift clusters (`aws-sdk-redshift`): a cluster of size s
 //! is s ÷ `rpu_per_node` nodes (at least one) of the pool's node type,
 //! named by slogate and tagged at creation. The cluster identifier is its
-//! id; creating an identifier that exists answers that cluster, and a
-//! paused one is resumed instead. A pool configured to pause releases its
+//! id; creating an identifier that exists answers that cluster (resumed,
+//! if it was paused). A pool configured to pause releases its
 //! clusters by pausing them (they bill for storage only) instead of
 //! deleting them.
 
@@ -91,6 +91,7 @@ impl CloudApi for Redshift {
         let this = self.clone();
         Box::pin(async move {
             if let Some(existing) = this.find(&spec.name).await? {
+                // An earlier attempt made it: it is this cluster's.
                 if described(&existing).state == ResourceState::Paused {
                     this.client.resume_cluster().cluster_identifier(&spec.name).send().await.map_err(cloud_error)?;
                 }
@@ -118,6 +119,11 @@ impl CloudApi for Redshift {
                 Err(error) => Err(cloud_error(error)),
             }
         })
+    }
+
+    fn resume(&self, resource_id: String) -> CallFuture<()> {
+        let client = self.client.clone();
+        Box::pin(async move { client.resume_cluster().cluster_identifier(&resource_id).send().await.map(|_| ()).map_err(cloud_error) })
     }
 
     fn describe(&self, resource_id: String) -> CallFuture<Described> {

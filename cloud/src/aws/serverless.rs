@@ -87,6 +87,11 @@ impl CloudApi for Serverless {
         })
     }
 
+    fn resume(&self, resource_id: String) -> CallFuture<()> {
+        // A workgroup is never paused: it bills only while it runs queries.
+        Box::pin(std::future::ready(Err(CloudError::new("NotPausable", format!("workgroup {resource_id} cannot be paused or resumed")))))
+    }
+
     fn describe(&self, resource_id: String) -> CallFuture<Described> {
         let client = self.client.clone();
         Box::pin(async move {

@@ -1,0 +1,191 @@
+//! The EC2 and provisioned Redshift providers against moto's server,
+//! started by each test on loopback.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use slogate_actors::provider::Provider;
+use slogate_cloud::api::{CloudApi, CreateSpec};
+use slogate_cloud::aws::ec2::{Ec2, Ec2Settings};
+use slogate_cloud::aws::redshift::{Redshift, RedshiftSettings};
+use slogate_cloud::aws::{Credentials, sdk_config};
+use slogate_core::model::{ClusterId, PoolId, Rpu};
+use slogate_core::scale::inventory::{Owner, ResourceState};
+use slogate_core::scale::layout::Layout;
+use support::moto::Moto;
+use support::sink::{Handed, RecordingSink, aws_settings, provider};
+
+async fn config(moto: &Moto) -> aws_config::SdkConfig {
+    sdk_config(&aws_settings(moto.url()), Some(Credentials::new("testing", "testing", None, None, "tests"))).await.unwrap()
+}
+
+fn pool() -> PoolId {
+    PoolId("batch".into())
+}
+
+async fn launch_template(config: &aws_config::SdkConfig, name: &str) {
+    let ec2 = aws_sdk_ec2::Client::new(config);
+    let images = ec2.describe_images().send().await.unwrap();
+    let image = images.images().first().and_then(|i| i.image_id()).expect("moto lists images").to_owned();
+    ec2.create_launch_template()
+        .launch_template_name(name)
+        .launch_template_data(aws_sdk_ec2::types::RequestLaunchTemplateData::builder().image_id(image).build())
+        .send()
+        .await
+        .unwrap();
+}
+
+fn ec2_settings(template: &str) -> Ec2Settings {
+    Ec2Settings {
+        launch_template: template.into(),
+        instance_types: BTreeMap::from([(16, "m5.xlarge".to_owned()), (32, "m5.2xlarge".to_owned())]),
+        service_port: 5432,
+        public_address: false,
+    }
+}
+
+#[actix_rt::test]
+async fn ec2_instances_run_from_the_launch_template_tagged_serve_at_their_address_and_terminate_on_release() {
+    let moto = Moto::start();
+    let config = config(&moto).await;
+    launch_template(&config, "engine").await;
+    let missing = Ec2::new(&config, ec2_settings("nowhere")).check().await.unwrap_err();
+    assert!(missing.message.contains("launch template `nowhere`"), "{missing}");
+    let api = Ec2::new(&config, ec2_settings("engine"));
+    api.check().await.expect("the template exists");
+
+    let sink = Arc::new(RecordingSink::default());
+    let provider = provider(api.clone(), sink.clone(), Duration::from_secs(20));
+    let cluster = provider.spin_up(pool(), Rpu(32)).await.expect("launched");
+    let handed = sink.wait_for(Duration::from_secs(20), |h| !h.is_empty()).await;
+    let [Handed::Attached(attached, size, endpoint)] = handed.as_slice() else { panic!("expected one attach, got {handed:?}") };
+    assert_eq!((*attached, *size), (cluster, Rpu(32)));
+    assert_eq!(endpoint.port, 5432);
+    assert!(endpoint.host.parse::<std::net::Ipv4Addr>().is_ok(), "the private address: {endpoint:?}");
+
+    // The instance carries every tag and the size's instance type.
+    let ec2 = aws_sdk_ec2::Client::new(&config);
+    let described = ec2.describe_instances().send().await.unwrap();
+    let instance = described.reservations().iter().flat_map(|r| r.instances()).next().expect("one instance");
+    assert_eq!(instance.instance_type().map(|t| t.as_str()), Some("m5.2xlarge"));
+    let tags: Vec<(&str, &str)> = instance.tags().iter().filter_map(|t| Some((t.key()?, t.value()?))).collect();
+    let owner = Owner::from_tags(tags.iter().copied()).expect("slogate's tags");
+    assert_eq!(owner, Owner { deployment: "test".into(), node: "n1".into(), pool: "batch".into(), cluster, size: Rpu(32) });
+
+    // A size with no instance type is refused, naming the sizes there are.
+    let refused = provider.spin_up(pool(), Rpu(64)).await.unwrap_err().to_string();
+    assert!(refused.contains("no instance type is configured for 64 RPU (configured: 16, 32)"), "{refused}");
+
+    // The deployment's listing finds it.
+    let listed = api.list("test".into()).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].state, ResourceState::Available);
+    assert!(api.list("elsewhere".into()).await.unwrap().is_empty());
+
+    provider.spin_down(pool(), cluster).await.unwrap();
+    let handed = sink.wait_for(Duration::from_secs(10), |h| h.len() == 2).await;
+    assert_eq!(handed[1], Handed::Drained(cluster));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = api.describe(listed[0].resource_id.clone()).await.unwrap();
+        if state.state == ResourceState::Deleting {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the instance was not terminated: {state:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(api.list("test".into()).await.unwrap().is_empty(), "a terminated instance is not listed");
+}
+
+#[actix_rt::test]
+async fn a_relaunch_with_the_same_name_never_runs_a_second_instance() {
+    let moto = Moto::start();
+    let config = config(&moto).await;
+    launch_template(&config, "engine").await;
+    let api = Ec2::new(&config, ec2_settings("engine"));
+    let owner = Owner { deployment: "test".into(), node: "n1".into(), pool: "batch".into(), cluster: ClusterId(3), size: Rpu(16) };
+    let spec = CreateSpec { name: "slogate-test-batch-c3".into(), owner };
+    let first = api.create(spec.clone()).await.unwrap();
+    let again = api.create(spec).await.unwrap();
+    assert_eq!(first, again, "the second launch finds the first by its name (moto ignores client tokens)");
+    assert_eq!(api.list("test".into()).await.unwrap().len(), 1);
+}
+
+fn redshift_settings(pause: bool) -> RedshiftSettings {
+    RedshiftSettings {
+        node_type: "ra3.xlplus".into(),
+        rpu_per_node: 8,
+        master_username: "admin".into(),
+        master_password: "Passw0rd-test".into(),
+        database: "dev".into(),
+        pause_instead_of_delete: pause,
+    }
+}
+
+#[actix_rt::test]
+async fn provisioned_clusters_are_created_with_nodes_for_their_size_tagged_and_deleted_on_release() {
+    let moto = Moto::start();
+    let config = config(&moto).await;
+    let api = Redshift::new(&config, redshift_settings(false));
+    api.check().await.unwrap();
+    let sink = Arc::new(RecordingSink::default());
+    let provider = provider(api.clone(), sink.clone(), Duration::from_secs(20));
+
+    let cluster = provider.spin_up(pool(), Rpu(32)).await.unwrap();
+    let handed = sink.wait_for(Duration::from_secs(20), |h| !h.is_empty()).await;
+    assert!(matches!(&handed[0], Handed::Attached(c, Rpu(32), e) if *c == cluster && e.port > 0), "{handed:?}");
+    let redshift = aws_sdk_redshift::Client::new(&config);
+    let described = redshift.describe_clusters().cluster_identifier("slogate-test-batch-c0").send().await.unwrap();
+    let created = &described.clusters()[0];
+    assert_eq!(created.number_of_nodes(), Some(4), "32 RPU at 8 RPU a node");
+    assert_eq!(created.node_type(), Some("ra3.xlplus"));
+    let listed = api.list("test".into()).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].owner.cluster, cluster);
+
+    provider.spin_down(pool(), cluster).await.unwrap();
+    sink.wait_for(Duration::from_secs(10), |h| h.len() == 2).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !api.list("test".into()).await.unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the cluster was not deleted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[actix_rt::test]
+async fn a_pool_that_pauses_pauses_on_release_and_a_restarted_node_resumes_the_paused_cluster_instead_of_creating_one() {
+    let moto = Moto::start();
+    let config = config(&moto).await;
+    let api = Redshift::new(&config, redshift_settings(true));
+    let sink = Arc::new(RecordingSink::default());
+    let first_life = provider(api.clone(), sink.clone(), Duration::from_secs(20));
+    let cluster = first_life.spin_up(pool(), Rpu(8)).await.unwrap();
+    sink.wait_for(Duration::from_secs(20), |h| !h.is_empty()).await;
+    first_life.spin_down(pool(), cluster).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let paused = loop {
+        let listed = api.list("test".into()).await.unwrap();
+        if listed.first().is_some_and(|r| r.state == ResourceState::Paused) {
+            break listed;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not paused: {listed:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(paused.len(), 1);
+
+    // A new life of the node wants one 8-RPU cluster: it adopts the paused
+    // one and resumes it, and creates nothing.
+    let sink = Arc::new(RecordingSink::default());
+    let second_life = provider(api.clone(), sink.clone(), Duration::from_secs(20));
+    let adoption = second_life.reconcile(&pool(), &Layout { sizes_rpu: vec![8] }).await.unwrap();
+    assert_eq!(adoption.adopt, [(cluster, paused[0].resource_id.clone())]);
+    assert!(adoption.request.is_empty() && adoption.terminate.is_empty(), "{adoption:?}");
+    let handed = sink.wait_for(Duration::from_secs(20), |h| !h.is_empty()).await;
+    assert!(matches!(&handed[0], Handed::Attached(c, Rpu(8), _) if *c == cluster), "{handed:?}");
+    let listed = api.list("test".into()).await.unwrap();
+    assert_eq!(listed.len(), 1, "no second cluster");
+    assert_eq!(listed[0].state, ResourceState::Available, "resumed");
+}
