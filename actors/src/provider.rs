@@ -98,8 +98,10 @@ pub struct ProvidedEndpoint {
 /// creates and releases. The Postgres-wire executor implements it.
 pub trait EndpointSink: Send + Sync {
     /// `cluster` of `pool` serves at `endpoint`: connect to it, check its
-    /// health, and report it ready to the watchers.
-    fn attach(&self, pool: PoolId, cluster: ClusterId, size: Rpu, endpoint: ProvidedEndpoint);
+    /// health, and report it ready to the watchers. Resolves once it is
+    /// ready, or with why it never passed its health check (the provider
+    /// then deletes it and abandons the cluster).
+    fn attach(&self, pool: PoolId, cluster: ClusterId, size: Rpu, endpoint: ProvidedEndpoint) -> LocalFuture<Result<(), String>>;
 
     /// `cluster` will never serve: report it gone, saying why.
     fn abandon(&self, pool: PoolId, cluster: ClusterId, reason: String);

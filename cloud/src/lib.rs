@@ -19,6 +19,8 @@
 //!   [`api::CloudApi`]: cluster ids, names and tags, waiting until a
 //!   resource serves (deleting it when it does not in time), draining
 //!   before deleting, reconciliation at start, and its log for operators.
+//! - [`platform`]: which platform a pool's clusters live on, its settings,
+//!   and [`platform::open`], which checks it at start.
 //! - `aws` (cargo feature `aws`, on by default here; the node binary
 //!   forwards its own `aws` feature): the AWS SDK implementations: Redshift
 //!   Serverless workgroups, provisioned Redshift clusters and EC2
@@ -33,6 +35,7 @@
 pub mod api;
 #[cfg(feature = "aws")]
 pub mod aws;
+pub mod platform;
 pub mod provider;
 
 /// Why a cloud provider could not be set up or asked.

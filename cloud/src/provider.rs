@@ -5,9 +5,10 @@
 //!   accepted the create (an error names the platform's code). A task then
 //!   describes the resource every `poll_interval` until it serves and hands
 //!   its endpoint to the backend, which health-checks it and reports it
-//!   ready. A resource that does not serve within `ready_timeout`, or that
-//!   the platform reports failed, is deleted, and the cluster is reported
-//!   gone with the reason.
+//!   ready. A resource that does not serve within `ready_timeout`, that
+//!   the platform reports failed, or whose endpoint never passes the
+//!   backend's health check, is deleted, and the cluster is reported gone
+//!   with the reason.
 //! - **Spin down:** the backend drains the cluster; then the resource is
 //!   deleted. A cluster still starting is abandoned and deleted at once.
 //! - **Reconciliation at start** ([`CloudProvider::reconcile`]): list the
@@ -107,17 +108,21 @@ impl CloudProvider {
     /// `want` needs (each is handed to the backend once it serves),
     /// terminates the rest, and numbers new clusters above every listed
     /// one. Resolves with what it decided; the caller creates
-    /// `adoption.request`.
-    pub async fn reconcile(&self, pool: &PoolId, want: &Layout) -> Result<Adoption, CloudError> {
+    /// `adoption.request`. A dry run (`dry_run`) logs what it would
+    /// terminate and terminates nothing.
+    pub async fn reconcile(&self, pool: &PoolId, want: &Layout, dry_run: bool) -> Result<Adoption, CloudError> {
         let listed = self.api.list(self.settings.deployment.clone()).await?;
         let adoption = inventory::reconcile(&self.settings.deployment, &pool.0, &listed, want);
         self.book().next_cluster.insert(pool.clone(), adoption.next_cluster.0);
         for (resource_id, reason) in &adoption.terminate {
-            let result = self.api.delete(resource_id.clone()).await;
             let cluster = listed.iter().find(|r| &r.resource_id == resource_id).map(|r| r.owner.cluster);
-            let result = match result {
-                Ok(()) => format!("terminated {resource_id}: {reason}"),
-                Err(error) => format!("could not terminate {resource_id} ({reason}): {error}"),
+            let result = if dry_run {
+                format!("dry run: would terminate {resource_id}: {reason}")
+            } else {
+                match self.api.delete(resource_id.clone()).await {
+                    Ok(()) => format!("terminated {resource_id}: {reason}"),
+                    Err(error) => format!("could not terminate {resource_id} ({reason}): {error}"),
+                }
             };
             tracing::warn!(message = "Reconciliation: a resource the pool does not need.", pool = %pool, %result);
             self.log(pool, "terminate", cluster, None, result);
@@ -189,13 +194,17 @@ impl CloudProvider {
                                 if !still_ours(&book) {
                                     return;
                                 }
-                                if let Some(r) = book.lock().expect("the provider's book lock is never poisoned").resources.get_mut(&(pool.clone(), cluster)) {
-                                    r.phase = Phase::Serving;
+                                let at = format!("{}:{}", endpoint.host, endpoint.port);
+                                match sink.attach(pool.clone(), cluster, size, endpoint).await {
+                                    Ok(()) => {
+                                        if let Some(r) = book.lock().expect("the provider's book lock is never poisoned").resources.get_mut(&(pool.clone(), cluster)) {
+                                            r.phase = Phase::Serving;
+                                        }
+                                        record(&book, clock, &pool, "ready", Some(cluster), Some(size), format!("{resource_id} serves at {at}"));
+                                        return;
+                                    }
+                                    Err(reason) => break format!("{resource_id} is available at {at} but {reason}"),
                                 }
-                                let result = format!("{resource_id} serves at {}:{}", endpoint.host, endpoint.port);
-                                record(&book, clock, &pool, "ready", Some(cluster), Some(size), result);
-                                sink.attach(pool, cluster, size, endpoint);
-                                return;
                             }
                             (ResourceState::Failed | ResourceState::Deleting, _) => {
                                 break format!("the platform reports {resource_id} as {}", described.status);

@@ -180,7 +180,7 @@ async fn a_pool_that_pauses_pauses_on_release_and_a_restarted_node_resumes_the_p
     // one and resumes it, and creates nothing.
     let sink = Arc::new(RecordingSink::default());
     let second_life = provider(api.clone(), sink.clone(), Duration::from_secs(20));
-    let adoption = second_life.reconcile(&pool(), &Layout { sizes_rpu: vec![8] }).await.unwrap();
+    let adoption = second_life.reconcile(&pool(), &Layout { sizes_rpu: vec![8] }, false).await.unwrap();
     assert_eq!(adoption.adopt, [(cluster, paused[0].resource_id.clone())]);
     assert!(adoption.request.is_empty() && adoption.terminate.is_empty(), "{adoption:?}");
     let handed = sink.wait_for(Duration::from_secs(20), |h| !h.is_empty()).await;

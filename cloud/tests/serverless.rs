@@ -126,7 +126,7 @@ async fn reconciliation_adopts_what_the_layout_needs_terminates_the_rest_and_lea
     let sink = Arc::new(RecordingSink::default());
     let provider = provider(serverless(&stand_in, "analytics").await, sink.clone(), Duration::from_secs(10));
 
-    let adoption = provider.reconcile(&pool(), &Layout { sizes_rpu: vec![32, 32] }).await.unwrap();
+    let adoption = provider.reconcile(&pool(), &Layout { sizes_rpu: vec![32, 32] }, false).await.unwrap();
     assert_eq!(adoption.adopt, [(ClusterId(0), "slogate-test-dash-c0".to_owned())]);
     assert_eq!(adoption.terminate.len(), 1);
     assert_eq!(adoption.terminate[0].0, "slogate-test-dash-c4");

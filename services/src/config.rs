@@ -440,13 +440,179 @@ pub struct PoolSection {
     pub provider: ProviderSection,
 }
 
-/// `[pool.provider]`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// `[pool.provider]`: who creates and releases the pool's clusters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProviderSection {
     /// Log and show what the provider would create or release, and do
     /// nothing: each request is refused, saying what it would have done.
     pub dry_run: bool,
+    /// `""` (the backend's own: the emulated warehouse, or a postgres
+    /// pool's fixed endpoints), or a cloud provider for a postgres pool:
+    /// `redshift-serverless`, `redshift` or `ec2` (a build with the `aws`
+    /// feature).
+    pub kind: String,
+    /// The AWS region.
+    pub region: String,
+    /// Another endpoint for the AWS APIs (a local AWS-compatible server).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint_url: Option<String>,
+    /// Most attempts per AWS call on throttling and 5xx, the first
+    /// included.
+    pub attempts_max: u32,
+    /// Between descriptions of a starting resource, milliseconds.
+    pub poll_interval_ms: u64,
+    /// How long a resource may take to serve before it is deleted and its
+    /// cluster abandoned, seconds.
+    pub ready_timeout_s: u64,
+    /// Resource names start with it.
+    pub name_prefix: String,
+    /// Redshift Serverless: the namespace workgroups are created in.
+    pub namespace: String,
+    /// Redshift Serverless: public endpoints.
+    pub publicly_accessible: bool,
+    /// Provisioned Redshift: the node type.
+    pub node_type: String,
+    /// Provisioned Redshift: RPU one node counts as.
+    pub rpu_per_node: u32,
+    /// Provisioned Redshift: the admin user clusters are created with.
+    pub master_username: String,
+    /// Provisioned Redshift: the environment variable holding its
+    /// password.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub master_password_env: Option<String>,
+    /// Provisioned Redshift: pause released clusters instead of deleting
+    /// them.
+    pub pause_instead_of_delete: bool,
+    /// EC2: the launch template instances run from.
+    pub launch_template: String,
+    /// EC2: the instance type per cluster size (`"16" = "m5.xlarge"`).
+    pub instance_types: std::collections::BTreeMap<String, String>,
+    /// EC2: the engine's port.
+    pub service_port: u16,
+    /// EC2: connect to instances' public addresses.
+    pub public_address: bool,
+    /// How the executor connects to each cluster the provider creates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect: Option<ConnectSection>,
+}
+
+impl Default for ProviderSection {
+    fn default() -> Self {
+        ProviderSection {
+            dry_run: false,
+            kind: String::new(),
+            region: "us-east-1".into(),
+            endpoint_url: None,
+            attempts_max: 4,
+            poll_interval_ms: 5_000,
+            ready_timeout_s: 900,
+            name_prefix: "slogate".into(),
+            namespace: String::new(),
+            publicly_accessible: false,
+            node_type: "ra3.xlplus".into(),
+            rpu_per_node: 8,
+            master_username: "slogate".into(),
+            master_password_env: None,
+            pause_instead_of_delete: false,
+            launch_template: String::new(),
+            instance_types: std::collections::BTreeMap::new(),
+            service_port: 5432,
+            public_address: false,
+            connect: None,
+        }
+    }
+}
+
+impl ProviderSection {
+    /// The platform this section names, with secrets from `env`; `key`
+    /// names the section in errors. `None` for the backend's own provider.
+    pub fn platform(&self, env: &dyn Strings, key: &str) -> Result<Option<slogate_cloud::platform::Platform>> {
+        use slogate_cloud::platform::{Ec2Settings, Platform, RedshiftSettings, ServerlessSettings};
+        Ok(Some(match self.kind.as_str() {
+            "" => return Ok(None),
+            "redshift-serverless" => Platform::Serverless(ServerlessSettings { namespace: self.namespace.clone(), publicly_accessible: self.publicly_accessible, port: None }),
+            "redshift" => {
+                let variable = self.master_password_env.as_deref().unwrap_or_default();
+                let master_password = env
+                    .get(variable)
+                    .ok_or_else(|| invalid(&format!("{key}.master_password_env"), format!("the environment variable `{variable}` is not set")))?;
+                Platform::Redshift(RedshiftSettings {
+                    node_type: self.node_type.clone(),
+                    rpu_per_node: self.rpu_per_node,
+                    master_username: self.master_username.clone(),
+                    master_password,
+                    database: self.connect.as_ref().map_or_else(|| "dev".to_owned(), |c| c.database.clone()),
+                    pause_instead_of_delete: self.pause_instead_of_delete,
+                })
+            }
+            "ec2" => Platform::Ec2(Ec2Settings {
+                launch_template: self.launch_template.clone(),
+                instance_types: self.instance_types.iter().filter_map(|(size, t)| Some((size.parse().ok()?, t.clone()))).collect(),
+                service_port: self.service_port,
+                public_address: self.public_address,
+            }),
+            other => return Err(invalid(&format!("{key}.kind"), format!("`{other}` is not one of {}", CLOUD_PROVIDERS.join(", ")))),
+        }))
+    }
+
+    /// Where and how the AWS SDK calls.
+    pub fn aws(&self) -> slogate_cloud::platform::AwsSettings {
+        slogate_cloud::platform::AwsSettings {
+            region: self.region.clone(),
+            endpoint_url: self.endpoint_url.clone(),
+            attempts_max: self.attempts_max,
+            ..slogate_cloud::platform::AwsSettings::default()
+        }
+    }
+}
+
+/// The cloud providers a postgres pool can name.
+pub const CLOUD_PROVIDERS: [&str; 3] = ["redshift-serverless", "redshift", "ec2"];
+
+/// `[pool.provider.connect]`: the database, user, password, TLS and
+/// connection limit of every cluster a cloud provider creates (its host
+/// and port come from the provider).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectSection {
+    /// Database.
+    pub database: String,
+    /// User.
+    pub user: String,
+    /// TLS: `disable`, `require` or `verify-full`.
+    #[serde(default = "default_tls")]
+    pub tls: String,
+    /// PEM certificates `verify-full` trusts instead of the bundled roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    /// Connections at most per cluster.
+    #[serde(default = "default_connections")]
+    pub connections: usize,
+    /// The environment variable holding the password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_env: Option<String>,
+    /// The file holding the password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+}
+
+impl ConnectSection {
+    /// As an endpoint section with no host or size yet.
+    pub fn as_endpoint(&self) -> EndpointSection {
+        EndpointSection {
+            host: String::new(),
+            port: 0,
+            database: self.database.clone(),
+            user: self.user.clone(),
+            tls: self.tls.clone(),
+            ca_file: self.ca_file.clone(),
+            size_rpu: 0,
+            connections: self.connections,
+            password_env: self.password_env.clone(),
+            password_file: self.password_file.clone(),
+        }
+    }
 }
 
 /// `[pool.caps]`: most clusters, RPU and spend per hour the pool may hold,
@@ -1503,6 +1669,9 @@ impl NodeConfig {
     /// create servers for it yet), and no time compression.
     fn validate_postgres_pool(file: &ConfigV1, pool: &PoolSection, i: usize) -> Result<()> {
         let key = |name: &str| format!("pool[{i}].{name}");
+        if !pool.provider.kind.is_empty() {
+            return Self::validate_cloud_pool(file, pool, i);
+        }
         if !pool.clusters.is_empty() {
             return Err(invalid(&key("clusters"), "a postgres pool's clusters are its [[pool.endpoint]]s; leave clusters out"));
         }
@@ -1534,6 +1703,84 @@ impl NodeConfig {
         if pool.autoscale.enabled {
             return Err(invalid(&key("autoscale.enabled"), "a postgres pool runs on fixed endpoints: no provider can create servers for it"));
         }
+        if pool.elastic.enabled {
+            return Err(invalid(&key("elastic.enabled"), "a postgres pool has no elastic tier"));
+        }
+        if file.node.time_compression != 1.0 {
+            return Err(invalid(
+                "node.time_compression",
+                format!("must be 1 when a pool runs on real servers (pool `{}`), got {}", pool.name, file.node.time_compression),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A postgres pool whose clusters a cloud provider creates: no fixed
+    /// endpoints, a connection template, the provider's own keys, and
+    /// real time.
+    fn validate_cloud_pool(file: &ConfigV1, pool: &PoolSection, i: usize) -> Result<()> {
+        let key = |name: &str| format!("pool[{i}].{name}");
+        let provider = &pool.provider;
+        if !CLOUD_PROVIDERS.contains(&provider.kind.as_str()) {
+            return Err(invalid(&key("provider.kind"), format!("`{}` is not one of {}", provider.kind, CLOUD_PROVIDERS.join(", "))));
+        }
+        if !pool.endpoint.is_empty() {
+            return Err(invalid(&key("endpoint"), format!("pool `{}`'s clusters come from its {} provider; leave out [[pool.endpoint]]", pool.name, provider.kind)));
+        }
+        if !file.fleet.member.is_empty() || !file.fleet.etcd_endpoints.is_empty() {
+            return Err(invalid(
+                &key("provider.kind"),
+                format!("pool `{}`: a cloud provider's pool runs on a single node for now (a new owner adopting the previous owner's resources by their tags is not built yet)", pool.name),
+            ));
+        }
+        let Some(connect) = &provider.connect else {
+            return Err(invalid(&key("provider.connect"), format!("pool `{}` needs [pool.provider.connect] (database and user) to reach the clusters its provider creates", pool.name)));
+        };
+        if connect.database.is_empty() || connect.user.is_empty() {
+            return Err(invalid(&key("provider.connect.database"), "database and user must be non-empty"));
+        }
+        if !["disable", "require", "verify-full"].contains(&connect.tls.as_str()) {
+            return Err(invalid(&key("provider.connect.tls"), format!("`{}` is not one of disable, require, verify-full", connect.tls)));
+        }
+        if connect.connections == 0 || connect.connections > 1_024 {
+            return Err(invalid(&key("provider.connect.connections"), format!("must be in 1–1024, got {}", connect.connections)));
+        }
+        if let Some(&size) = pool.clusters.iter().find(|&&s| s == 0 || s > 1_024) {
+            return Err(invalid(&key("clusters"), format!("sizes must be in 1–1024 RPU, got {size}")));
+        }
+        if provider.attempts_max == 0 || provider.attempts_max > 20 {
+            return Err(invalid(&key("provider.attempts_max"), format!("must be in 1–20, got {}", provider.attempts_max)));
+        }
+        if provider.poll_interval_ms == 0 || provider.ready_timeout_s == 0 {
+            return Err(invalid(&key("provider.poll_interval_ms"), "poll_interval_ms and ready_timeout_s must be positive"));
+        }
+        if !slogate_cloud::platform::region_is_valid(&provider.region) {
+            return Err(invalid(&key("provider.region"), format!("`{}` is not an AWS region (like us-east-1)", provider.region)));
+        }
+        match provider.kind.as_str() {
+            "redshift-serverless" if provider.namespace.is_empty() => {
+                return Err(invalid(&key("provider.namespace"), format!("pool `{}`: a Redshift Serverless pool names the namespace its workgroups are created in", pool.name)));
+            }
+            "redshift" if provider.master_password_env.is_none() => {
+                return Err(invalid(&key("provider.master_password_env"), format!("pool `{}`: a provisioned Redshift pool names the environment variable of its clusters' admin password", pool.name)));
+            }
+            "redshift" if provider.rpu_per_node == 0 => return Err(invalid(&key("provider.rpu_per_node"), "must be positive")),
+            "ec2" if provider.launch_template.is_empty() => {
+                return Err(invalid(&key("provider.launch_template"), format!("pool `{}`: an EC2 pool names the launch template its instances run from", pool.name)));
+            }
+            "ec2" => {
+                for (size, instance_type) in &provider.instance_types {
+                    if size.parse::<u32>().map_or(true, |s| s == 0 || s > 1_024) || instance_type.is_empty() {
+                        return Err(invalid(&key("provider.instance_types"), format!("`{size}` = `{instance_type}`: keys are sizes in 1–1024 RPU, values instance types")));
+                    }
+                }
+                if provider.instance_types.is_empty() {
+                    return Err(invalid(&key("provider.instance_types"), format!("pool `{}`: an EC2 pool maps each cluster size to an instance type", pool.name)));
+                }
+            }
+            _ => {}
+        }
+        pool.postgres.to_settings(&key("postgres"))?;
         if pool.elastic.enabled {
             return Err(invalid(&key("elastic.enabled"), "a postgres pool has no elastic tier"));
         }

@@ -7,8 +7,6 @@
 //! address (or its public one, when configured) on the engine's port, and
 //! the backend's health check decides when it is ready.
 
-use std::collections::BTreeMap;
-
 use aws_config::SdkConfig;
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
@@ -18,20 +16,7 @@ use slogate_core::scale::inventory::{Listed, Owner, ResourceState, tag};
 
 use crate::api::{CallFuture, CloudApi, CloudError, CreateSpec, Described};
 use crate::aws::cloud_error;
-
-/// A pool's EC2 settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ec2Settings {
-    /// The launch template every instance runs from (image, network,
-    /// security groups, user data that starts the engine).
-    pub launch_template: String,
-    /// The instance type for each cluster size, RPU.
-    pub instance_types: BTreeMap<u32, String>,
-    /// The port the engine serves on.
-    pub service_port: u16,
-    /// Connect to the instance's public address instead of its private one.
-    pub public_address: bool,
-}
+pub use crate::platform::Ec2Settings;
 
 /// EC2 as a [`CloudApi`].
 #[derive(Clone, Debug)]

@@ -19,56 +19,18 @@ pub mod ec2;
 pub mod redshift;
 pub mod serverless;
 
-use std::time::Duration;
-
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
 use crate::api::CloudError;
+pub use crate::platform::AwsSettings;
+use crate::platform::region_is_valid;
 
 /// Static credentials, for local endpoints (tests); a node takes its
 /// credentials from the standard chain.
 pub use aws_sdk_ec2::config::Credentials;
-
-/// Where and how the SDK calls AWS.
-#[derive(Clone, Debug, PartialEq)]
-pub struct AwsSettings {
-    /// The region (`us-east-1`).
-    pub region: String,
-    /// Another endpoint for every service (a local AWS-compatible server);
-    /// `None` is AWS itself.
-    pub endpoint_url: Option<String>,
-    /// Most attempts per call, the first included, on throttling and 5xx.
-    pub attempts_max: u32,
-    /// The first retry's backoff; each later one doubles, with jitter.
-    pub backoff_initial: Duration,
-    /// Longest a single call attempt may take.
-    pub attempt_timeout: Duration,
-}
-
-impl Default for AwsSettings {
-    fn default() -> Self {
-        AwsSettings {
-            region: "us-east-1".into(),
-            endpoint_url: None,
-            attempts_max: 4,
-            backoff_initial: Duration::from_millis(200),
-            attempt_timeout: Duration::from_secs(20),
-        }
-    }
-}
-
-/// Whether `region` looks like an AWS region (`us-east-1`,
-/// `ap-southeast-2`, `us-gov-west-1`).
-pub fn region_is_valid(region: &str) -> bool {
-    let parts: Vec<&str> = region.split('-').collect();
-    parts.len() >= 3
-        && parts[..parts.len() - 1].iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_lowercase()))
-        && parts[parts.len() - 1].chars().all(|c| c.is_ascii_digit())
-        && !parts[parts.len() - 1].is_empty()
-}
 
 /// The SDK's configuration for `settings`, with credentials from the
 /// standard chain, or `credentials` when given (tests against loopback
@@ -108,17 +70,27 @@ where
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
 
-    #[test]
-    fn regions_are_checked_by_shape() {
-        for good in ["us-east-1", "ap-southeast-2", "us-gov-west-1", "eu-central-1"] {
-            assert!(region_is_valid(good), "{good}");
+/// The platform `platform` names through `config`, checked: its namespace
+/// or launch template exists, and the endpoint, region and credentials
+/// answer.
+pub(crate) async fn open(platform: &crate::platform::Platform, config: &SdkConfig) -> Result<std::sync::Arc<dyn crate::api::CloudApi>, CloudError> {
+    use crate::platform::Platform;
+    Ok(match platform {
+        Platform::Serverless(settings) => {
+            let api = serverless::Serverless::new(config, settings.clone());
+            api.check().await?;
+            std::sync::Arc::new(api)
         }
-        for bad in ["", "us-east", "US-EAST-1", "useast1", "us-east-x", "-east-1"] {
-            assert!(!region_is_valid(bad), "{bad}");
+        Platform::Redshift(settings) => {
+            let api = redshift::Redshift::new(config, settings.clone());
+            api.check().await?;
+            std::sync::Arc::new(api)
         }
-    }
+        Platform::Ec2(settings) => {
+            let api = ec2::Ec2::new(config, settings.clone());
+            api.check().await?;
+            std::sync::Arc::new(api)
+        }
+    })
 }

@@ -14,23 +14,7 @@ use slogate_core::scale::inventory::{Listed, Owner, ResourceState};
 
 use crate::api::{CallFuture, CloudApi, CloudError, CreateSpec, Described};
 use crate::aws::cloud_error;
-
-/// A pool's provisioned Redshift settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RedshiftSettings {
-    /// The node type (`ra3.xlplus`).
-    pub node_type: String,
-    /// RPU one node counts as, to turn a size into a node count.
-    pub rpu_per_node: u32,
-    /// The admin user the clusters are created with.
-    pub master_username: String,
-    /// Its password (from the environment, never the config file).
-    pub master_password: String,
-    /// The database created in each cluster.
-    pub database: String,
-    /// Pause released clusters instead of deleting them.
-    pub pause_instead_of_delete: bool,
-}
+pub use crate::platform::RedshiftSettings;
 
 /// Provisioned Redshift as a [`CloudApi`].
 #[derive(Clone, Debug)]

@@ -11,18 +11,7 @@ use slogate_core::scale::inventory::{Listed, Owner, ResourceState};
 
 use crate::api::{CallFuture, CloudApi, CloudError, CreateSpec, Described};
 use crate::aws::cloud_error;
-
-/// A pool's Serverless settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServerlessSettings {
-    /// The namespace every workgroup is created in (it holds the data, or
-    /// the datashare the workgroups read).
-    pub namespace: String,
-    /// Whether workgroups get a public endpoint.
-    pub publicly_accessible: bool,
-    /// The port workgroups serve on; `None` is Redshift's default (5439).
-    pub port: Option<u16>,
-}
+pub use crate::platform::ServerlessSettings;
 
 /// Redshift Serverless as a [`CloudApi`].
 #[derive(Clone, Debug)]

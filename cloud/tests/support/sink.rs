@@ -48,8 +48,9 @@ impl RecordingSink {
 }
 
 impl EndpointSink for RecordingSink {
-    fn attach(&self, _pool: PoolId, cluster: ClusterId, size: Rpu, endpoint: ProvidedEndpoint) {
+    fn attach(&self, _pool: PoolId, cluster: ClusterId, size: Rpu, endpoint: ProvidedEndpoint) -> LocalFuture<Result<(), String>> {
         self.handed.lock().unwrap().push(Handed::Attached(cluster, size, endpoint));
+        Box::pin(std::future::ready(Ok(())))
     }
 
     fn abandon(&self, _pool: PoolId, cluster: ClusterId, reason: String) {

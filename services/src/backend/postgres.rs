@@ -247,6 +247,8 @@ struct Cluster {
     /// `SHOW server_version` at start.
     server_version: String,
     health: Mutex<Health>,
+    /// Released by its provider: it takes no new query.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -270,7 +272,10 @@ struct Running {
 
 struct Inner {
     pool: PoolId,
-    clusters: Vec<Cluster>,
+    clusters: Mutex<std::collections::BTreeMap<ClusterId, Arc<Cluster>>>,
+    /// A provider pool's connection settings: every cluster its provider
+    /// hands over is this endpoint at the provided host and port.
+    template: Option<Endpoint>,
     settings: PostgresSettings,
     clock: VirtualClock,
     running: Mutex<HashMap<QueryId, Running>>,
@@ -319,38 +324,109 @@ impl PostgresBackend {
     /// [`Error::Node`] naming the cluster and endpoint when one is
     /// unreachable, refuses the credentials, or lacks the database.
     pub async fn connect(pool: PoolId, endpoints: Vec<Endpoint>, settings: PostgresSettings, clock: VirtualClock) -> Result<Self> {
-        let mut clusters = Vec::new();
+        let mut clusters = std::collections::BTreeMap::new();
         for (index, endpoint) in endpoints.into_iter().enumerate() {
             let id = ClusterId(index as u32);
-            let failed = |reason: String| Error::Node(format!("pool `{pool}` cluster {id} ({}): {reason}", endpoint.describe()));
-            let config = pg_config(&endpoint, &settings);
-            let connector = Connector::for_mode(&endpoint.tls).map_err(failed)?;
-            let built = Pool::builder(connector.manager(config.clone()))
-                .max_size(endpoint.connections)
-                .runtime(deadpool_postgres::Runtime::Tokio1)
-                .timeouts(Timeouts { wait: None, create: Some(settings.connect_timeout), recycle: Some(settings.connect_timeout) })
-                .build()
-                .map_err(|e| failed(format!("cannot build its connection pool: {e}")))?;
-            let server_version = probe(&connector, &config).await.map_err(failed)?;
-            clusters.push(Cluster { id, endpoint, connector, pool: built, server_version, health: Mutex::new(Health::default()) });
+            let described = endpoint.describe();
+            let cluster = open_cluster(id, endpoint, &settings).await.map_err(|reason| Error::Node(format!("pool `{pool}` cluster {id} ({described}): {reason}")))?;
+            clusters.insert(id, Arc::new(cluster));
         }
-        let inner = Arc::new(Inner {
-            pool,
-            clusters,
-            settings,
-            clock,
-            running: Mutex::new(HashMap::new()),
-            watchers: Mutex::new(Vec::new()),
-        });
-        for cluster in &inner.clusters {
-            actix_rt::spawn(health_checks(Arc::downgrade(&inner), cluster.id));
+        let backend = Self::with_clusters(pool, clusters, None, settings, clock);
+        for id in backend.inner.cluster_ids() {
+            actix_rt::spawn(health_checks(Arc::downgrade(&backend.inner), id));
         }
-        Ok(PostgresBackend { inner })
+        Ok(backend)
+    }
+
+    /// A backend for a pool whose clusters a cloud provider creates: it
+    /// starts with none, and connects to each the provider hands over
+    /// ([`EndpointSink`]) with `template`'s database, user, password, TLS
+    /// and connection limit. Must run inside the node's actix System.
+    pub fn for_provider(pool: PoolId, template: Endpoint, settings: PostgresSettings, clock: VirtualClock) -> Self {
+        Self::with_clusters(pool, std::collections::BTreeMap::new(), Some(template), settings, clock)
+    }
+
+    fn with_clusters(
+        pool: PoolId,
+        clusters: std::collections::BTreeMap<ClusterId, Arc<Cluster>>,
+        template: Option<Endpoint>,
+        settings: PostgresSettings,
+        clock: VirtualClock,
+    ) -> Self {
+        let inner = Inner { pool, clusters: Mutex::new(clusters), template, settings, clock, running: Mutex::default(), watchers: Mutex::default() };
+        PostgresBackend { inner: Arc::new(inner) }
     }
 
     /// The clusters, with their declared sizes, in id order.
     pub fn clusters(&self) -> Vec<(ClusterId, Rpu)> {
-        self.inner.clusters.iter().map(|c| (c.id, c.endpoint.size)).collect()
+        lock(&self.inner.clusters).values().map(|c| (c.id, c.endpoint.size)).collect()
+    }
+}
+
+/// Connects to `endpoint` as cluster `id`: its connection pool, and one
+/// probe that it answers.
+async fn open_cluster(id: ClusterId, endpoint: Endpoint, settings: &PostgresSettings) -> Result<Cluster, String> {
+    let config = pg_config(&endpoint, settings);
+    let connector = Connector::for_mode(&endpoint.tls)?;
+    let built = Pool::builder(connector.manager(config.clone()))
+        .max_size(endpoint.connections)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .timeouts(Timeouts { wait: None, create: Some(settings.connect_timeout), recycle: Some(settings.connect_timeout) })
+        .build()
+        .map_err(|e| format!("cannot build its connection pool: {e}"))?;
+    let server_version = probe(&connector, &config).await?;
+    Ok(Cluster { id, endpoint, connector, pool: built, server_version, health: Mutex::default(), draining: Default::default() })
+}
+
+/// How long a provided endpoint may take to pass its first health check.
+const ATTACH_TIMEOUT: StdDuration = StdDuration::from_secs(60);
+
+/// Between an attaching endpoint's health checks.
+const ATTACH_RETRY: StdDuration = StdDuration::from_millis(500);
+
+impl slogate_actors::provider::EndpointSink for PostgresBackend {
+    fn attach(&self, pool: PoolId, cluster: ClusterId, size: Rpu, endpoint: slogate_actors::provider::ProvidedEndpoint) -> LocalFuture<Result<(), String>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let Some(template) = inner.template.clone() else {
+                return Err(format!("pool `{pool}` runs on fixed endpoints and takes no provided cluster"));
+            };
+            let endpoint = Endpoint { host: endpoint.host, port: endpoint.port, size, ..template };
+            let deadline = tokio::time::Instant::now() + ATTACH_TIMEOUT;
+            let opened = loop {
+                match open_cluster(cluster, endpoint.clone(), &inner.settings).await {
+                    Ok(opened) => break opened,
+                    Err(reason) if tokio::time::Instant::now() + ATTACH_RETRY > deadline => {
+                        return Err(format!("did not pass its health check within {} s: {reason}", ATTACH_TIMEOUT.as_secs()));
+                    }
+                    Err(_) => tokio::time::sleep(ATTACH_RETRY).await,
+                }
+            };
+            tracing::info!(message = "A provided cluster passed its health check.", pool = %pool, cluster = %cluster, endpoint = %opened.endpoint.describe(), server_version = %opened.server_version);
+            lock(&inner.clusters).insert(cluster, Arc::new(opened));
+            actix_rt::spawn(health_checks(Arc::downgrade(&inner), cluster));
+            inner.notify(cluster, ClusterState::Ready, None);
+            Ok(())
+        })
+    }
+
+    fn abandon(&self, _pool: PoolId, cluster: ClusterId, reason: String) {
+        lock(&self.inner.clusters).remove(&cluster);
+        self.inner.notify(cluster, ClusterState::Gone, Some(reason));
+    }
+
+    fn drain(&self, _pool: PoolId, cluster: ClusterId) -> LocalFuture<()> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            if let Some(draining) = inner.cluster(cluster) {
+                draining.draining.store(true, std::sync::atomic::Ordering::Relaxed);
+                while lock(&draining.health).executing > 0 {
+                    tokio::time::sleep(StdDuration::from_millis(100)).await;
+                }
+            }
+            lock(&inner.clusters).remove(&cluster);
+            inner.notify(cluster, ClusterState::Gone, Some("released by its provider".into()));
+        })
     }
 }
 
@@ -406,7 +482,8 @@ async fn health_checks(inner: Weak<Inner>, cluster: ClusterId) {
     loop {
         let Some(backend) = inner.upgrade() else { return };
         let interval = backend.settings.health_check_interval;
-        let checked = &backend.clusters[cluster.0 as usize];
+        // A cluster its provider released is checked no more.
+        let Some(checked) = backend.cluster(cluster) else { return };
         let (config, connector) = (pg_config(&checked.endpoint, &backend.settings), checked.connector.clone());
         drop(backend);
         tokio::time::sleep(interval).await;
@@ -420,8 +497,12 @@ async fn health_checks(inner: Weak<Inner>, cluster: ClusterId) {
 }
 
 impl Inner {
-    fn cluster(&self, id: ClusterId) -> Option<&Cluster> {
-        self.clusters.get(id.0 as usize)
+    fn cluster(&self, id: ClusterId) -> Option<Arc<Cluster>> {
+        lock(&self.clusters).get(&id).cloned()
+    }
+
+    fn cluster_ids(&self) -> Vec<ClusterId> {
+        lock(&self.clusters).keys().copied().collect()
     }
 
     fn notify(&self, cluster: ClusterId, state: ClusterState, reason: Option<String>) {
@@ -631,6 +712,9 @@ impl Backend for PostgresBackend {
             if lock(&cluster.health).failing.is_some() {
                 return Err(ExecuteError::NotAccepting(id, ClusterState::Unhealthy));
             }
+            if cluster.draining.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(ExecuteError::NotAccepting(id, ClusterState::Draining));
+            }
             let Some(sql) = execution.sql.clone() else {
                 return Err(ExecuteError::NoSql(format!(
                     "pool `{}` runs SQL, and template {} has no text in its catalog: send the query as sql",
@@ -660,7 +744,7 @@ impl Backend for PostgresBackend {
         };
         if let Some((token, cluster)) = token {
             let pool = self.inner.pool.clone();
-            let connector = self.inner.cluster(cluster).expect("running queries name a cluster of the pool").connector.clone();
+            let Some(connector) = self.inner.cluster(cluster).map(|c| c.connector.clone()) else { return };
             actix_rt::spawn(async move {
                 if let Err(error) = connector.cancel(&token).await {
                     tracing::warn!(message = "Cancel request failed.", %pool, %query, error = %describe_error(&error));
@@ -674,10 +758,8 @@ impl Backend for PostgresBackend {
     }
 
     fn state(&self) -> LocalFuture<Result<BackendState, ExecuteError>> {
-        let clusters: Vec<ClusterDetail> = self
-            .inner
-            .clusters
-            .iter()
+        let clusters: Vec<ClusterDetail> = lock(&self.inner.clusters)
+            .values()
             .map(|c| {
                 let health = lock(&c.health);
                 let status = c.pool.status();

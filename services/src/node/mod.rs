@@ -173,6 +173,9 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     let mut pending: Vec<Vec<PendingPool>> = (0..shard_count).map(|_| Vec::new()).collect();
     let mut owners: std::collections::HashMap<PoolId, usize> = std::collections::HashMap::new();
     let mut backends = Vec::new();
+    // Clusters to request once the pools route: a cloud pool's initial
+    // sizes that reconciliation did not find.
+    let mut startup_requests: Vec<(PoolId, Vec<Rpu>)> = Vec::new();
     // Each pool's policy and terms, to rebuild it when this node takes the
     // pool over from another.
     let mut policies: std::collections::HashMap<String, (String, crate::eval::PoolTerms)> = std::collections::HashMap::new();
@@ -185,6 +188,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         let provisioned = provisioned_billing.is_some();
         let arbiter = shard_arbiters[shard].as_ref().map(|a| a.handle());
         let mut wiring = match pool.backend.as_str() {
+            "postgres" if !pool.provider.kind.is_empty() => cloud_pool(&id, pool, i, &file.fleet, clock).await?,
             "postgres" => postgres_pool(&id, pool, i, clock).await?,
             _ => emulated_pool(file.node.seed, pool, elastic.as_ref(), clock, mailbox, arbiter.as_ref()).await?,
         };
@@ -201,6 +205,9 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         crate::eval::policy_by_name(&pool.policy).map_err(|e| Error::Config(format!("pool[{i}].policy: {e}")))?;
         policies.insert(pool.name.clone(), (pool.policy.clone(), terms.clone()));
         backends.push(admin::PoolBackends { pool: id.clone(), backend: wiring.backend.clone(), provider: wiring.provider.clone() });
+        if !wiring.requests.is_empty() {
+            startup_requests.push((id.clone(), wiring.requests.clone()));
+        }
         pending[shard].push(PendingPool {
             id,
             policy: pool.policy.clone(),
@@ -294,6 +301,18 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         shards.push((address, owned));
     }
     let router = RouterShards::new(shards);
+    for (pool, sizes) in startup_requests {
+        let Some(shard) = router.for_pool(&pool).cloned() else { continue };
+        actix::spawn(async move {
+            for size in sizes {
+                match shard.send(router::RequestCluster { pool: pool.clone(), size }).await {
+                    Ok(Ok(cluster)) => tracing::info!(message = "Requested an initial cluster.", pool = %pool, %cluster, size = size.0),
+                    Ok(Err(error)) => tracing::warn!(message = "Could not request an initial cluster.", pool = %pool, size = size.0, %error),
+                    Err(error) => tracing::warn!(message = "Could not request an initial cluster.", pool = %pool, size = size.0, %error),
+                }
+            }
+        });
+    }
 
     // gRPC's listener is bound now: a fleet advertises its address.
     let std_listener = std::net::TcpListener::bind(config.grpc_addr).map_err(|e| io(&format!("cannot bind gRPC on {}", config.grpc_addr), e))?;
@@ -640,6 +659,9 @@ struct PoolWiring {
     provider: Arc<dyn Provider>,
     catalog: Arc<SqlCatalog>,
     clusters: Vec<(ClusterId, Rpu, ClusterState)>,
+    /// Sizes to request once the pool routes (a cloud pool's initial
+    /// clusters that reconciliation did not find).
+    requests: Vec<Rpu>,
 }
 
 /// An emulated pool: its own emulated warehouse, warm clusters of the
@@ -672,7 +694,7 @@ async fn emulated_pool(
         }
         None => EmulatedProvider::new(warehouse.clone(), clock, mailbox).start(),
     };
-    Ok(PoolWiring { backend: Arc::new(warehouse), provider: Arc::new(provider), catalog: Arc::default(), clusters })
+    Ok(PoolWiring { backend: Arc::new(warehouse), provider: Arc::new(provider), catalog: Arc::default(), clusters, requests: Vec::new() })
 }
 
 /// A postgres pool: the Postgres-wire executor over its endpoints (each
@@ -692,7 +714,55 @@ async fn postgres_pool(id: &PoolId, pool: &crate::config::PoolSection, index: us
     let backend = PostgresBackend::connect(id.clone(), endpoints, settings, clock).await?;
     let clusters = backend.clusters().into_iter().map(|(cluster, size)| (cluster, size, ClusterState::Ready)).collect();
     tracing::info!(message = "Postgres pool connected.", pool = %id, clusters = pool.endpoint.len(), catalog_templates = catalog.len());
-    Ok(PoolWiring { backend: Arc::new(backend), provider: Arc::new(FixedEndpoints), catalog: Arc::new(catalog), clusters })
+    Ok(PoolWiring { backend: Arc::new(backend), provider: Arc::new(FixedEndpoints), catalog: Arc::new(catalog), clusters, requests: Vec::new() })
+}
+
+/// A postgres pool whose clusters a cloud provider creates: the platform
+/// is opened and checked, the deployment's resources are reconciled with
+/// the pool's initial layout (`clusters`), the adopted ones are handed to
+/// the executor as they serve, and the missing sizes are requested once
+/// the pool routes.
+async fn cloud_pool(id: &PoolId, pool: &crate::config::PoolSection, index: usize, fleet: &crate::config::FleetSection, clock: VirtualClock) -> Result<PoolWiring> {
+    let key = format!("pool[{index}].provider");
+    let env = crate::config::Environment;
+    let template = pool.provider.connect.as_ref().map(crate::config::ConnectSection::as_endpoint).ok_or_else(|| Error::Config(format!("{key}.connect is required")))?;
+    let template = template.to_endpoint(&env, &format!("{key}.connect"))?;
+    let settings = pool.postgres.to_settings(&format!("pool[{index}].postgres"))?;
+    let catalog = match &pool.postgres.catalog_dir {
+        Some(dir) => crate::backend::load_catalog(dir)?,
+        None => SqlCatalog::default(),
+    };
+    let platform = pool.provider.platform(&env, &key)?.ok_or_else(|| Error::Config(format!("{key}.kind names no cloud provider")))?;
+    let kind = pool.provider.kind.as_str();
+    let api = slogate_cloud::platform::open(&platform, &pool.provider.aws())
+        .await
+        .map_err(|e| Error::Config(format!("pool `{id}`: its {kind} provider cannot start: {e}")))?;
+    let backend = PostgresBackend::for_provider(id.clone(), template, settings, clock);
+    let cloud = slogate_cloud::provider::CloudSettings {
+        deployment: if fleet.deployment.is_empty() { "default".into() } else { fleet.deployment.clone() },
+        node: if fleet.node_id.is_empty() { "single".into() } else { fleet.node_id.clone() },
+        name_prefix: pool.provider.name_prefix.clone(),
+        poll_interval: std::time::Duration::from_millis(pool.provider.poll_interval_ms),
+        ready_timeout: std::time::Duration::from_secs(pool.provider.ready_timeout_s),
+    };
+    let provider = slogate_cloud::provider::CloudProvider::new(api, Arc::new(backend.clone()), cloud, clock);
+    let mut want = pool.clusters.clone();
+    want.sort_unstable();
+    let adoption = provider
+        .reconcile(id, &slogate_core::scale::layout::Layout { sizes_rpu: want }, pool.provider.dry_run)
+        .await
+        .map_err(|e| Error::Config(format!("pool `{id}`: its {kind} provider could not list the deployment's resources: {e}")))?;
+    let sizes: std::collections::HashMap<ClusterId, Rpu> = provider.resources().into_iter().map(|r| (r.cluster, r.size)).collect();
+    let clusters = adoption.adopt.iter().filter_map(|(cluster, _)| Some((*cluster, *sizes.get(cluster)?, ClusterState::Starting))).collect();
+    tracing::info!(
+        message = "Cloud pool reconciled.",
+        pool = %id,
+        provider = kind,
+        adopted = adoption.adopt.len(),
+        terminated = adoption.terminate.len(),
+        to_create = ?adoption.request.iter().map(|s| s.0).collect::<Vec<_>>(),
+    );
+    Ok(PoolWiring { backend: Arc::new(backend), provider: Arc::new(provider), catalog: Arc::new(catalog), clusters, requests: adoption.request })
 }
 
 /// How often the routing thread's lag probe fires.
