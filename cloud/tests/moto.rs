@@ -15,7 +15,7 @@ use slogate_cloud::aws::{Credentials, sdk_config};
 use slogate_core::model::{ClusterId, PoolId, Rpu};
 use slogate_core::scale::inventory::{Owner, ResourceState};
 use slogate_core::scale::layout::Layout;
-use support::moto::Moto;
+use slogate_integration::moto::Moto;
 use support::sink::{Handed, RecordingSink, aws_settings, provider};
 
 async fn config(moto: &Moto) -> aws_config::SdkConfig {

@@ -1,5 +1,5 @@
 //! The Redshift Serverless provider against the stand-in server
-//! (`support/serverless_stand_in.rs`): the AWS SDK's real requests,
+//! (`slogate_integration::serverless_stand_in`): the AWS SDK's real requests,
 //! signing, retries and error parsing, on loopback.
 
 mod support;
@@ -14,7 +14,7 @@ use slogate_cloud::aws::{AwsSettings, sdk_config};
 use slogate_core::model::{ClusterId, PoolId, Rpu};
 use slogate_core::scale::inventory::tag;
 use slogate_core::scale::layout::Layout;
-use support::serverless_stand_in::{ACCESS_KEY, Behaviour, ServerlessStandIn};
+use slogate_integration::serverless_stand_in::{ACCESS_KEY, Behaviour, ServerlessStandIn};
 use support::sink::{Handed, RecordingSink, aws_settings, provider};
 
 fn credentials() -> slogate_cloud::aws::Credentials {

@@ -12,8 +12,15 @@
 //! - [`CuttableProxy`]: a loopback TCP proxy a test can cut and heal, to
 //!   partition one node from etcd.
 //! - [`free_port`]: a loopback port nobody listens on now.
+//! - [`serverless_stand_in`]: a test double for Redshift Serverless (moto
+//!   does not serve it), speaking its JSON 1.1 wire protocol, with fault
+//!   injection.
+//! - [`moto`]: moto's server (EC2, STS, provisioned Redshift, Lambda).
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
+
+pub mod moto;
+pub mod serverless_stand_in;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -45,7 +52,10 @@ pub fn workspace_binary(package: &str, name: &str) -> PathBuf {
     let binary = profile_dir.join(name);
     if !binary.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo).args(["build", "-p", package, "--bin", name]).status().expect("cargo runs");
+        // The node binary with its AWS providers, as `cargo test
+        // --workspace` builds it.
+        let features: &[&str] = if package == "slogate" { &["--features", "aws"] } else { &[] };
+        let status = Command::new(cargo).args(["build", "-p", package, "--bin", name]).args(features).status().expect("cargo runs");
         assert!(status.success(), "building {name} failed");
     }
     binary

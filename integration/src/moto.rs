@@ -2,8 +2,6 @@
 //! loopback port and killed when dropped. It serves EC2, STS and
 //! provisioned Redshift (and Lambda) in AWS's real wire protocols.
 
-#![allow(dead_code)]
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -32,14 +30,10 @@ fn moto_server() -> PathBuf {
     PathBuf::from("moto_server")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 impl Moto {
     /// Starts moto and waits until it answers (at most 30 s).
     pub fn start() -> Moto {
-        let port = free_port();
+        let port = crate::free_port();
         let program = moto_server();
         let child = Command::new(&program)
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
@@ -76,7 +70,8 @@ impl Moto {
         answer.starts_with("HTTP/1.").then_some(answer)
     }
 
-    fn get(&self, path: &str) -> Option<String> {
+    /// A plain GET.
+    pub fn get(&self, path: &str) -> Option<String> {
         self.request("GET", path, "")
     }
 }

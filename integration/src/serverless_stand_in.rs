@@ -13,8 +13,6 @@
 //! become available, and creates whose answer is held back until the test
 //! lets it go (to kill a node between a create and its record).
 
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
