@@ -89,10 +89,20 @@ impl NodeProcess {
     ///
     /// If it does not start in time.
     pub fn start_with(config: &Path, flags: &[&str]) -> NodeProcess {
+        NodeProcess::start_with_env(config, flags, &[])
+    }
+
+    /// [`NodeProcess::start_with`] with more environment variables.
+    ///
+    /// # Panics
+    ///
+    /// If it does not start in time.
+    pub fn start_with_env(config: &Path, flags: &[&str], env: &[(&str, &str)]) -> NodeProcess {
         let mut child = Command::new(slogate_binary())
             .args(["serve", "--config"])
             .arg(config)
             .args(flags)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -1,0 +1,211 @@
+//! A node with a Redshift Serverless pool, end to end: `slogate serve`
+//! creates workgroups through the AWS SDK against the Serverless stand-in
+//! (`slogate_integration::serverless_stand_in`), whose workgroups all
+//! serve at a local PostgreSQL server the test starts. The autoscaler's
+//! spinups become workgroups, the router uses each once its endpoint passes
+//! the health check, idleness deletes it, and a node killed between a
+//! create call and noting its answer leaks nothing when it restarts.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use slogate::backend::local_postgres::LocalPostgres;
+use slogate_integration::serverless_stand_in::{ACCESS_KEY, Behaviour, ServerlessStandIn};
+use slogate_integration::{NodeProcess, http, json};
+use slogate_proto::v1::gateway_client::GatewayClient;
+use slogate_proto::v1::submit_request::Query;
+use slogate_proto::v1::{QueryStatus, SubmitRequest};
+
+const TOKEN: &str = "cloud-t0ken";
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("slogate-it-cloud-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A node config with one Serverless pool `sls` of one 8-RPU cluster.
+fn write_config(dir: &Path, stand_in: &ServerlessStandIn, server: &LocalPostgres, autoscale: &str) -> PathBuf {
+    let path = dir.join("node.toml");
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\ntime_compression = 1.0\nadmin_token = \"{TOKEN}\"\n\
+         [[pool]]\nname = \"sls\"\nbackend = \"postgres\"\npolicy = \"slogate\"\nclusters = [8]\n\
+         {autoscale}\
+         [pool.provider]\nkind = \"redshift-serverless\"\nendpoint_url = \"{url}\"\nnamespace = \"analytics\"\npoll_interval_ms = 100\nready_timeout_s = 30\nattempts_max = 3\n\
+         [pool.provider.connect]\ndatabase = \"postgres\"\nuser = \"postgres\"\nconnections = 1\npassword_file = \"{password}\"\n",
+        data = dir.join("data").display(),
+        url = stand_in.url(),
+        password = server.password_file.display(),
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The standard AWS chain's environment variables, set to the stand-in's
+/// test key; no profile or instance metadata is read.
+const AWS_ENV: [(&str, &str); 5] = [
+    ("AWS_ACCESS_KEY_ID", ACCESS_KEY),
+    ("AWS_SECRET_ACCESS_KEY", "stand-in-secret"),
+    ("AWS_EC2_METADATA_DISABLED", "true"),
+    ("AWS_CONFIG_FILE", "/nonexistent/slogate-test-aws-config"),
+    ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/slogate-test-aws-credentials"),
+];
+
+/// The pool's clusters in the admin API: (id, state).
+fn clusters(admin: SocketAddr) -> Vec<(String, String)> {
+    let (status, body) = http(admin, "GET", "/v1/pools/sls", Some(TOKEN), "");
+    assert_eq!(status, 200, "{body}");
+    json(&body)["clusters"]
+        .as_array()
+        .unwrap_or_else(|| panic!("clusters in {body}"))
+        .iter()
+        .map(|c| {
+            let id = c["id"].as_u64().map_or_else(|| c["id"].to_string(), |n| format!("c{n}"));
+            (id, c["state"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect()
+}
+
+/// Polls `check` every 100 ms for at most `limit`.
+fn wait_until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "{what} did not happen within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn sql(id: &str, text: &str, slo_ms: u64) -> SubmitRequest {
+    SubmitRequest { pool: "sls".into(), query_id: id.into(), query: Some(Query::Sql(text.into())), slo_ms, ..Default::default() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_creates_a_workgroup_that_serves_once_healthy_and_idleness_deletes_it() {
+    let dir = scratch("burst");
+    let server = LocalPostgres::start(&dir).unwrap();
+    let stand_in = ServerlessStandIn::start(Behaviour { endpoint: ("127.0.0.1".into(), server.port), ..Behaviour::default() });
+    let autoscale = "[pool.autoscale]\nenabled = true\ntrigger = \"queue\"\nqueue_threshold = 3\nteardown = true\nidle_teardown_s = 3\nmin_lifetime_s = 1\nsizes = [8]\nmax_clusters = 2\nspinup_delay_s = 1\n";
+    let config = write_config(&dir, &stand_in, &server, autoscale);
+    let node = NodeProcess::start_with_env(&config, &[], &AWS_ENV);
+    let admin = node.admin_addr;
+
+    // The initial cluster is a workgroup, ready once its endpoint answers.
+    wait_until(Duration::from_secs(30), "c0 ready", || clusters(admin).contains(&("c0".into(), "ready".into())));
+    assert_eq!(stand_in.workgroups().len(), 1);
+
+    // A burst of queries queues on c0's one connection: the autoscaler
+    // asks for another cluster, which the router uses once it is healthy.
+    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(150 * i)).await;
+                client.submit(sql(&format!("b{i}"), "SELECT pg_sleep(0.5), 1 AS one", 1_000)).await
+            })
+        })
+        .collect();
+    let mut targets = Vec::new();
+    for task in tasks {
+        let reply = task.await.unwrap().expect("accepted").into_inner();
+        assert_eq!(reply.status(), QueryStatus::Completed, "{reply:?}");
+        targets.push(reply.target);
+    }
+    assert!(stand_in.calls("CreateWorkgroup") >= 2, "the burst created a workgroup");
+    assert!(targets.iter().any(|t| t != "c0"), "a query ran on the new cluster: {targets:?}");
+
+    // Idle, the new cluster is torn down: drained, then its workgroup is
+    // deleted.
+    wait_until(Duration::from_secs(30), "the new workgroup's deletion", || stand_in.calls("DeleteWorkgroup") >= 1);
+    wait_until(Duration::from_secs(10), "one workgroup left", || stand_in.workgroups().iter().filter(|w| w.1 != "DELETING").count() == 1);
+
+    // The operator sees it all: the provider's log and resources, the
+    // decisions, the bill.
+    let (status, body) = http(admin, "GET", "/v1/actors?pool=sls", Some(TOKEN), "");
+    assert_eq!(status, 200, "{body}");
+    let actors = json(&body);
+    let text = actors.to_string();
+    assert!(text.contains("redshift-serverless"), "the provider's kind: {text}");
+    for action in ["spin_up", "ready", "spin_down", "delete"] {
+        assert!(text.contains(&format!("\"action\":\"{action}\"")), "the provider logged {action}: {text}");
+    }
+    let (status, decisions) = http(admin, "GET", "/v1/decisions?kind=scaling", Some(TOKEN), "");
+    assert_eq!(status, 200, "{decisions}");
+    for kind in ["trigger_fired", "selection", "spin_up", "tear_down"] {
+        assert!(decisions.contains(&format!("\"kind\":\"{kind}\"")), "the autoscaler's {kind} decision shows: {decisions}");
+    }
+    let (_, pool) = http(admin, "GET", "/v1/pools/sls", Some(TOKEN), "");
+    let bill = json(&pool)["billed_usd"].as_f64();
+    assert!(bill.is_some_and(|b| b > 0.0), "the bill shows: {pool}");
+    drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_between_a_create_and_its_record_leaks_nothing_and_duplicates_nothing_after_a_restart() {
+    let dir = scratch("kill");
+    let server = LocalPostgres::start(&dir).unwrap();
+    let stand_in = ServerlessStandIn::start(Behaviour { endpoint: ("127.0.0.1".into(), server.port), ..Behaviour::default() });
+    let config = write_config(&dir, &stand_in, &server, "");
+    let node = NodeProcess::start_with_env(&config, &[], &AWS_ENV);
+    let admin = node.admin_addr;
+    wait_until(Duration::from_secs(30), "c0 ready", || clusters(admin).contains(&("c0".into(), "ready".into())));
+
+    // An operator adds a cluster; the platform makes the workgroup, and the
+    // node dies before it hears back.
+    stand_in.hold_creates(1);
+    std::thread::spawn(move || {
+        if let Ok(mut stream) = std::net::TcpStream::connect(admin) {
+            let body = r#"{"size": 16}"#;
+            let request = format!(
+                "POST /v1/pools/sls/clusters HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(request.as_bytes());
+        }
+    });
+    assert!(stand_in.wait_for_held(Duration::from_secs(20)), "the create reached the platform");
+    node.kill();
+    stand_in.release_held();
+    let creates = stand_in.calls("CreateWorkgroup");
+    assert_eq!(stand_in.workgroups().len(), 2, "the platform made the second workgroup");
+
+    // Restarted, the node adopts c0 (its layout wants one 8-RPU cluster),
+    // terminates the 16-RPU workgroup nobody noted, and creates nothing.
+    let node = NodeProcess::start_with_env(&config, &[], &AWS_ENV);
+    let admin = node.admin_addr;
+    wait_until(Duration::from_secs(30), "c0 ready again", || clusters(admin).contains(&("c0".into(), "ready".into())));
+    let live: Vec<String> = stand_in.workgroups().into_iter().filter(|w| w.1 != "DELETING").map(|w| w.0).collect();
+    assert_eq!(live, ["slogate-default-sls-c0"], "no leak");
+    assert_eq!(stand_in.calls("CreateWorkgroup"), creates, "no duplicate: nothing was created after the restart");
+    let logged = node.logged_at_start().join("\n");
+    assert!(logged.contains("slogate-default-sls-c1"), "the termination is logged: {logged}");
+
+    // And it serves.
+    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let reply = client.submit(sql("after", "SELECT 6 * 7 AS answer", 5_000)).await.unwrap().into_inner();
+    assert_eq!((reply.status(), reply.target.as_str()), (QueryStatus::Completed, "c0"), "{reply:?}");
+    drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_missing_namespace_is_a_start_up_error_naming_the_pool() {
+    let dir = scratch("namespace");
+    let server = LocalPostgres::start(&dir).unwrap();
+    let stand_in = ServerlessStandIn::start(Behaviour { namespaces: vec!["other".into()], ..Behaviour::default() });
+    let config = write_config(&dir, &stand_in, &server, "");
+    let output = std::process::Command::new(slogate_integration::slogate_binary())
+        .args(["serve", "--config"])
+        .arg(&config)
+        .envs(AWS_ENV)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("pool `sls`") && stderr.contains("namespace `analytics`") && stderr.contains("ResourceNotFoundException"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
