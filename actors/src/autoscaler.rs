@@ -56,6 +56,13 @@ pub enum ScaleEvent {
     ClusterReady(ClusterId),
     /// A cluster was released.
     ClusterGone(ClusterId),
+    /// A starting cluster never served: its provider gave up on it.
+    ClusterAbandoned {
+        /// Which.
+        cluster: ClusterId,
+        /// Why, from the provider.
+        reason: String,
+    },
 }
 
 /// The pool as the router sees it, with its predictions for the running
@@ -340,6 +347,10 @@ impl Handler<ScaleNotice> for AutoscalerActor {
             ScaleEvent::Finished(report) => self.core.handle_observation(now, Observation::Finished(report), pool, &router),
             ScaleEvent::ClusterReady(cluster) => self.core.handle_observation(now, Observation::ClusterReady(*cluster), pool, &router),
             ScaleEvent::ClusterGone(cluster) => self.core.handle_observation(now, Observation::ClusterGone(*cluster), pool, &router),
+            ScaleEvent::ClusterAbandoned { cluster, reason } => {
+                self.core.record_abandoned(now, *cluster, reason.clone());
+                self.core.handle_observation(now, Observation::ClusterGone(*cluster), pool, &router)
+            }
         }
         self.last_snapshot = Some(notice.snapshot);
         self.act(ctx);

@@ -850,10 +850,15 @@ impl Handler<ClusterUpdate> for RouterShard {
             if message.state == ClusterState::Ready {
                 view.ready_at = now;
             }
+            let was = view.state;
             view.state = message.state;
-            let event = match message.state {
-                ClusterState::Ready => Some(ScaleEvent::ClusterReady(message.cluster)),
-                ClusterState::Gone => Some(ScaleEvent::ClusterGone(message.cluster)),
+            let event = match (message.state, message.reason) {
+                (ClusterState::Ready, _) => Some(ScaleEvent::ClusterReady(message.cluster)),
+                (ClusterState::Gone, Some(reason)) if was == ClusterState::Starting => {
+                    tracing::warn!(message = "A starting cluster was abandoned by its provider.", pool = %message.pool, cluster = %message.cluster, %reason);
+                    Some(ScaleEvent::ClusterAbandoned { cluster: message.cluster, reason })
+                }
+                (ClusterState::Gone, _) => Some(ScaleEvent::ClusterGone(message.cluster)),
                 _ => None,
             };
             if let Some(event) = event

@@ -28,13 +28,13 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 /// A node config with one Serverless pool `sls` of one 8-RPU cluster.
-fn write_config(dir: &Path, stand_in: &ServerlessStandIn, server: &LocalPostgres, autoscale: &str) -> PathBuf {
+fn write_config(dir: &Path, stand_in: &ServerlessStandIn, server: &LocalPostgres, autoscale: &str, ready_timeout_s: u64) -> PathBuf {
     let path = dir.join("node.toml");
     let text = format!(
         "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\ntime_compression = 1.0\nadmin_token = \"{TOKEN}\"\n\
          [[pool]]\nname = \"sls\"\nbackend = \"postgres\"\npolicy = \"slogate\"\nclusters = [8]\n\
          {autoscale}\
-         [pool.provider]\nkind = \"redshift-serverless\"\nendpoint_url = \"{url}\"\nnamespace = \"analytics\"\npoll_interval_ms = 100\nready_timeout_s = 30\nattempts_max = 3\n\
+         [pool.provider]\nkind = \"redshift-serverless\"\nendpoint_url = \"{url}\"\nnamespace = \"analytics\"\npoll_interval_ms = 100\nready_timeout_s = {ready_timeout_s}\nattempts_max = 3\n\
          [pool.provider.connect]\ndatabase = \"postgres\"\nuser = \"postgres\"\nconnections = 1\npassword_file = \"{password}\"\n",
         data = dir.join("data").display(),
         url = stand_in.url(),
@@ -78,6 +78,9 @@ fn wait_until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// Spin up on a queue of three; tear down after 3 s idle.
+const AUTOSCALE: &str = "[pool.autoscale]\nenabled = true\ntrigger = \"queue\"\nqueue_threshold = 3\nteardown = true\nidle_teardown_s = 3\nmin_lifetime_s = 1\nsizes = [8]\nmax_clusters = 2\nspinup_delay_s = 1\n";
+
 fn sql(id: &str, text: &str, slo_ms: u64) -> SubmitRequest {
     SubmitRequest { pool: "sls".into(), query_id: id.into(), query: Some(Query::Sql(text.into())), slo_ms, ..Default::default() }
 }
@@ -87,8 +90,7 @@ async fn a_burst_creates_a_workgroup_that_serves_once_healthy_and_idleness_delet
     let dir = scratch("burst");
     let server = LocalPostgres::start(&dir).unwrap();
     let stand_in = ServerlessStandIn::start(Behaviour { endpoint: ("127.0.0.1".into(), server.port), ..Behaviour::default() });
-    let autoscale = "[pool.autoscale]\nenabled = true\ntrigger = \"queue\"\nqueue_threshold = 3\nteardown = true\nidle_teardown_s = 3\nmin_lifetime_s = 1\nsizes = [8]\nmax_clusters = 2\nspinup_delay_s = 1\n";
-    let config = write_config(&dir, &stand_in, &server, autoscale);
+    let config = write_config(&dir, &stand_in, &server, AUTOSCALE, 30);
     let node = NodeProcess::start_with_env(&config, &[], &AWS_ENV);
     let admin = node.admin_addr;
 
@@ -149,7 +151,7 @@ async fn a_node_killed_between_a_create_and_its_record_leaks_nothing_and_duplica
     let dir = scratch("kill");
     let server = LocalPostgres::start(&dir).unwrap();
     let stand_in = ServerlessStandIn::start(Behaviour { endpoint: ("127.0.0.1".into(), server.port), ..Behaviour::default() });
-    let config = write_config(&dir, &stand_in, &server, "");
+    let config = write_config(&dir, &stand_in, &server, "", 30);
     let node = NodeProcess::start_with_env(&config, &[], &AWS_ENV);
     let admin = node.admin_addr;
     wait_until(Duration::from_secs(30), "c0 ready", || clusters(admin).contains(&("c0".into(), "ready".into())));
@@ -193,11 +195,32 @@ async fn a_node_killed_between_a_create_and_its_record_leaks_nothing_and_duplica
 }
 
 #[test]
+fn a_workgroup_that_never_becomes_available_is_deleted_and_its_abandonment_is_a_decision_with_the_reason() {
+    let dir = scratch("never");
+    let server = LocalPostgres::start(&dir).unwrap();
+    let stand_in = ServerlessStandIn::start(Behaviour { endpoint: ("127.0.0.1".into(), server.port), ..Behaviour::default() });
+    stand_in.never_available(1);
+    let config = write_config(&dir, &stand_in, &server, AUTOSCALE, 2);
+    let node = NodeProcess::start_with_env(&config, &[], &AWS_ENV);
+    let admin = node.admin_addr;
+    wait_until(Duration::from_secs(20), "c0 gone", || clusters(admin).contains(&("c0".into(), "gone".into())));
+    assert_eq!(stand_in.calls("DeleteWorkgroup"), 1, "the workgroup was deleted");
+    let (status, decisions) = http(admin, "GET", "/v1/decisions?kind=scaling", Some(TOKEN), "");
+    assert_eq!(status, 200, "{decisions}");
+    let decisions = json(&decisions);
+    let abandoned = decisions.as_array().unwrap().iter().find(|d| d["kind"] == "abandoned").unwrap_or_else(|| panic!("no abandoned decision in {decisions}"));
+    let reason = abandoned["reason"].as_str().unwrap();
+    assert!(reason.contains("slogate-default-sls-c0 did not become available within 2 s") && reason.contains("deleted it"), "{reason}");
+    drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_missing_namespace_is_a_start_up_error_naming_the_pool() {
     let dir = scratch("namespace");
     let server = LocalPostgres::start(&dir).unwrap();
     let stand_in = ServerlessStandIn::start(Behaviour { namespaces: vec!["other".into()], ..Behaviour::default() });
-    let config = write_config(&dir, &stand_in, &server, "");
+    let config = write_config(&dir, &stand_in, &server, "", 30);
     let output = std::process::Command::new(slogate_integration::slogate_binary())
         .args(["serve", "--config"])
         .arg(&config)

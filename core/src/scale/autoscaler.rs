@@ -151,6 +151,17 @@ pub enum ScaleDecision {
         /// Why, naming the cap and its figures.
         reason: String,
     },
+    /// A cluster it asked for never served: its platform gave up on it
+    /// (it never became available, or failed its health check) and
+    /// deleted it.
+    Abandoned {
+        /// When.
+        at: Instant,
+        /// Which cluster.
+        cluster: ClusterId,
+        /// Why, from the provider.
+        reason: String,
+    },
     /// A fired trigger led to nothing.
     Skipped {
         /// When.
@@ -396,6 +407,12 @@ impl Autoscaler {
     /// (a cap, or the platform), with the reason.
     pub fn record_refusal(&mut self, now: Instant, size: Rpu, reason: String) {
         self.record(ScaleDecision::Refused { at: now, size, reason });
+    }
+
+    /// Records that `cluster`, requested and still starting, was abandoned
+    /// by its platform at `now`, with the reason.
+    pub fn record_abandoned(&mut self, now: Instant, cluster: ClusterId, reason: String) {
+        self.record(ScaleDecision::Abandoned { at: now, cluster, reason });
     }
 
     fn record(&mut self, decision: ScaleDecision) {
