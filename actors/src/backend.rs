@@ -67,6 +67,9 @@ pub struct Failure {
     pub started: Option<Instant>,
     /// When the failure was observed.
     pub finished: Instant,
+    /// The elastic tier refused it for its rate (a 429): the router pauses
+    /// offloads for a while.
+    pub throttled: bool,
 }
 
 /// How one execution ended.
@@ -87,7 +90,8 @@ pub enum Completion {
 impl Completion {
     /// A dispatch the backend refused at `at`, as the query's failure.
     pub fn refused(error: &ExecuteError, at: Instant) -> Completion {
-        Completion::Failed(Failure { reason: format!("the backend refused the query: {error}"), sqlstate: None, started: None, finished: at })
+        let throttled = matches!(error, ExecuteError::Throttled(_));
+        Completion::Failed(Failure { reason: format!("the backend refused the query: {error}"), sqlstate: None, started: None, finished: at, throttled })
     }
 }
 
@@ -135,6 +139,9 @@ pub enum ExecuteError {
     /// The backend or platform is not answering.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// The elastic tier refused the invocation for its rate.
+    #[error("throttled: {0}")]
+    Throttled(String),
 }
 
 /// A cluster changed state (ready, gone, unhealthy, healthy again), as

@@ -1374,10 +1374,11 @@ impl RouterShard {
             failed => {
                 pool.stats.failed += 1;
                 pool.stats.violations += 1;
-                let (explanation, sqlstate, finished) = match failed {
-                    Some(Completion::Failed(failure)) => (failure.reason, failure.sqlstate, failure.finished),
-                    _ => ("the backend lost the query".to_owned(), None, now),
+                let (explanation, sqlstate, finished, throttled) = match failed {
+                    Some(Completion::Failed(failure)) => (failure.reason, failure.sqlstate, failure.finished, failure.throttled),
+                    _ => ("the backend lost the query".to_owned(), None, now, false),
                 };
+                pool.policy.handle_failure(now, message.query, throttled);
                 SubmitOutcome {
                     client_query_id: flight.client_query_id.clone(),
                     query: message.query,

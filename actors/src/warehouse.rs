@@ -262,7 +262,7 @@ impl Handler<CancelQuery> for EmulatedWarehouse {
             && let Some(reply) = self.pending.remove(&message.query)
         {
             self.finished += 1;
-            let failure = Failure { reason: message.reason.explanation().into(), sqlstate: None, started, finished: now };
+            let failure = Failure { reason: message.reason.explanation().into(), sqlstate: None, started, finished: now, throttled: false };
             let _ = reply.send(Err(failure));
         }
         self.pump(ctx);

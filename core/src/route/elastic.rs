@@ -22,6 +22,10 @@
 //!   invocations' bills plus the estimates of running ones) reaches the
 //!   cap.
 //! - (C) Never more offloads running than the concurrency limit.
+//! - (D) After the tier throttles an offload (a real tier's 429), no
+//!   offload for a cool-down: 1 s after the first throttle in a row,
+//!   doubling with each further one up to 60 s; a completed offload ends
+//!   the run. A failed offload frees its slot like a completed one.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
@@ -86,7 +90,16 @@ pub struct ElasticRouting {
     /// hour.
     spent: VecDeque<(Instant, f64)>,
     offloads: u64,
+    /// Throttles since the last completed offload.
+    throttles_in_a_row: u32,
+    /// No offload before this, after a throttle.
+    cooling_until: Option<Instant>,
 }
+
+/// The cool-down after the first throttle in a row.
+pub const THROTTLE_COOLDOWN_MIN: Duration = Duration::from_secs(1);
+/// The longest cool-down.
+pub const THROTTLE_COOLDOWN_MAX: Duration = Duration::from_secs(60);
 
 const HOUR: Duration = Duration::from_secs(3_600);
 
@@ -101,7 +114,18 @@ impl ElasticRouting {
             learned_factor: None,
             spent: VecDeque::new(),
             offloads: 0,
+            throttles_in_a_row: 0,
+            cooling_until: None,
         }
+    }
+
+    /// The tier refused an offload for its rate at `now`: no offload for a
+    /// cool-down that doubles with each throttle in a row (property D).
+    pub fn throttled(&mut self, now: Instant) {
+        self.throttles_in_a_row = self.throttles_in_a_row.saturating_add(1);
+        let doublings = self.throttles_in_a_row.saturating_sub(1).min(16);
+        let cooldown = THROTTLE_COOLDOWN_MIN.mul_f64(f64::from(1u32 << doublings)).min(THROTTLE_COOLDOWN_MAX);
+        self.cooling_until = Some(now + cooldown);
     }
 
     /// The options.
@@ -127,6 +151,12 @@ impl ElasticRouting {
     pub fn unavailable(&self, now: Instant, template: TemplateId) -> Option<String> {
         if self.options.templates.as_ref().is_some_and(|allowed| !allowed.contains(&template)) {
             return Some(format!("template {template} may not run elastically"));
+        }
+        if let Some(until) = self.cooling_until
+            && now < until
+        {
+            let left = until.saturating_duration_since(now).as_secs_f64();
+            return Some(format!("the elastic tier throttled {} offload(s) in a row; offloads resume in {left:.1} s", self.throttles_in_a_row));
         }
         if !self.pool.has_capacity(&self.options.config) {
             return Some(format!("the elastic tier is at its concurrency limit ({})", self.options.config.concurrency_limit));
@@ -216,6 +246,7 @@ impl ElasticRouting {
         self.spent.push_back((report.finished, self.options.config.invocation_cost_usd(ran)));
         if report.outcome == ExecutionOutcome::Completed {
             self.learn_speed(ran, &offloaded);
+            self.throttles_in_a_row = 0;
         }
         let horizon = now.as_micros().saturating_sub(HOUR.as_micros());
         while self.spent.front().is_some_and(|(at, _)| at.as_micros() <= horizon) {
@@ -360,7 +391,41 @@ mod tests {
         assert!((predicted - 10.0).abs() < 0.5, "{predicted}: {}", decision.explanation);
     }
 
+    #[test]
+    fn a_throttle_pauses_offloads_for_a_cooldown_that_doubles_and_a_failure_frees_its_slot() {
+        let mut tier = ElasticRouting::new(ElasticOptions { config: ElasticConfig { concurrency_limit: 1, ..ElasticConfig::default() }, ..ElasticOptions::default() });
+        let t0 = Instant::from_secs_f64(100.0);
+        let score = tier.score(t0, Duration::from_secs(1));
+        tier.place(t0, QueryId(1), &score);
+        assert!(tier.unavailable(t0, TemplateId(1)).unwrap().contains("concurrency limit"));
+        assert!(tier.release(t0, QueryId(1)), "a failed offload frees its slot");
+        assert_eq!(tier.unavailable(t0, TemplateId(1)), None);
+        tier.throttled(t0);
+        let why = tier.unavailable(t0 + Duration::from_millis(500), TemplateId(1)).unwrap();
+        assert!(why.contains("throttled 1 offload(s) in a row; offloads resume in 0.5 s"), "{why}");
+        assert_eq!(tier.unavailable(t0 + THROTTLE_COOLDOWN_MIN, TemplateId(1)), None);
+        tier.throttled(t0 + THROTTLE_COOLDOWN_MIN);
+        assert!(tier.unavailable(t0 + THROTTLE_COOLDOWN_MIN.mul_f64(2.0), TemplateId(1)).is_some(), "the second throttle in a row waits 2 s");
+        assert_eq!(tier.unavailable(t0 + THROTTLE_COOLDOWN_MIN.mul_f64(3.0), TemplateId(1)), None);
+    }
+
     proptest! {
+        #[test]
+        fn throttle_cooldowns_grow_and_stay_bounded(throttles in 1u32..40, at_s in 0.0f64..1e6) {
+            let mut tier = ElasticRouting::new(ElasticOptions::default());
+            let now = Instant::from_secs_f64(at_s);
+            let mut last = Duration::ZERO;
+            for _ in 0..throttles {
+                tier.throttled(now);
+                let until = tier.cooling_until.unwrap();
+                let cooldown = until.saturating_duration_since(now);
+                prop_assert!(cooldown >= last && cooldown >= THROTTLE_COOLDOWN_MIN && cooldown <= THROTTLE_COOLDOWN_MAX);
+                prop_assert!(tier.unavailable(until - Duration::from_micros(1), TemplateId(1)).is_some());
+                prop_assert!(tier.unavailable(until, TemplateId(1)).is_none());
+                last = cooldown;
+            }
+        }
+
         #[test]
         fn offload_happens_only_when_no_cluster_meets_the_slo(
             queries in prop::collection::vec((1u32..20, 1.0f64..60.0), 1..40),

@@ -67,6 +67,14 @@ pub trait RoutingPolicy {
         let _ = (now, report);
     }
 
+    /// Observes an execution that failed (a server error, a lost
+    /// connection, a refused dispatch, a failed offload): the query holds
+    /// nothing any more, and its latency teaches nothing. `throttled` says
+    /// the elastic tier refused it for its rate.
+    fn handle_failure(&mut self, now: Instant, query: QueryId, throttled: bool) {
+        let _ = (now, query, throttled);
+    }
+
     /// The current (guarded) predicted latency of a query this policy
     /// placed and that is still running, for policies that predict.
     fn predicted_latency(&self, query: QueryId) -> Option<Duration> {
@@ -151,6 +159,9 @@ impl<P: RoutingPolicy + ?Sized> RoutingPolicy for Box<P> {
     }
     fn handle_completion(&mut self, now: Instant, report: &ExecutionReport) {
         (**self).handle_completion(now, report)
+    }
+    fn handle_failure(&mut self, now: Instant, query: QueryId, throttled: bool) {
+        (**self).handle_failure(now, query, throttled)
     }
     fn predicted_latency(&self, query: QueryId) -> Option<Duration> {
         (**self).predicted_latency(query)

@@ -677,6 +677,18 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         })
     }
 
+    fn handle_failure(&mut self, now: Instant, query: QueryId, throttled: bool) {
+        if let Some(tier) = &mut self.elastic
+            && tier.release(now, query)
+        {
+            if throttled {
+                tier.throttled(now);
+            }
+            return;
+        }
+        let _ = self.remove_placed(now, query);
+    }
+
     fn handle_completion(&mut self, now: Instant, report: &ExecutionReport) {
         if let Some(tier) = &mut self.elastic
             && tier.complete(now, report)

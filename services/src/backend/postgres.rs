@@ -535,7 +535,7 @@ impl Inner {
     }
 
     fn failure(&self, reason: String, sqlstate: Option<String>, started: Option<Instant>) -> Completion {
-        Completion::Failed(Failure { reason, sqlstate, started, finished: self.clock.now() })
+        Completion::Failed(Failure { reason, sqlstate, started, finished: self.clock.now(), throttled: false })
     }
 
     /// Runs `execution` on `cluster`; see the module docs for what each

@@ -262,6 +262,10 @@ impl RoutingPolicy for Timed {
         self.inner.handle_completion(now, report);
     }
 
+    fn handle_failure(&mut self, now: Instant, query: slogate_core::model::QueryId, throttled: bool) {
+        self.inner.handle_failure(now, query, throttled);
+    }
+
     fn predicted_latency(&self, query: slogate_core::model::QueryId) -> Option<slogate_core::time::Duration> {
         self.inner.predicted_latency(query)
     }
