@@ -13,6 +13,8 @@
 //! - [`autoscaler`]: one Autoscaler per pool: core's triggers on every
 //!   notice from the RouterShard, the size selector on a fork of the
 //!   router, off the routing path.
+//! - [`elastic`]: the [`elastic::ElasticTier`] seam (a real elastic tier,
+//!   AWS Lambda, behind any backend's elastic target).
 //! - [`clock`]: the node's virtual clock (tokio time, compressible).
 //! - [`idempotency`]: the records a retried client query id is answered
 //!   from, keyed by tenant and id and checked against the request's
@@ -60,6 +62,7 @@
 pub mod autoscaler;
 pub mod backend;
 pub mod clock;
+pub mod elastic;
 pub mod idempotency;
 pub mod metrics;
 pub mod provider;

@@ -88,6 +88,21 @@ pub struct RedshiftSettings {
     pub pause_instead_of_delete: bool,
 }
 
+/// The Lambda elastic tier's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LambdaSettings {
+    /// The function's name or ARN.
+    pub function: String,
+    /// Invocations at once at most.
+    pub concurrency_limit: u32,
+    /// The function's memory, MB (its bill is per GB-second).
+    pub memory_mb: u32,
+    /// Price per GB-second, dollars.
+    pub price_per_gb_second_usd: f64,
+    /// Price per request, dollars.
+    pub price_per_request_usd: f64,
+}
+
 /// A pool's platform.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Platform {
@@ -117,6 +132,31 @@ pub async fn open(platform: &Platform, aws: &AwsSettings) -> crate::Result<Arc<d
     #[cfg(not(feature = "aws"))]
     {
         let _ = (platform, aws);
+        Err(crate::Error::NotBuilt("this slogate was built without the AWS providers: build it with `--features aws`".into()))
+    }
+}
+
+/// Opens the Lambda elastic tier with the standard AWS credential chain,
+/// and checks that its function exists.
+///
+/// # Errors
+///
+/// As [`open`].
+pub async fn open_lambda(
+    settings: &LambdaSettings,
+    aws: &AwsSettings,
+    clock: slogate_actors::clock::VirtualClock,
+) -> crate::Result<Arc<dyn slogate_actors::elastic::ElasticTier>> {
+    #[cfg(feature = "aws")]
+    {
+        let config = crate::aws::sdk_config(aws, None).await?;
+        let tier = crate::aws::lambda::Lambda::new(&config, settings.clone(), clock);
+        tier.check().await?;
+        Ok(Arc::new(tier))
+    }
+    #[cfg(not(feature = "aws"))]
+    {
+        let _ = (settings, aws, clock);
         Err(crate::Error::NotBuilt("this slogate was built without the AWS providers: build it with `--features aws`".into()))
     }
 }

@@ -16,9 +16,12 @@
 //!   does not serve it), speaking its JSON 1.1 wire protocol, with fault
 //!   injection.
 //! - [`moto`]: moto's server (EC2, STS, provisioned Redshift, Lambda).
+//! - [`canned_http`]: a server that answers every request the same way,
+//!   or never: throttles, 5xx and timeouts moto cannot produce.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod canned_http;
 pub mod moto;
 pub mod serverless_stand_in;
 

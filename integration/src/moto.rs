@@ -58,10 +58,21 @@ impl Moto {
     /// One plain HTTP request; the response's status line and body, or
     /// `None` when it did not answer.
     pub fn request(&self, method: &str, path: &str, body: &str) -> Option<String> {
+        self.request_with(method, path, "Content-Type: application/json\r\n", body)
+    }
+
+    /// An IAM call (the query protocol), which moto routes by the
+    /// credential scope of its (unchecked) signature.
+    pub fn iam(&self, form: &str) -> Option<String> {
+        let headers = "Content-Type: application/x-www-form-urlencoded\r\nAuthorization: AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/iam/aws4_request, SignedHeaders=host, Signature=0\r\n";
+        self.request_with("POST", "/", headers, form)
+    }
+
+    fn request_with(&self, method: &str, path: &str, headers: &str, body: &str) -> Option<String> {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
         let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         );
         stream.write_all(request.as_bytes()).ok()?;

@@ -8,6 +8,9 @@
 //!   `rpu_per_node` nodes of the configured node type.
 //! - [`ec2`]: EC2 instances from a launch template, with an instance type
 //!   per size (Spandana's request-level pools, self-hosted engines).
+//! - [`lambda`]: the elastic tier on AWS Lambda: a query per invocation,
+//!   with a concurrency limit, function errors and throttles handled, and
+//!   its bill from the billed duration.
 //!
 //! Credentials come from the standard AWS chain. `endpoint_url` points the
 //! SDK at another endpoint (the tests' loopback servers). The SDK retries
@@ -16,6 +19,7 @@
 //! caller with the service's error code.
 
 pub mod ec2;
+pub mod lambda;
 pub mod redshift;
 pub mod serverless;
 
