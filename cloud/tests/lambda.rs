@@ -44,41 +44,12 @@ fn execution(id: u64, sql: &str) -> Execution {
     Execution { query, target: Target::Elastic, sql: Some(sql.into()) }
 }
 
-/// moto with a function `offload` that does not run code.
-fn moto_with_function() -> Moto {
-    let moto = Moto::start();
-    let configured = moto.request("POST", "/moto-api/config", r#"{"lambda": {"use_docker": false}}"#).unwrap();
-    assert!(configured.starts_with("HTTP/1.1 20"), "{configured}");
-    let policy = "%7B%22Version%22%3A%222012-10-17%22%2C%22Statement%22%3A%5B%5D%7D";
-    let role = moto.iam(&format!("Action=CreateRole&Version=2010-05-08&RoleName=offload-role&AssumeRolePolicyDocument={policy}")).unwrap();
-    assert!(role.starts_with("HTTP/1.1 200"), "{role}");
-    moto
-}
-
-async fn create_function(moto: &Moto) {
-    let config = sdk_config(&aws_settings(moto.url()), Some(Credentials::new("testing", "testing", None, None, "tests"))).await.unwrap();
-    let lambda = aws_sdk_lambda::Client::new(&config);
-    // An empty zip archive: moto stores the code and does not run it.
-    let empty_zip: Vec<u8> = [b"PK\x05\x06".as_slice(), &[0u8; 18]].concat();
-    lambda
-        .create_function()
-        .function_name("offload")
-        .runtime(aws_sdk_lambda::types::Runtime::Python312)
-        .role("arn:aws:iam::123456789012:role/offload-role")
-        .handler("offload.handler")
-        .memory_size(2048)
-        .code(aws_sdk_lambda::types::FunctionCode::builder().zip_file(aws_sdk_lambda::primitives::Blob::new(empty_zip)).build())
-        .send()
-        .await
-        .unwrap();
-}
-
 #[actix_rt::test]
 async fn an_offload_is_an_invocation_with_the_query_as_its_payload_and_its_rows_and_bill_come_back() {
-    let moto = moto_with_function();
+    let moto = Moto::start();
     let missing = tier(moto.url(), |a| a).await.check().await.unwrap_err();
     assert!(missing.message.contains("function `offload`"), "{missing}");
-    create_function(&moto).await;
+    moto.lambda_function("offload");
     let lambda = tier(moto.url(), |a| a).await;
     lambda.check().await.expect("the function exists");
 
@@ -89,15 +60,13 @@ async fn an_offload_is_an_invocation_with_the_query_as_its_payload_and_its_rows_
     assert_eq!(result.unwrap().rows_total, 0, "an echo has no rows");
 
     // A canned answer with rows.
-    let canned = r#"{"results": ["{\"columns\": [\"answer\"], \"rows\": [[\"42\"]]}"], "region": "us-east-1"}"#;
-    assert!(moto.request("POST", "/moto-api/static/lambda-simple/response", canned).unwrap().starts_with("HTTP/1.1 20"));
+    moto.queue_lambda_result(&serde_json::json!({"columns": ["answer"], "rows": [["42"]]}));
     let Completion::Ran { result, .. } = lambda.invoke(execution(12, "SELECT 42 AS answer")).await.unwrap() else { panic!("expected a completion") };
     let rows = result.unwrap();
     assert_eq!((rows.columns.as_slice(), rows.rows[0][0].as_deref()), (["answer".to_owned()].as_slice(), Some("42")));
 
     // A function error fails the query with the function's message.
-    let canned = r#"{"results": ["{\"errorMessage\": \"division by zero\", \"errorType\": \"ZeroDivisionError\"}"], "region": "us-east-1"}"#;
-    assert!(moto.request("POST", "/moto-api/static/lambda-simple/response", canned).unwrap().starts_with("HTTP/1.1 20"));
+    moto.queue_lambda_result(&serde_json::json!({"errorMessage": "division by zero", "errorType": "ZeroDivisionError"}));
     let Completion::Failed(failure) = lambda.invoke(execution(13, "SELECT 1/0")).await.unwrap() else { panic!("expected a failure") };
     assert_eq!(failure.reason, "the Lambda function `offload` failed (ZeroDivisionError): division by zero");
     assert!(!failure.throttled);

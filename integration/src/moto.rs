@@ -68,6 +68,40 @@ impl Moto {
         self.request_with("POST", "/", headers, form)
     }
 
+    /// Makes Lambda function `name` (2048 MB, code that never runs:
+    /// moto's docker-less Lambda echoes each payload, or answers the
+    /// results queued with [`Moto::queue_lambda_result`]), with the IAM role
+    /// it needs.
+    ///
+    /// # Panics
+    ///
+    /// If moto refuses.
+    pub fn lambda_function(&self, name: &str) {
+        let configured = self.request("POST", "/moto-api/config", r#"{"lambda": {"use_docker": false}}"#).expect("moto answers");
+        assert!(configured.starts_with("HTTP/1.1 20"), "{configured}");
+        let policy = "%7B%22Version%22%3A%222012-10-17%22%2C%22Statement%22%3A%5B%5D%7D";
+        let role = self.iam(&format!("Action=CreateRole&Version=2010-05-08&RoleName={name}-role&AssumeRolePolicyDocument={policy}")).expect("moto answers");
+        assert!(role.starts_with("HTTP/1.1 200"), "{role}");
+        // An empty zip archive, base64.
+        let body = format!(
+            r#"{{"FunctionName": "{name}", "Runtime": "python3.12", "Role": "arn:aws:iam::123456789012:role/{name}-role", "Handler": "offload.handler", "MemorySize": 2048, "Code": {{"ZipFile": "UEsFBgAAAAAAAAAAAAAAAAAAAAAAAA=="}}}}"#
+        );
+        let headers = "Content-Type: application/json\r\nAuthorization: AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/lambda/aws4_request, SignedHeaders=host, Signature=0\r\n";
+        let created = self.request_with("POST", "/2015-03-31/functions", headers, &body).expect("moto answers");
+        assert!(created.starts_with("HTTP/1.1 20"), "{created}");
+    }
+
+    /// Queues `payload` as the answer of the next Lambda invocation.
+    ///
+    /// # Panics
+    ///
+    /// If moto refuses.
+    pub fn queue_lambda_result(&self, payload: &serde_json::Value) {
+        let body = serde_json::json!({ "results": [payload.to_string()], "region": "us-east-1" }).to_string();
+        let queued = self.request("POST", "/moto-api/static/lambda-simple/response", &body).expect("moto answers");
+        assert!(queued.starts_with("HTTP/1.1 20"), "{queued}");
+    }
+
     fn request_with(&self, method: &str, path: &str, headers: &str, body: &str) -> Option<String> {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;

@@ -215,6 +215,59 @@ fn a_workgroup_that_never_becomes_available_is_deleted_and_its_abandonment_is_a_
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offloaded_queries_go_through_the_sdk_to_lambda_and_bill_their_duration() {
+    let dir = scratch("lambda");
+    let server = LocalPostgres::start(&dir).unwrap();
+    let moto = slogate_integration::moto::Moto::start();
+    moto.lambda_function("offload");
+    let config = dir.join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\ntime_compression = 1.0\nadmin_token = \"{TOKEN}\"\n\
+             [[pool]]\nname = \"pg\"\nbackend = \"postgres\"\npolicy = \"spandana\"\n\
+             [pool.elastic]\nenabled = true\ntier = \"lambda\"\nlambda_function = \"offload\"\ndirector_queue_per_16_rpu = 0.5\nconcurrency_limit = 4\n\
+             [pool.provider]\nendpoint_url = \"{url}\"\n\
+             [[pool.endpoint]]\nhost = \"127.0.0.1\"\nport = {port}\ndatabase = \"postgres\"\nuser = \"postgres\"\nsize_rpu = 16\nconnections = 1\npassword_file = \"{password}\"\n",
+            data = dir.join("data").display(),
+            url = moto.url(),
+            port = server.port,
+            password = server.password_file.display(),
+        ),
+    )
+    .unwrap();
+    let env = [("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"), AWS_ENV[2], AWS_ENV[3], AWS_ENV[4]];
+    let node = NodeProcess::start_with_env(&config, &[], &env);
+    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let tasks: Vec<_> = (0..6)
+        .map(|i| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let request = SubmitRequest { pool: "pg".into(), ..sql(&format!("l{i}"), "SELECT pg_sleep(0.3), 1 AS one", 5_000) };
+                client.submit(request).await
+            })
+        })
+        .collect();
+    let mut targets = Vec::new();
+    for task in tasks {
+        let reply = task.await.unwrap().expect("accepted").into_inner();
+        assert_eq!(reply.status(), QueryStatus::Completed, "{reply:?}");
+        targets.push(reply.target);
+    }
+    let offloaded = targets.iter().filter(|t| *t == "elastic").count();
+    assert!(offloaded >= 1 && targets.contains(&"c0".to_owned()), "both the cluster and the tier ran queries: {targets:?}");
+    let (status, pool) = http(node.admin_addr, "GET", "/v1/pools/pg", Some(TOKEN), "");
+    assert_eq!(status, 200, "{pool}");
+    let pool = json(&pool);
+    assert!(pool["elastic_billed_usd"].as_f64().is_some_and(|b| b > 0.0), "{pool}");
+    let elastic = &pool["backend"]["detail"]["elastic"];
+    assert_eq!(elastic["kind"], "lambda", "{pool}");
+    assert_eq!(elastic["detail"]["tally"]["invocations"].as_u64(), Some(offloaded as u64), "{pool}");
+    drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_missing_namespace_is_a_start_up_error_naming_the_pool() {
     let dir = scratch("namespace");

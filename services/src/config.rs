@@ -976,6 +976,38 @@ pub struct ElasticSection {
     pub price_per_request_usd: f64,
     /// Price per GB-second, dollars.
     pub price_per_gb_second_usd: f64,
+    /// The tier: `""` (the emulated warehouse's own) or `lambda` (AWS
+    /// Lambda, for a postgres pool; a build with the `aws` feature; region
+    /// and endpoint from `[pool.provider]`).
+    pub tier: String,
+    /// The Lambda function each offload invokes.
+    pub lambda_function: String,
+}
+
+impl ElasticSection {
+    /// The Lambda tier's settings.
+    pub fn lambda(&self) -> slogate_cloud::platform::LambdaSettings {
+        slogate_cloud::platform::LambdaSettings {
+            function: self.lambda_function.clone(),
+            concurrency_limit: self.concurrency_limit,
+            memory_mb: self.memory_mb,
+            price_per_gb_second_usd: self.price_per_gb_second_usd,
+            price_per_request_usd: self.price_per_request_usd,
+        }
+    }
+
+    /// Checks a postgres pool's tier: only Lambda, with its function.
+    fn validate_real(&self, key: &dyn Fn(&str) -> String) -> Result<()> {
+        if !self.enabled {
+            return Ok(());
+        }
+        match self.tier.as_str() {
+            "lambda" if self.lambda_function.is_empty() => Err(invalid(&key("elastic.lambda_function"), "the Lambda tier names the function each offload invokes")),
+            "lambda" => Ok(()),
+            "" => Err(invalid(&key("elastic.tier"), "a postgres pool's elastic tier is AWS Lambda: set tier = \"lambda\" and lambda_function")),
+            other => Err(invalid(&key("elastic.tier"), format!("`{other}` is not a tier (lambda)"))),
+        }
+    }
 }
 
 impl Default for ElasticSection {
@@ -995,6 +1027,8 @@ impl Default for ElasticSection {
             memory_mb: core.memory_mb,
             price_per_request_usd: core.price_per_request_usd,
             price_per_gb_second_usd: core.price_per_gb_second_usd,
+            tier: String::new(),
+            lambda_function: String::new(),
         }
     }
 }
@@ -1660,6 +1694,12 @@ impl NodeConfig {
                     format!("the size selector needs a predicting routing policy ({}), not `{}`", crate::eval::LEARNED_POLICIES.join(", "), pool.policy),
                 ));
             }
+            if pool.backend != "postgres" && !pool.elastic.tier.is_empty() {
+                return Err(invalid(&format!("pool[{i}].elastic.tier"), "the emulated warehouse runs its own elastic tier; a real tier (lambda) is for postgres pools"));
+            }
+            if pool.backend != "postgres" && !pool.provider.kind.is_empty() {
+                return Err(invalid(&format!("pool[{i}].provider.kind"), "a cloud provider's clusters run SQL: set backend = \"postgres\" and [pool.provider.connect]"));
+            }
         }
         Ok(NodeConfig { grpc_addr, admin_addr, data_dir: file.node.data_dir.clone(), warm_from: None, repair: false, file })
     }
@@ -1703,9 +1743,7 @@ impl NodeConfig {
         if pool.autoscale.enabled {
             return Err(invalid(&key("autoscale.enabled"), "a postgres pool runs on fixed endpoints: no provider can create servers for it"));
         }
-        if pool.elastic.enabled {
-            return Err(invalid(&key("elastic.enabled"), "a postgres pool has no elastic tier"));
-        }
+        pool.elastic.validate_real(&key)?;
         if file.node.time_compression != 1.0 {
             return Err(invalid(
                 "node.time_compression",
@@ -1781,9 +1819,7 @@ impl NodeConfig {
             _ => {}
         }
         pool.postgres.to_settings(&key("postgres"))?;
-        if pool.elastic.enabled {
-            return Err(invalid(&key("elastic.enabled"), "a postgres pool has no elastic tier"));
-        }
+        pool.elastic.validate_real(&key)?;
         if file.node.time_compression != 1.0 {
             return Err(invalid(
                 "node.time_compression",
@@ -1927,6 +1963,38 @@ mod tests {
         }
         let director = "version = \"1\"\n[[pool]]\nname = \"a\"\npolicy = \"spandana\"\nclusters = [16]\n[pool.autoscale]\nenabled = true\n";
         assert!(err(director, &[]).contains("pool[0].autoscale.enabled"));
+    }
+
+    #[test]
+    fn a_cloud_pool_names_every_missing_or_wrong_provider_key() {
+        let err = |text: &str| NodeConfig::load(text, &env(&[]), &Overrides::default()).unwrap_err().to_string();
+        let cloud = |provider: &str, extra: &str| {
+            format!(
+                "version = \"1\"\n[node]\ntime_compression = 1.0\n{extra}[[pool]]\nname = \"sls\"\nbackend = \"postgres\"\npolicy = \"slogate\"\nclusters = [8]\n\
+                 [pool.provider]\n{provider}\n[pool.provider.connect]\ndatabase = \"dev\"\nuser = \"slogate\"\n"
+            )
+        };
+        let serverless = "kind = \"redshift-serverless\"\nnamespace = \"analytics\"";
+        assert!(NodeConfig::load(&cloud(serverless, ""), &env(&[]), &Overrides::default()).is_ok());
+        let e = err(&cloud("kind = \"gcp\"", ""));
+        assert!(e.contains("pool[0].provider.kind") && e.contains("redshift-serverless, redshift, ec2"), "{e}");
+        let e = err(&cloud("kind = \"redshift-serverless\"", ""));
+        assert!(e.contains("pool[0].provider.namespace") && e.contains("pool `sls`"), "{e}");
+        let e = err(&cloud(&format!("{serverless}\nregion = \"moon\""), ""));
+        assert!(e.contains("pool[0].provider.region") && e.contains("`moon`"), "{e}");
+        assert!(err(&cloud("kind = \"ec2\"\nlaunch_template = \"lt\"", "")).contains("pool[0].provider.instance_types"));
+        assert!(err(&cloud("kind = \"ec2\"\nlaunch_template = \"lt\"\ninstance_types = { \"big\" = \"m5.xlarge\" }", "")).contains("`big`"));
+        assert!(err(&cloud("kind = \"redshift\"", "")).contains("pool[0].provider.master_password_env"));
+        let e = err(&cloud(serverless, "[fleet]\nnode_id = \"a\"\n[[fleet.member]]\nid = \"a\"\ngrpc_addr = \"127.0.0.1:1\"\n"));
+        assert!(e.contains("single node"), "{e}");
+        let no_connect = "version = \"1\"\n[node]\ntime_compression = 1.0\n[[pool]]\nname = \"sls\"\nbackend = \"postgres\"\n[pool.provider]\nkind = \"ec2\"\n";
+        assert!(err(no_connect).contains("pool[0].provider.connect"));
+        let emulated = "version = \"1\"\n[[pool]]\nname = \"a\"\nclusters = [16]\n[pool.provider]\nkind = \"ec2\"\n";
+        assert!(err(emulated).contains("backend = \"postgres\""));
+        let lambda = |extra: &str| cloud(serverless, "").replace("[pool.provider]", &format!("[pool.elastic]\nenabled = true\n{extra}[pool.provider]"));
+        assert!(err(&lambda("")).contains("pool[0].elastic.tier"));
+        assert!(err(&lambda("tier = \"lambda\"\n")).contains("pool[0].elastic.lambda_function"));
+        NodeConfig::load(&lambda("tier = \"lambda\"\nlambda_function = \"offload\"\n"), &env(&[]), &Overrides::default()).unwrap();
     }
 
     #[test]

@@ -192,6 +192,13 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             "postgres" => postgres_pool(&id, pool, i, clock).await?,
             _ => emulated_pool(file.node.seed, pool, elastic.as_ref(), clock, mailbox, arbiter.as_ref()).await?,
         };
+        if pool.elastic.enabled && pool.elastic.tier == "lambda" {
+            let tier = slogate_cloud::platform::open_lambda(&pool.elastic.lambda(), &pool.provider.aws(), clock)
+                .await
+                .map_err(|e| Error::Config(format!("pool `{id}`: its Lambda elastic tier cannot start: {e}")))?;
+            tracing::info!(message = "Lambda elastic tier ready.", pool = %id, function = %pool.elastic.lambda_function);
+            wiring.backend = Arc::new(slogate_actors::elastic::WithElastic::new(wiring.backend, tier));
+        }
         if pool.provider.dry_run {
             tracing::warn!(message = "Dry run: the pool's provider creates and releases nothing.", pool = %id);
             wiring.provider = Arc::new(slogate_actors::provider::DryRun::new(wiring.provider, clock));
