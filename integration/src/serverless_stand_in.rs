@@ -27,6 +27,9 @@ use serde_json::{Value, json};
 /// The access key the tests sign with; the stand-in refuses other keys.
 pub const ACCESS_KEY: &str = "AKIDSTANDINTEST";
 
+/// A resource's tags, (key, value).
+pub type Tags = Vec<(String, String)>;
+
 /// How the stand-in behaves.
 #[derive(Clone, Debug)]
 pub struct Behaviour {
@@ -171,7 +174,7 @@ impl ServerlessStandIn {
     }
 
     /// The workgroups not yet gone: (name, status, tags).
-    pub fn workgroups(&self) -> Vec<(String, String, Vec<(String, String)>)> {
+    pub fn workgroups(&self) -> Vec<(String, String, Tags)> {
         self.with(|s| {
             let behaviour = s.behaviour.clone();
             s.workgroups.retain(|_, w| w.deleted.is_none_or(|d| d.elapsed() < behaviour.delete_after));

@@ -77,7 +77,7 @@ impl Lambda {
 /// The billed duration in a Lambda log tail's `REPORT` line, ms.
 pub fn billed_ms_in_log(log: &str) -> Option<u64> {
     let rest = &log[log.find("Billed Duration:")? + "Billed Duration:".len()..];
-    rest.trim_start().split_whitespace().next()?.parse().ok()
+    rest.split_whitespace().next()?.parse().ok()
 }
 
 /// Standard base64, as Lambda encodes its log tail.
