@@ -340,7 +340,7 @@ impl PostgresBackend {
 
     /// A backend for a pool whose clusters a cloud provider creates: it
     /// starts with none, and connects to each the provider hands over
-    /// ([`EndpointSink`]) with `template`'s database, user, password, TLS
+    /// ([`slogate_actors::provider::EndpointSink`]) with `template`'s database, user, password, TLS
     /// and connection limit. Must run inside the node's actix System.
     pub fn for_provider(pool: PoolId, template: Endpoint, settings: PostgresSettings, clock: VirtualClock) -> Self {
         Self::with_clusters(pool, std::collections::BTreeMap::new(), Some(template), settings, clock)
