@@ -45,12 +45,21 @@ pub fn region_is_valid(region: &str) -> bool {
         && parts.last().is_some_and(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
 }
 
-/// A pool's Serverless settings.
+/// A pool's Serverless settings. Redshift Serverless holds one workgroup
+/// per namespace, so each cluster is a namespace and a workgroup of the
+/// same name, both tagged; the data they read comes from a producer's
+/// datashare, attached by the pool's setup SQL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerlessSettings {
-    /// The namespace every workgroup is created in (it holds the data, or
-    /// the datashare the workgroups read).
-    pub namespace: String,
+    /// The producer namespace whose datashare the clusters read, checked at
+    /// start; `None` when the clusters need no shared data.
+    pub producer_namespace: Option<String>,
+    /// The admin user each cluster's namespace is created with.
+    pub admin_username: String,
+    /// Its password (from the environment, never the config file).
+    pub admin_password: String,
+    /// The database each namespace is created with.
+    pub database: String,
     /// Whether workgroups get a public endpoint.
     pub publicly_accessible: bool,
     /// The port workgroups serve on; `None` is Redshift's default (5439).

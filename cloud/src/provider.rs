@@ -114,18 +114,24 @@ impl CloudProvider {
         let listed = self.api.list(self.settings.deployment.clone()).await?;
         let adoption = inventory::reconcile(&self.settings.deployment, &pool.0, &listed, want);
         self.book().next_cluster.insert(pool.clone(), adoption.next_cluster.0);
+        // Terminations run on their own (a deletion may wait for the
+        // platform), each logged when it is done.
         for (resource_id, reason) in &adoption.terminate {
             let cluster = listed.iter().find(|r| &r.resource_id == resource_id).map(|r| r.owner.cluster);
-            let result = if dry_run {
-                format!("dry run: would terminate {resource_id}: {reason}")
-            } else {
-                match self.api.delete(resource_id.clone()).await {
+            tracing::warn!(message = "Reconciliation: terminating a resource the pool does not need.", pool = %pool, %resource_id, %reason, dry_run);
+            if dry_run {
+                self.log(pool, "terminate", cluster, None, format!("dry run: would terminate {resource_id}: {reason}"));
+                continue;
+            }
+            let (this, pool, resource_id, reason) = (self.clone_handle(), pool.clone(), resource_id.clone(), reason.clone());
+            tokio::task::spawn_local(async move {
+                let result = match this.api.delete(resource_id.clone()).await {
                     Ok(()) => format!("terminated {resource_id}: {reason}"),
                     Err(error) => format!("could not terminate {resource_id} ({reason}): {error}"),
-                }
-            };
-            tracing::warn!(message = "Reconciliation: a resource the pool does not need.", pool = %pool, %result);
-            self.log(pool, "terminate", cluster, None, result);
+                };
+                tracing::warn!(message = "Reconciliation: a termination ended.", pool = %pool, %result);
+                this.log(&pool, "terminate", cluster, None, result);
+            });
         }
         for (cluster, resource_id) in &adoption.adopt {
             let found = listed.iter().find(|r| &r.resource_id == resource_id).expect("adopted resources are listed");

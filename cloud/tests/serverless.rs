@@ -24,7 +24,18 @@ fn credentials() -> slogate_cloud::aws::Credentials {
 async fn serverless(stand_in: &ServerlessStandIn, namespace: &str) -> Serverless {
     let credentials = credentials();
     let config = sdk_config(&aws_settings(stand_in.url()), Some(credentials)).await.unwrap();
-    Serverless::new(&config, ServerlessSettings { namespace: namespace.into(), publicly_accessible: false, port: None })
+    Serverless::new(&config, settings(namespace))
+}
+
+fn settings(producer_namespace: &str) -> ServerlessSettings {
+    ServerlessSettings {
+        producer_namespace: Some(producer_namespace.into()),
+        admin_username: "admin".into(),
+        admin_password: "Passw0rd-test".into(),
+        database: "dev".into(),
+        publicly_accessible: false,
+        port: None,
+    }
 }
 
 fn pool() -> PoolId {
@@ -47,6 +58,11 @@ async fn a_spinup_creates_a_tagged_workgroup_hands_its_endpoint_over_once_availa
     for (key, value) in [(tag::DEPLOYMENT, "test"), (tag::NODE, "n1"), (tag::POOL, "dash"), (tag::CLUSTER, "c0"), (tag::SIZE_RPU, "32")] {
         assert!(tags.contains(&(key.to_owned(), value.to_owned())), "tag {key}={value} missing from {tags:?}");
     }
+    // One workgroup per namespace, as the service holds them: the
+    // cluster's own namespace, tagged alike, with the pool's admin user.
+    let namespaces = stand_in.namespaces();
+    assert!(namespaces.iter().any(|(n, t)| n == "slogate-test-dash-c0" && t == tags), "{namespaces:?}");
+    assert_eq!(stand_in.namespace_admin("slogate-test-dash-c0"), Some((Some("admin".into()), Some("dev".into()))));
     assert!(sink.handed().is_empty(), "nothing is handed over while it is creating");
 
     let handed = sink.wait_for(Duration::from_secs(5), |h| !h.is_empty()).await;
@@ -64,6 +80,12 @@ async fn a_spinup_creates_a_tagged_workgroup_hands_its_endpoint_over_once_availa
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(stand_in.calls("DeleteWorkgroup"), 1, "deleted once, after the drain");
+    // Its namespace goes once the workgroup is gone.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while stand_in.namespaces().iter().any(|(n, _)| n == "slogate-test-dash-c0") {
+        assert!(tokio::time::Instant::now() < deadline, "the namespace was not deleted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let state = provider.state().await.unwrap();
     let actions: Vec<&str> = state.recent.iter().map(|r| r.action).collect();
     assert_eq!(actions, ["delete", "spin_down", "ready", "spin_up"], "newest first");
@@ -123,17 +145,31 @@ async fn reconciliation_adopts_what_the_layout_needs_terminates_the_rest_and_lea
     stand_in.seed_workgroup("slogate-test-dash-c4", 128, &ours("c4", "128"));
     stand_in.seed_workgroup("slogate-test-other-c0", 32, &[(tag::DEPLOYMENT, "test"), (tag::NODE, "n0"), (tag::POOL, "other"), (tag::CLUSTER, "c0"), (tag::SIZE_RPU, "32")]);
     stand_in.seed_workgroup("someone-elses", 32, &[("team", "finance")]);
+    // Half a cluster: a node died between creating the namespace and its
+    // workgroup.
+    stand_in.seed_namespace("slogate-test-dash-c6", &ours("c6", "32"));
     let sink = Arc::new(RecordingSink::default());
     let provider = provider(serverless(&stand_in, "analytics").await, sink.clone(), Duration::from_secs(10));
 
     let adoption = provider.reconcile(&pool(), &Layout { sizes_rpu: vec![32, 32] }, false).await.unwrap();
     assert_eq!(adoption.adopt, [(ClusterId(0), "slogate-test-dash-c0".to_owned())]);
-    assert_eq!(adoption.terminate.len(), 1);
-    assert_eq!(adoption.terminate[0].0, "slogate-test-dash-c4");
+    let terminated: Vec<&str> = adoption.terminate.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(terminated, ["slogate-test-dash-c4", "slogate-test-dash-c6"]);
     assert_eq!(adoption.request, [Rpu(32)]);
-    assert_eq!(adoption.next_cluster, ClusterId(5));
+    assert_eq!(adoption.next_cluster, ClusterId(7));
+    // Terminations run on their own: the workgroup goes, then both
+    // namespaces.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let namespaces: Vec<String> = stand_in.namespaces().into_iter().map(|(n, _)| n).collect();
+        if !namespaces.iter().any(|n| n == "slogate-test-dash-c4" || n == "slogate-test-dash-c6") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not terminated: {namespaces:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let statuses: Vec<(String, String)> = stand_in.workgroups().into_iter().map(|(n, s, _)| (n, s)).collect();
-    assert!(statuses.contains(&("slogate-test-dash-c4".into(), "DELETING".into())), "{statuses:?}");
+    assert!(!statuses.iter().any(|(n, _)| n == "slogate-test-dash-c4"), "{statuses:?}");
     assert!(statuses.contains(&("slogate-test-other-c0".into(), "AVAILABLE".into())), "another pool's is left: {statuses:?}");
     assert!(statuses.contains(&("someone-elses".into(), "AVAILABLE".into())), "an untagged one is left: {statuses:?}");
     assert!(stand_in.calls("ListWorkgroups") >= 2, "the listing followed nextToken");
@@ -141,10 +177,12 @@ async fn reconciliation_adopts_what_the_layout_needs_terminates_the_rest_and_lea
     // The adopted one is handed over; the next new cluster is c5.
     let handed = sink.wait_for(Duration::from_secs(5), |h| !h.is_empty()).await;
     assert!(matches!(handed[0], Handed::Attached(ClusterId(0), Rpu(32), _)), "{handed:?}");
-    assert_eq!(provider.spin_up(pool(), Rpu(32)).await.unwrap(), ClusterId(5));
+    assert_eq!(provider.spin_up(pool(), Rpu(32)).await.unwrap(), ClusterId(7));
     let state = provider.state().await.unwrap();
-    let actions: Vec<&str> = state.recent.iter().map(|r| r.action).collect();
-    assert!(actions.ends_with(&["adopt", "terminate"]), "{actions:?}");
+    let terminations: Vec<&str> = state.recent.iter().filter(|r| r.action == "terminate").map(|r| r.result.as_str()).collect();
+    assert_eq!(terminations.len(), 2, "{terminations:?}");
+    assert!(terminations.iter().all(|r| r.starts_with("terminated slogate-test-dash-c")), "{terminations:?}");
+    assert!(state.recent.iter().any(|r| r.action == "adopt"));
 }
 
 #[actix_rt::test]
@@ -161,7 +199,7 @@ async fn a_missing_namespace_or_a_wrong_key_is_an_error_that_names_it() {
     )
     .await
     .unwrap();
-    let stranger = Serverless::new(&config, ServerlessSettings { namespace: "analytics".into(), publicly_accessible: false, port: None });
+    let stranger = Serverless::new(&config, settings("analytics"));
     let refused = stranger.list("test".into()).await.unwrap_err();
     assert_eq!(refused.code, "UnrecognizedClientException", "{refused}");
 

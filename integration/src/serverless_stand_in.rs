@@ -1,10 +1,14 @@
 //! A test double for Redshift Serverless: moto does not serve it, so this
-//! small server answers the calls slogate makes (CreateWorkgroup,
-//! GetWorkgroup, DeleteWorkgroup, ListWorkgroups, ListTagsForResource and
-//! GetNamespace) in the service's real wire protocol: JSON 1.1 over HTTP
-//! POST, the operation in `X-Amz-Target`, errors as `__type` with a 4xx or
-//! 5xx status. The SDK's real serialisation, SigV4 signing, retries and
-//! error parsing all run against it.
+//! small server answers the calls slogate makes (CreateNamespace,
+//! GetNamespace, DeleteNamespace, ListNamespaces, CreateWorkgroup,
+//! GetWorkgroup, DeleteWorkgroup, ListWorkgroups and ListTagsForResource)
+//! in the service's real wire protocol: JSON 1.1 over HTTP POST, the
+//! operation in `X-Amz-Target`, errors as `__type` with a 4xx or 5xx
+//! status. The SDK's real serialisation, SigV4 signing, retries and error
+//! parsing all run against it.
+//!
+//! As the service does, it holds one workgroup per namespace at most, and
+//! refuses to delete a namespace a workgroup still uses.
 //!
 //! A workgroup becomes AVAILABLE `ready_after` its creation, serving at the
 //! configured endpoint (a test's PostgreSQL server, say), and is gone
@@ -33,7 +37,7 @@ pub type Tags = Vec<(String, String)>;
 /// How the stand-in behaves.
 #[derive(Clone, Debug)]
 pub struct Behaviour {
-    /// Namespaces that exist.
+    /// Namespaces that exist from the start (a producer's, say).
     pub namespaces: Vec<String>,
     /// Where every workgroup serves.
     pub endpoint: (String, u16),
@@ -72,8 +76,15 @@ struct Faults {
     hold_creates: u32,
 }
 
+struct Namespace {
+    tags: Tags,
+    admin_username: Option<String>,
+    database: Option<String>,
+}
+
 struct State {
     behaviour: Behaviour,
+    namespaces: BTreeMap<String, Namespace>,
     workgroups: BTreeMap<String, Workgroup>,
     faults: Faults,
     calls: BTreeMap<String, u32>,
@@ -92,7 +103,10 @@ impl ServerlessStandIn {
     /// Starts one on a free loopback port.
     pub fn start(behaviour: Behaviour) -> Self {
         let state = Arc::new((
-            Mutex::new(State { behaviour, workgroups: BTreeMap::new(), faults: Faults::default(), calls: BTreeMap::new(), held: 0, released: false }),
+            Mutex::new(State {
+                namespaces: behaviour.namespaces.iter().map(|n| (n.clone(), Namespace { tags: Vec::new(), admin_username: None, database: None })).collect(),
+                behaviour,
+                workgroups: BTreeMap::new(), faults: Faults::default(), calls: BTreeMap::new(), held: 0, released: false }),
             Condvar::new(),
         ));
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the stand-in");
@@ -182,15 +196,35 @@ impl ServerlessStandIn {
         })
     }
 
-    /// Makes a workgroup as if another node (or an earlier life of this
-    /// one) had created it.
+    /// The namespaces that exist: (name, tags).
+    pub fn namespaces(&self) -> Vec<(String, Tags)> {
+        self.with(|s| s.namespaces.iter().map(|(n, ns)| (n.clone(), ns.tags.clone())).collect())
+    }
+
+    /// The admin user and database namespace `name` was created with.
+    pub fn namespace_admin(&self, name: &str) -> Option<(Option<String>, Option<String>)> {
+        self.with(|s| s.namespaces.get(name).map(|ns| (ns.admin_username.clone(), ns.database.clone())))
+    }
+
+    /// Makes a namespace with no workgroup, as a node that died between
+    /// its two create calls leaves it.
+    pub fn seed_namespace(&self, name: &str, tags: &[(&str, &str)]) {
+        self.with(|s| {
+            let tags = tags.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+            s.namespaces.insert(name.to_owned(), Namespace { tags, admin_username: None, database: None });
+        });
+    }
+
+    /// Makes a workgroup, in a namespace of its own name, as if another
+    /// node (or an earlier life of this one) had created it.
     pub fn seed_workgroup(&self, name: &str, base_capacity: i64, tags: &[(&str, &str)]) {
+        self.seed_namespace(name, tags);
         self.with(|s| {
             s.workgroups.insert(
                 name.to_owned(),
                 Workgroup {
                     name: name.to_owned(),
-                    namespace: s.behaviour.namespaces[0].clone(),
+                    namespace: name.to_owned(),
                     base_capacity,
                     tags: tags.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
                     created: Instant::now() - Duration::from_secs(3600),
@@ -230,6 +264,22 @@ fn date_time(unix_s: u64) -> String {
 
 fn arn(name: &str) -> String {
     format!("arn:aws:redshift-serverless:us-east-1:123456789012:workgroup/{name}")
+}
+
+fn namespace_arn(name: &str) -> String {
+    format!("arn:aws:redshift-serverless:us-east-1:123456789012:namespace/{name}")
+}
+
+fn describe_namespace(name: &str) -> Value {
+    json!({ "namespaceName": name, "namespaceArn": namespace_arn(name), "namespaceId": format!("ns-{}", name.len()), "status": "AVAILABLE" })
+}
+
+fn tags_of(input: &Value) -> Tags {
+    input
+        .get("tags")
+        .and_then(Value::as_array)
+        .map(|tags| tags.iter().filter_map(|t| Some((t.get("key")?.as_str()?.to_owned(), t.get("value")?.as_str()?.to_owned()))).collect())
+        .unwrap_or_default()
 }
 
 fn describe(workgroup: &Workgroup, behaviour: &Behaviour) -> Value {
@@ -317,11 +367,42 @@ fn handle(state: &mut State, operation: &str, input: &Value) -> Response<Full<By
     match operation {
         "GetNamespace" => {
             let namespace = name("namespaceName").unwrap_or_default();
-            if behaviour.namespaces.contains(&namespace) {
-                ok(json!({ "namespace": { "namespaceName": namespace, "status": "AVAILABLE" } }))
+            if state.namespaces.contains_key(&namespace) {
+                ok(json!({ "namespace": describe_namespace(&namespace) }))
             } else {
                 error(StatusCode::BAD_REQUEST, "ResourceNotFoundException", &format!("Namespace {namespace} not found"))
             }
+        }
+        "CreateNamespace" => {
+            let Some(namespace) = name("namespaceName") else {
+                return error(StatusCode::BAD_REQUEST, "ValidationException", "namespaceName is required");
+            };
+            if state.namespaces.contains_key(&namespace) {
+                return error(StatusCode::BAD_REQUEST, "ConflictException", &format!("Namespace {namespace} already exists"));
+            }
+            let created = Namespace { tags: tags_of(input), admin_username: name("adminUsername"), database: name("dbName") };
+            state.namespaces.insert(namespace.clone(), created);
+            ok(json!({ "namespace": describe_namespace(&namespace) }))
+        }
+        "DeleteNamespace" => {
+            let namespace = name("namespaceName").unwrap_or_default();
+            if !state.namespaces.contains_key(&namespace) {
+                return error(StatusCode::BAD_REQUEST, "ResourceNotFoundException", &format!("Namespace {namespace} not found"));
+            }
+            if state.workgroups.values().any(|w| w.namespace == namespace) {
+                return error(StatusCode::BAD_REQUEST, "ConflictException", &format!("Namespace {namespace} has a workgroup; delete it first"));
+            }
+            state.namespaces.remove(&namespace);
+            ok(json!({ "namespace": describe_namespace(&namespace) }))
+        }
+        "ListNamespaces" => {
+            let start: usize = name("nextToken").and_then(|t| t.parse().ok()).unwrap_or(0);
+            let all: Vec<Value> = state.namespaces.keys().map(|n| describe_namespace(n)).collect();
+            let mut body = json!({ "namespaces": all.iter().skip(start).take(2).cloned().collect::<Vec<_>>() });
+            if start + 2 < all.len() {
+                body["nextToken"] = json!((start + 2).to_string());
+            }
+            ok(body)
         }
         "CreateWorkgroup" => {
             if state.faults.throttle_creates > 0 {
@@ -335,8 +416,11 @@ fn handle(state: &mut State, operation: &str, input: &Value) -> Response<Full<By
             let (Some(workgroup), Some(namespace)) = (name("workgroupName"), name("namespaceName")) else {
                 return error(StatusCode::BAD_REQUEST, "ValidationException", "workgroupName and namespaceName are required");
             };
-            if !behaviour.namespaces.contains(&namespace) {
+            if !state.namespaces.contains_key(&namespace) {
                 return error(StatusCode::BAD_REQUEST, "ResourceNotFoundException", &format!("Namespace {namespace} not found"));
+            }
+            if let Some(other) = state.workgroups.values().find(|w| w.namespace == namespace) {
+                return error(StatusCode::BAD_REQUEST, "ConflictException", &format!("Namespace {namespace} already has workgroup {}", other.name));
             }
             let base_capacity = input.get("baseCapacity").and_then(Value::as_i64).unwrap_or(128);
             if !(8..=1024).contains(&base_capacity) || base_capacity % 8 != 0 {
@@ -345,13 +429,7 @@ fn handle(state: &mut State, operation: &str, input: &Value) -> Response<Full<By
             if state.workgroups.contains_key(&workgroup) {
                 return error(StatusCode::BAD_REQUEST, "ConflictException", &format!("Workgroup {workgroup} already exists"));
             }
-            let tags = input
-                .get("tags")
-                .and_then(Value::as_array)
-                .map(|tags| {
-                    tags.iter().filter_map(|t| Some((t.get("key")?.as_str()?.to_owned(), t.get("value")?.as_str()?.to_owned()))).collect()
-                })
-                .unwrap_or_default();
+            let tags = tags_of(input);
             let never_available = state.faults.never_available > 0;
             if never_available {
                 state.faults.never_available -= 1;
@@ -385,8 +463,12 @@ fn handle(state: &mut State, operation: &str, input: &Value) -> Response<Full<By
         }
         "ListTagsForResource" => {
             let arn_asked = name("resourceArn").unwrap_or_default();
-            match state.workgroups.values().find(|w| arn(&w.name) == arn_asked) {
-                Some(w) => ok(json!({ "tags": w.tags.iter().map(|(k, v)| json!({ "key": k, "value": v })).collect::<Vec<_>>() })),
+            let tags = match state.workgroups.values().find(|w| arn(&w.name) == arn_asked) {
+                Some(w) => Some(&w.tags),
+                None => state.namespaces.iter().find(|(n, _)| namespace_arn(n) == arn_asked).map(|(_, ns)| &ns.tags),
+            };
+            match tags {
+                Some(tags) => ok(json!({ "tags": tags.iter().map(|(k, v)| json!({ "key": k, "value": v })).collect::<Vec<_>>() })),
                 None => error(StatusCode::BAD_REQUEST, "ResourceNotFoundException", &format!("Resource {arn_asked} not found")),
             }
         }

@@ -34,8 +34,9 @@ fn write_config(dir: &Path, stand_in: &ServerlessStandIn, server: &LocalPostgres
         "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\ntime_compression = 1.0\nadmin_token = \"{TOKEN}\"\n\
          [[pool]]\nname = \"sls\"\nbackend = \"postgres\"\npolicy = \"slogate\"\nclusters = [8]\n\
          {autoscale}\
-         [pool.provider]\nkind = \"redshift-serverless\"\nendpoint_url = \"{url}\"\nnamespace = \"analytics\"\npoll_interval_ms = 100\nready_timeout_s = {ready_timeout_s}\nattempts_max = 3\n\
-         [pool.provider.connect]\ndatabase = \"postgres\"\nuser = \"postgres\"\nconnections = 1\npassword_file = \"{password}\"\n",
+         [pool.provider]\nkind = \"redshift-serverless\"\nendpoint_url = \"{url}\"\nnamespace = \"analytics\"\nmaster_password_env = \"SLOGATE_TEST_ADMIN_PASSWORD\"\npoll_interval_ms = 100\nready_timeout_s = {ready_timeout_s}\nattempts_max = 3\n\
+         [pool.provider.connect]\ndatabase = \"postgres\"\nuser = \"postgres\"\nconnections = 1\npassword_file = \"{password}\"\n\
+         setup_sql = [\"CREATE TABLE IF NOT EXISTS attached (at timestamptz DEFAULT now())\", \"INSERT INTO attached DEFAULT VALUES\"]\n",
         data = dir.join("data").display(),
         url = stand_in.url(),
         password = server.password_file.display(),
@@ -46,7 +47,8 @@ fn write_config(dir: &Path, stand_in: &ServerlessStandIn, server: &LocalPostgres
 
 /// The standard AWS chain's environment variables, set to the stand-in's
 /// test key; no profile or instance metadata is read.
-const AWS_ENV: [(&str, &str); 5] = [
+const AWS_ENV: [(&str, &str); 6] = [
+    ("SLOGATE_TEST_ADMIN_PASSWORD", "Passw0rd-test"),
     ("AWS_ACCESS_KEY_ID", ACCESS_KEY),
     ("AWS_SECRET_ACCESS_KEY", "stand-in-secret"),
     ("AWS_EC2_METADATA_DISABLED", "true"),
@@ -118,6 +120,13 @@ async fn a_burst_creates_a_workgroup_that_serves_once_healthy_and_idleness_delet
     }
     assert!(stand_in.calls("CreateWorkgroup") >= 2, "the burst created a workgroup");
     assert!(targets.iter().any(|t| t != "c0"), "a query ran on the new cluster: {targets:?}");
+    // Each cluster ran the pool's setup SQL once before its first query
+    // (both are the one test server here).
+    let mut setup = client.clone();
+    let reply = setup.submit(sql("setup", "SELECT count(*) FROM attached", 5_000)).await.unwrap().into_inner();
+    assert_eq!(reply.status(), QueryStatus::Completed, "{reply:?}");
+    let attached: u32 = reply.result.as_ref().and_then(|r| r.rows.first()).and_then(|row| row.values.first()).and_then(|v| v.parse().ok()).unwrap_or(0);
+    assert!(attached >= 2 && attached <= stand_in.calls("CreateWorkgroup"), "one setup per cluster that served, {attached} rows");
 
     // Idle, the new cluster is torn down: drained, then its workgroup is
     // deleted.
@@ -180,7 +189,10 @@ async fn a_node_killed_between_a_create_and_its_record_leaks_nothing_and_duplica
     let node = NodeProcess::start_with_env(&config, &[], &AWS_ENV);
     let admin = node.admin_addr;
     wait_until(Duration::from_secs(30), "c0 ready again", || clusters(admin).contains(&("c0".into(), "ready".into())));
-    let live: Vec<String> = stand_in.workgroups().into_iter().filter(|w| w.1 != "DELETING").map(|w| w.0).collect();
+    wait_until(Duration::from_secs(10), "the unnoted workgroup and its namespace terminated", || {
+        stand_in.workgroups().iter().all(|w| w.0 == "slogate-default-sls-c0") && stand_in.namespaces().iter().all(|n| n.0 != "slogate-default-sls-c1")
+    });
+    let live: Vec<String> = stand_in.workgroups().into_iter().map(|w| w.0).collect();
     assert_eq!(live, ["slogate-default-sls-c0"], "no leak");
     assert_eq!(stand_in.calls("CreateWorkgroup"), creates, "no duplicate: nothing was created after the restart");
     let logged = node.logged_at_start().join("\n");
@@ -237,7 +249,7 @@ async fn offloaded_queries_go_through_the_sdk_to_lambda_and_bill_their_duration(
         ),
     )
     .unwrap();
-    let env = [("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"), AWS_ENV[2], AWS_ENV[3], AWS_ENV[4]];
+    let env = [("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"), AWS_ENV[3], AWS_ENV[4], AWS_ENV[5]];
     let node = NodeProcess::start_with_env(&config, &[], &env);
     let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
     let tasks: Vec<_> = (0..6)

@@ -467,7 +467,10 @@ pub struct ProviderSection {
     pub ready_timeout_s: u64,
     /// Resource names start with it.
     pub name_prefix: String,
-    /// Redshift Serverless: the namespace workgroups are created in.
+    /// Redshift Serverless: the producer namespace whose datashare the
+    /// clusters read (checked at start; each cluster is a namespace and a
+    /// workgroup of its own, as the service holds one workgroup per
+    /// namespace); empty for none.
     pub namespace: String,
     /// Redshift Serverless: public endpoints.
     pub publicly_accessible: bool,
@@ -475,10 +478,11 @@ pub struct ProviderSection {
     pub node_type: String,
     /// Provisioned Redshift: RPU one node counts as.
     pub rpu_per_node: u32,
-    /// Provisioned Redshift: the admin user clusters are created with.
+    /// Redshift (provisioned or Serverless): the admin user clusters (or
+    /// their namespaces) are created with.
     pub master_username: String,
-    /// Provisioned Redshift: the environment variable holding its
-    /// password.
+    /// Redshift (provisioned or Serverless): the environment variable
+    /// holding its password.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub master_password_env: Option<String>,
     /// Provisioned Redshift: pause released clusters instead of deleting
@@ -531,12 +535,16 @@ impl ProviderSection {
         use slogate_cloud::platform::{Ec2Settings, Platform, RedshiftSettings, ServerlessSettings};
         Ok(Some(match self.kind.as_str() {
             "" => return Ok(None),
-            "redshift-serverless" => Platform::Serverless(ServerlessSettings { namespace: self.namespace.clone(), publicly_accessible: self.publicly_accessible, port: None }),
+            "redshift-serverless" => Platform::Serverless(ServerlessSettings {
+                producer_namespace: (!self.namespace.is_empty()).then(|| self.namespace.clone()),
+                admin_username: self.master_username.clone(),
+                admin_password: self.master_password(env, key)?,
+                database: self.connect.as_ref().map_or_else(|| "dev".to_owned(), |c| c.database.clone()),
+                publicly_accessible: self.publicly_accessible,
+                port: None,
+            }),
             "redshift" => {
-                let variable = self.master_password_env.as_deref().unwrap_or_default();
-                let master_password = env
-                    .get(variable)
-                    .ok_or_else(|| invalid(&format!("{key}.master_password_env"), format!("the environment variable `{variable}` is not set")))?;
+                let master_password = self.master_password(env, key)?;
                 Platform::Redshift(RedshiftSettings {
                     node_type: self.node_type.clone(),
                     rpu_per_node: self.rpu_per_node,
@@ -554,6 +562,12 @@ impl ProviderSection {
             }),
             other => return Err(invalid(&format!("{key}.kind"), format!("`{other}` is not one of {}", CLOUD_PROVIDERS.join(", ")))),
         }))
+    }
+
+    /// The admin password, from `master_password_env`.
+    fn master_password(&self, env: &dyn Strings, key: &str) -> Result<String> {
+        let variable = self.master_password_env.as_deref().unwrap_or_default();
+        env.get(variable).ok_or_else(|| invalid(&format!("{key}.master_password_env"), format!("the environment variable `{variable}` is not set")))
     }
 
     /// Where and how the AWS SDK calls.
@@ -595,6 +609,11 @@ pub struct ConnectSection {
     /// The file holding the password.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_file: Option<PathBuf>,
+    /// Statements each new cluster runs once before it takes queries (a
+    /// Serverless cluster attaching the producer's datashare: `CREATE
+    /// DATABASE shared FROM DATASHARE s OF NAMESPACE '…'`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub setup_sql: Vec<String>,
 }
 
 impl ConnectSection {
@@ -1796,11 +1815,11 @@ impl NodeConfig {
             return Err(invalid(&key("provider.region"), format!("`{}` is not an AWS region (like us-east-1)", provider.region)));
         }
         match provider.kind.as_str() {
-            "redshift-serverless" if provider.namespace.is_empty() => {
-                return Err(invalid(&key("provider.namespace"), format!("pool `{}`: a Redshift Serverless pool names the namespace its workgroups are created in", pool.name)));
-            }
-            "redshift" if provider.master_password_env.is_none() => {
-                return Err(invalid(&key("provider.master_password_env"), format!("pool `{}`: a provisioned Redshift pool names the environment variable of its clusters' admin password", pool.name)));
+            "redshift-serverless" | "redshift" if provider.master_password_env.is_none() => {
+                return Err(invalid(
+                    &key("provider.master_password_env"),
+                    format!("pool `{}`: a {} pool names the environment variable of its clusters' admin password", pool.name, provider.kind),
+                ));
             }
             "redshift" if provider.rpu_per_node == 0 => return Err(invalid(&key("provider.rpu_per_node"), "must be positive")),
             "ec2" if provider.launch_template.is_empty() => {
@@ -1974,12 +1993,12 @@ mod tests {
                  [pool.provider]\n{provider}\n[pool.provider.connect]\ndatabase = \"dev\"\nuser = \"slogate\"\n"
             )
         };
-        let serverless = "kind = \"redshift-serverless\"\nnamespace = \"analytics\"";
+        let serverless = "kind = \"redshift-serverless\"\nnamespace = \"analytics\"\nmaster_password_env = \"PW\"";
         assert!(NodeConfig::load(&cloud(serverless, ""), &env(&[]), &Overrides::default()).is_ok());
         let e = err(&cloud("kind = \"gcp\"", ""));
         assert!(e.contains("pool[0].provider.kind") && e.contains("redshift-serverless, redshift, ec2"), "{e}");
         let e = err(&cloud("kind = \"redshift-serverless\"", ""));
-        assert!(e.contains("pool[0].provider.namespace") && e.contains("pool `sls`"), "{e}");
+        assert!(e.contains("pool[0].provider.master_password_env") && e.contains("pool `sls`"), "{e}");
         let e = err(&cloud(&format!("{serverless}\nregion = \"moon\""), ""));
         assert!(e.contains("pool[0].provider.region") && e.contains("`moon`"), "{e}");
         assert!(err(&cloud("kind = \"ec2\"\nlaunch_template = \"lt\"", "")).contains("pool[0].provider.instance_types"));

@@ -1,7 +1,16 @@
-//! Redshift Serverless workgroups (`aws-sdk-redshiftserverless`): a
-//! cluster of size s is a workgroup with base capacity s RPU in the pool's
-//! namespace. The workgroup's name is its id; creating a name that exists
-//! answers that workgroup, so a retried create never makes two.
+//! Redshift Serverless (`aws-sdk-redshiftserverless`). The service holds
+//! one workgroup per namespace, so a cluster of size s is a namespace and a
+//! workgroup of the same name (the cluster's resource name, which is its
+//! id): the namespace with the pool's admin user and database, the
+//! workgroup with base capacity s RPU. Both are tagged. Creating a name
+//! that exists answers that resource, so a retried create never makes two.
+//! Deleting deletes the workgroup, waits until it is gone, then deletes
+//! the namespace. A namespace left without its workgroup (a node that died
+//! between the two creates) is listed as failed, so reconciliation
+//! terminates it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 use aws_config::SdkConfig;
 use aws_sdk_redshiftserverless::Client;
@@ -13,6 +22,12 @@ use crate::api::{CallFuture, CloudApi, CloudError, CreateSpec, Described};
 use crate::aws::cloud_error;
 pub use crate::platform::ServerlessSettings;
 
+/// Between checks that a deleted workgroup is gone, before its namespace
+/// is deleted.
+const DELETE_POLL: Duration = Duration::from_millis(500);
+/// Checks at most (about half an hour).
+const DELETE_POLLS_MAX: u32 = 3_600;
+
 /// Redshift Serverless as a [`CloudApi`].
 #[derive(Clone, Debug)]
 pub struct Serverless {
@@ -21,17 +36,37 @@ pub struct Serverless {
 }
 
 impl Serverless {
-    /// Workgroups through `config`.
+    /// Namespaces and workgroups through `config`.
     pub fn new(config: &SdkConfig, settings: ServerlessSettings) -> Self {
         Serverless { client: Client::new(config), settings }
     }
 
-    /// Checks that the namespace exists, which also checks the endpoint,
-    /// region and credentials; the error says which call failed.
+    /// Checks the endpoint, region and credentials, and that the producer
+    /// namespace exists when there is one; the error names what failed.
     pub async fn check(&self) -> Result<(), CloudError> {
-        self.client.get_namespace().namespace_name(&self.settings.namespace).send().await.map_err(cloud_error).map(|_| ()).map_err(|e| {
-            CloudError::new(e.code, format!("namespace `{}`: {}", self.settings.namespace, e.message))
-        })
+        match &self.settings.producer_namespace {
+            Some(namespace) => self
+                .client
+                .get_namespace()
+                .namespace_name(namespace)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| {
+                    let e = cloud_error(e);
+                    CloudError::new(e.code, format!("namespace `{namespace}`: {}", e.message))
+                }),
+            None => self.client.list_namespaces().max_results(1).send().await.map(|_| ()).map_err(cloud_error),
+        }
+    }
+
+    fn tags(owner: &Owner) -> Result<Vec<Tag>, CloudError> {
+        owner.tags().into_iter().map(|(key, value)| Tag::builder().key(key).value(value).build().map_err(|e| CloudError::new("InvalidTag", e.to_string()))).collect()
+    }
+
+    async fn tags_of(&self, arn: &str) -> Result<Option<Owner>, CloudError> {
+        let tags = self.client.list_tags_for_resource().resource_arn(arn).send().await.map_err(cloud_error)?;
+        Ok(Owner::from_tags(tags.tags().iter().map(|t| (t.key(), t.value()))))
     }
 }
 
@@ -54,22 +89,36 @@ impl CloudApi for Serverless {
     fn create(&self, spec: CreateSpec) -> CallFuture<String> {
         let this = self.clone();
         Box::pin(async move {
+            let tags = Serverless::tags(&spec.owner)?;
+            let namespace = this
+                .client
+                .create_namespace()
+                .namespace_name(&spec.name)
+                .admin_username(&this.settings.admin_username)
+                .admin_user_password(&this.settings.admin_password)
+                .db_name(&this.settings.database)
+                .set_tags(Some(tags.clone()))
+                .send()
+                .await;
+            match namespace {
+                Ok(_) => {}
+                // An earlier attempt made it: it is this cluster's.
+                Err(error) if error.as_service_error().is_some_and(|e| e.is_conflict_exception()) => {}
+                Err(error) => return Err(cloud_error(error)),
+            }
             let mut request = this
                 .client
                 .create_workgroup()
                 .workgroup_name(&spec.name)
-                .namespace_name(&this.settings.namespace)
+                .namespace_name(&spec.name)
                 .base_capacity(i32::try_from(spec.owner.size.0).unwrap_or(i32::MAX))
-                .publicly_accessible(this.settings.publicly_accessible);
+                .publicly_accessible(this.settings.publicly_accessible)
+                .set_tags(Some(tags));
             if let Some(port) = this.settings.port {
                 request = request.port(i32::from(port));
             }
-            for (key, value) in spec.owner.tags() {
-                request = request.tags(Tag::builder().key(key).value(value).build().map_err(|e| CloudError::new("InvalidTag", e.to_string()))?);
-            }
             match request.send().await {
                 Ok(_) => Ok(spec.name),
-                // An earlier attempt made it: it is this cluster's.
                 Err(error) if error.as_service_error().is_some_and(|e| e.is_conflict_exception()) => Ok(spec.name),
                 Err(error) => Err(cloud_error(error)),
             }
@@ -104,6 +153,19 @@ impl CloudApi for Serverless {
         let client = self.client.clone();
         Box::pin(async move {
             match client.delete_workgroup().workgroup_name(&resource_id).send().await {
+                Ok(_) => {}
+                Err(error) if error.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => {}
+                Err(error) => return Err(cloud_error(error)),
+            }
+            // The namespace goes once its workgroup is gone.
+            for _ in 0..DELETE_POLLS_MAX {
+                match client.get_workgroup().workgroup_name(&resource_id).send().await {
+                    Err(error) if error.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => break,
+                    Err(error) => return Err(cloud_error(error)),
+                    Ok(_) => tokio::time::sleep(DELETE_POLL).await,
+                }
+            }
+            match client.delete_namespace().namespace_name(&resource_id).send().await {
                 Ok(_) => Ok(()),
                 Err(error) if error.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => Ok(()),
                 Err(error) => Err(cloud_error(error)),
@@ -112,25 +174,40 @@ impl CloudApi for Serverless {
     }
 
     fn list(&self, deployment: String) -> CallFuture<Vec<Listed>> {
-        let client = self.client.clone();
+        let this = self.clone();
         Box::pin(async move {
-            let mut listed = Vec::new();
+            let mut listed: BTreeMap<String, Listed> = BTreeMap::new();
             let mut next_token: Option<String> = None;
             loop {
-                let page = client.list_workgroups().set_next_token(next_token.take()).send().await.map_err(cloud_error)?;
+                let page = this.client.list_workgroups().set_next_token(next_token.take()).send().await.map_err(cloud_error)?;
                 for workgroup in page.workgroups() {
                     let (Some(name), Some(arn)) = (workgroup.workgroup_name(), workgroup.workgroup_arn()) else { continue };
-                    let tags = client.list_tags_for_resource().resource_arn(arn).send().await.map_err(cloud_error)?;
-                    let Some(owner) = Owner::from_tags(tags.tags().iter().map(|t| (t.key(), t.value()))) else { continue };
-                    if owner.deployment != deployment {
-                        continue;
+                    let Some(owner) = this.tags_of(arn).await? else { continue };
+                    if owner.deployment == deployment {
+                        listed.insert(name.to_owned(), Listed { resource_id: name.to_owned(), owner, state: state(workgroup).0 });
                     }
-                    let (state, _) = state(workgroup);
-                    listed.push(Listed { resource_id: name.to_owned(), owner, state });
                 }
                 match page.next_token() {
                     Some(token) if !token.is_empty() => next_token = Some(token.to_owned()),
-                    _ => return Ok(listed),
+                    _ => break,
+                }
+            }
+            // A tagged namespace without its workgroup is half a cluster.
+            loop {
+                let page = this.client.list_namespaces().set_next_token(next_token.take()).send().await.map_err(cloud_error)?;
+                for namespace in page.namespaces() {
+                    let (Some(name), Some(arn)) = (namespace.namespace_name(), namespace.namespace_arn()) else { continue };
+                    if listed.contains_key(name) {
+                        continue;
+                    }
+                    let Some(owner) = this.tags_of(arn).await? else { continue };
+                    if owner.deployment == deployment {
+                        listed.insert(name.to_owned(), Listed { resource_id: name.to_owned(), owner, state: ResourceState::Failed });
+                    }
+                }
+                match page.next_token() {
+                    Some(token) if !token.is_empty() => next_token = Some(token.to_owned()),
+                    _ => return Ok(listed.into_values().collect()),
                 }
             }
         })

@@ -276,6 +276,9 @@ struct Inner {
     /// A provider pool's connection settings: every cluster its provider
     /// hands over is this endpoint at the provided host and port.
     template: Option<Endpoint>,
+    /// Statements each provided cluster runs once before it is ready (a
+    /// datashare to attach, say).
+    setup_sql: Vec<String>,
     settings: PostgresSettings,
     clock: VirtualClock,
     running: Mutex<HashMap<QueryId, Running>>,
@@ -341,9 +344,12 @@ impl PostgresBackend {
     /// A backend for a pool whose clusters a cloud provider creates: it
     /// starts with none, and connects to each the provider hands over
     /// ([`slogate_actors::provider::EndpointSink`]) with `template`'s database, user, password, TLS
-    /// and connection limit. Must run inside the node's actix System.
-    pub fn for_provider(pool: PoolId, template: Endpoint, settings: PostgresSettings, clock: VirtualClock) -> Self {
-        Self::with_clusters(pool, std::collections::BTreeMap::new(), Some(template), settings, clock)
+    /// and connection limit, and runs `setup_sql` on each before it is
+    /// ready. Must run inside the node's actix System.
+    pub fn for_provider(pool: PoolId, template: Endpoint, setup_sql: Vec<String>, settings: PostgresSettings, clock: VirtualClock) -> Self {
+        let mut backend = Self::with_clusters(pool, std::collections::BTreeMap::new(), Some(template), settings, clock);
+        Arc::get_mut(&mut backend.inner).expect("a new backend has one owner").setup_sql = setup_sql;
+        backend
     }
 
     fn with_clusters(
@@ -353,7 +359,7 @@ impl PostgresBackend {
         settings: PostgresSettings,
         clock: VirtualClock,
     ) -> Self {
-        let inner = Inner { pool, clusters: Mutex::new(clusters), template, settings, clock, running: Mutex::default(), watchers: Mutex::default() };
+        let inner = Inner { pool, clusters: Mutex::new(clusters), template, setup_sql: Vec::new(), settings, clock, running: Mutex::default(), watchers: Mutex::default() };
         PostgresBackend { inner: Arc::new(inner) }
     }
 
@@ -402,6 +408,12 @@ impl slogate_actors::provider::EndpointSink for PostgresBackend {
                     Err(_) => tokio::time::sleep(ATTACH_RETRY).await,
                 }
             };
+            if !inner.setup_sql.is_empty() {
+                let client = opened.pool.get().await.map_err(|e| format!("cannot connect to run its setup SQL: {e}"))?;
+                for statement in &inner.setup_sql {
+                    client.simple_query(statement).await.map_err(|e| format!("its setup SQL failed on `{statement}`: {}", describe_error(&e)))?;
+                }
+            }
             tracing::info!(message = "A provided cluster passed its health check.", pool = %pool, cluster = %cluster, endpoint = %opened.endpoint.describe(), server_version = %opened.server_version);
             lock(&inner.clusters).insert(cluster, Arc::new(opened));
             actix_rt::spawn(health_checks(Arc::downgrade(&inner), cluster));

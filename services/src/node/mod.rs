@@ -744,7 +744,8 @@ async fn cloud_pool(id: &PoolId, pool: &crate::config::PoolSection, index: usize
     let api = slogate_cloud::platform::open(&platform, &pool.provider.aws())
         .await
         .map_err(|e| Error::Config(format!("pool `{id}`: its {kind} provider cannot start: {e}")))?;
-    let backend = PostgresBackend::for_provider(id.clone(), template, settings, clock);
+    let setup_sql = pool.provider.connect.as_ref().map(|c| c.setup_sql.clone()).unwrap_or_default();
+    let backend = PostgresBackend::for_provider(id.clone(), template, setup_sql, settings, clock);
     let cloud = slogate_cloud::provider::CloudSettings {
         deployment: if fleet.deployment.is_empty() { "default".into() } else { fleet.deployment.clone() },
         node: if fleet.node_id.is_empty() { "single".into() } else { fleet.node_id.clone() },
