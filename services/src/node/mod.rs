@@ -126,6 +126,10 @@ fn io(what: &str, error: std::io::Error) -> Error {
 
 /// Starts a node with `config`. Must run inside an actix System.
 pub async fn start(config: NodeConfig) -> Result<Node> {
+    // With the AWS providers built in, rustls has two crypto backends (the
+    // SDK's aws-lc-rs and our ring) and picks no process default, which
+    // tonic's TLS server needs: name ring, as the rest of the node uses.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let file = &config.file;
     let clock = match file.node.calendar.as_str() {
         // The last 00:00 UTC: a trace replayed from the node's start keeps
