@@ -141,7 +141,7 @@ pub async fn open(platform: &Platform, aws: &AwsSettings) -> crate::Result<Arc<d
     #[cfg(not(feature = "aws"))]
     {
         let _ = (platform, aws);
-        Err(crate::Error::NotBuilt("this slogate was built without the AWS providers: build it with `--features aws`".into()))
+        Err(crate::Error::NotBuilt("this slogate was built without the AWS providers: build it with `cargo build --release -p slogate --features aws`".into()))
     }
 }
 
@@ -166,7 +166,7 @@ pub async fn open_lambda(
     #[cfg(not(feature = "aws"))]
     {
         let _ = (settings, aws, clock);
-        Err(crate::Error::NotBuilt("this slogate was built without the AWS providers: build it with `--features aws`".into()))
+        Err(crate::Error::NotBuilt("this slogate was built without the AWS providers: build it with `cargo build --release -p slogate --features aws`".into()))
     }
 }
 
