@@ -29,6 +29,12 @@ impl CloudError {
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
         CloudError { code: code.into(), message: message.into() }
     }
+
+    /// The same error, its message prefixed with what it was about
+    /// (``namespace `analytics`: …``).
+    pub fn about(self, what: &str) -> Self {
+        CloudError { code: self.code, message: format!("{what}: {}", self.message) }
+    }
 }
 
 /// What to create.

@@ -40,10 +40,7 @@ impl Ec2 {
             .launch_template_names(&self.settings.launch_template)
             .send()
             .await
-            .map_err(|e| {
-                let e = cloud_error(e);
-                CloudError::new(e.code, format!("launch template `{}`: {}", self.settings.launch_template, e.message))
-            })?;
+            .map_err(|e| cloud_error(e).about(&format!("launch template `{}`", self.settings.launch_template)))?;
         if found.launch_templates().is_empty() {
             return Err(CloudError::new("InvalidLaunchTemplateName.NotFoundException", format!("launch template `{}` does not exist", self.settings.launch_template)));
         }

@@ -67,10 +67,8 @@ impl Lambda {
     /// Checks that the function exists (and the endpoint, region and
     /// credentials with it).
     pub async fn check(&self) -> Result<(), crate::api::CloudError> {
-        self.client.get_function().function_name(&self.settings.function).send().await.map(|_| ()).map_err(|e| {
-            let e = cloud_error(e);
-            crate::api::CloudError::new(e.code, format!("function `{}`: {}", self.settings.function, e.message))
-        })
+        let function = &self.settings.function;
+        self.client.get_function().function_name(function).send().await.map(|_| ()).map_err(|e| cloud_error(e).about(&format!("function `{function}`")))
     }
 }
 

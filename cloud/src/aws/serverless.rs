@@ -52,10 +52,7 @@ impl Serverless {
                 .send()
                 .await
                 .map(|_| ())
-                .map_err(|e| {
-                    let e = cloud_error(e);
-                    CloudError::new(e.code, format!("namespace `{namespace}`: {}", e.message))
-                }),
+                .map_err(|e| cloud_error(e).about(&format!("namespace `{namespace}`"))),
             None => self.client.list_namespaces().max_results(1).send().await.map(|_| ()).map_err(cloud_error),
         }
     }
