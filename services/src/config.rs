@@ -1739,24 +1739,13 @@ impl NodeConfig {
         }
         for (j, endpoint) in pool.endpoint.iter().enumerate() {
             let key = |name: &str| format!("pool[{i}].endpoint[{j}].{name}");
-            if endpoint.host.is_empty() || endpoint.database.is_empty() || endpoint.user.is_empty() {
+            if endpoint.host.is_empty() {
                 return Err(invalid(&key("host"), "host, database and user must be non-empty"));
             }
             if endpoint.size_rpu == 0 || endpoint.size_rpu > 1_024 {
                 return Err(invalid(&key("size_rpu"), format!("must be in 1–1024 RPU, got {}", endpoint.size_rpu)));
             }
-            if endpoint.connections == 0 || endpoint.connections > 1_024 {
-                return Err(invalid(&key("connections"), format!("must be in 1–1024, got {}", endpoint.connections)));
-            }
-            if !["disable", "require", "verify-full"].contains(&endpoint.tls.as_str()) {
-                return Err(invalid(&key("tls"), format!("`{}` is not one of disable, require, verify-full", endpoint.tls)));
-            }
-            if endpoint.ca_file.is_some() && endpoint.tls != "verify-full" {
-                return Err(invalid(&key("ca_file"), "a CA file is for tls = \"verify-full\""));
-            }
-            if endpoint.password_env.is_some() && endpoint.password_file.is_some() {
-                return Err(invalid(&key("password_env"), "give password_env or password_file, not both"));
-            }
+            Self::validate_connection(endpoint, &key)?;
         }
         pool.postgres.to_settings(&key("postgres"))?;
         if pool.autoscale.enabled {
@@ -1768,6 +1757,27 @@ impl NodeConfig {
                 "node.time_compression",
                 format!("must be 1 when a pool runs on real servers (pool `{}`), got {}", pool.name, file.node.time_compression),
             ));
+        }
+        Ok(())
+    }
+
+    /// How a postgres pool reaches a server, checked alike for a fixed
+    /// endpoint and for a cloud provider's connection template.
+    fn validate_connection(endpoint: &EndpointSection, key: &dyn Fn(&str) -> String) -> Result<()> {
+        if endpoint.database.is_empty() || endpoint.user.is_empty() {
+            return Err(invalid(&key("database"), "database and user must be non-empty"));
+        }
+        if endpoint.connections == 0 || endpoint.connections > 1_024 {
+            return Err(invalid(&key("connections"), format!("must be in 1–1024, got {}", endpoint.connections)));
+        }
+        if !["disable", "require", "verify-full"].contains(&endpoint.tls.as_str()) {
+            return Err(invalid(&key("tls"), format!("`{}` is not one of disable, require, verify-full", endpoint.tls)));
+        }
+        if endpoint.ca_file.is_some() && endpoint.tls != "verify-full" {
+            return Err(invalid(&key("ca_file"), "a CA file is for tls = \"verify-full\""));
+        }
+        if endpoint.password_env.is_some() && endpoint.password_file.is_some() {
+            return Err(invalid(&key("password_env"), "give password_env or password_file, not both"));
         }
         Ok(())
     }
@@ -1793,15 +1803,7 @@ impl NodeConfig {
         let Some(connect) = &provider.connect else {
             return Err(invalid(&key("provider.connect"), format!("pool `{}` needs [pool.provider.connect] (database and user) to reach the clusters its provider creates", pool.name)));
         };
-        if connect.database.is_empty() || connect.user.is_empty() {
-            return Err(invalid(&key("provider.connect.database"), "database and user must be non-empty"));
-        }
-        if !["disable", "require", "verify-full"].contains(&connect.tls.as_str()) {
-            return Err(invalid(&key("provider.connect.tls"), format!("`{}` is not one of disable, require, verify-full", connect.tls)));
-        }
-        if connect.connections == 0 || connect.connections > 1_024 {
-            return Err(invalid(&key("provider.connect.connections"), format!("must be in 1–1024, got {}", connect.connections)));
-        }
+        Self::validate_connection(&connect.as_endpoint(), &|name| key(&format!("provider.connect.{name}")))?;
         if let Some(&size) = pool.clusters.iter().find(|&&s| s == 0 || s > 1_024) {
             return Err(invalid(&key("clusters"), format!("sizes must be in 1–1024 RPU, got {size}")));
         }
