@@ -80,6 +80,32 @@ fn wait_until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// A test's scratch directory, its PostgreSQL server, a Serverless
+/// stand-in whose workgroups all serve at that server, and a node config
+/// for them.
+struct Bench {
+    dir: PathBuf,
+    /// Alive as long as the bench.
+    _server: LocalPostgres,
+    stand_in: ServerlessStandIn,
+    config: PathBuf,
+}
+
+impl Bench {
+    fn new(name: &str, autoscale: &str, ready_timeout_s: u64) -> Bench {
+        let dir = scratch(name);
+        let server = LocalPostgres::start(&dir).unwrap();
+        let stand_in = ServerlessStandIn::start(Behaviour { endpoint: ("127.0.0.1".into(), server.port), ..Behaviour::default() });
+        let config = write_config(&dir, &stand_in, &server, autoscale, ready_timeout_s);
+        Bench { dir, _server: server, stand_in, config }
+    }
+
+    /// `slogate serve` on the config, with the stand-in's credentials.
+    fn start_node(&self) -> NodeProcess {
+        NodeProcess::start_with_env(&self.config, &[], &AWS_ENV)
+    }
+}
+
 /// Spin up on a queue of three; tear down after 3 s idle.
 const AUTOSCALE: &str = "[pool.autoscale]\nenabled = true\ntrigger = \"queue\"\nqueue_threshold = 3\nteardown = true\nidle_teardown_s = 3\nmin_lifetime_s = 1\nsizes = [8]\nmax_clusters = 2\nspinup_delay_s = 1\n";
 
@@ -89,11 +115,9 @@ fn sql(id: &str, text: &str, slo_ms: u64) -> SubmitRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_creates_a_workgroup_that_serves_once_healthy_and_idleness_deletes_it() {
-    let dir = scratch("burst");
-    let server = LocalPostgres::start(&dir).unwrap();
-    let stand_in = ServerlessStandIn::start(Behaviour { endpoint: ("127.0.0.1".into(), server.port), ..Behaviour::default() });
-    let config = write_config(&dir, &stand_in, &server, AUTOSCALE, 30);
-    let node = NodeProcess::start_with_env(&config, &[], &AWS_ENV);
+    let bench = Bench::new("burst", AUTOSCALE, 30);
+    let (dir, stand_in) = (&bench.dir, &bench.stand_in);
+    let node = bench.start_node();
     let admin = node.admin_addr;
 
     // The initial cluster is a workgroup, ready once its endpoint answers.
@@ -152,16 +176,14 @@ async fn a_burst_creates_a_workgroup_that_serves_once_healthy_and_idleness_delet
     let bill = json(&pool)["billed_usd"].as_f64();
     assert!(bill.is_some_and(|b| b > 0.0), "the bill shows: {pool}");
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_killed_between_a_create_and_its_record_leaks_nothing_and_duplicates_nothing_after_a_restart() {
-    let dir = scratch("kill");
-    let server = LocalPostgres::start(&dir).unwrap();
-    let stand_in = ServerlessStandIn::start(Behaviour { endpoint: ("127.0.0.1".into(), server.port), ..Behaviour::default() });
-    let config = write_config(&dir, &stand_in, &server, "", 30);
-    let node = NodeProcess::start_with_env(&config, &[], &AWS_ENV);
+    let bench = Bench::new("kill", "", 30);
+    let (dir, stand_in) = (&bench.dir, &bench.stand_in);
+    let node = bench.start_node();
     let admin = node.admin_addr;
     wait_until(Duration::from_secs(30), "c0 ready", || clusters(admin).contains(&("c0".into(), "ready".into())));
 
@@ -186,7 +208,7 @@ async fn a_node_killed_between_a_create_and_its_record_leaks_nothing_and_duplica
 
     // Restarted, the node adopts c0 (its layout wants one 8-RPU cluster),
     // terminates the 16-RPU workgroup nobody noted, and creates nothing.
-    let node = NodeProcess::start_with_env(&config, &[], &AWS_ENV);
+    let node = bench.start_node();
     let admin = node.admin_addr;
     wait_until(Duration::from_secs(30), "c0 ready again", || clusters(admin).contains(&("c0".into(), "ready".into())));
     wait_until(Duration::from_secs(10), "the unnoted workgroup and its namespace terminated", || {
@@ -203,17 +225,15 @@ async fn a_node_killed_between_a_create_and_its_record_leaks_nothing_and_duplica
     let reply = client.submit(sql("after", "SELECT 6 * 7 AS answer", 5_000)).await.unwrap().into_inner();
     assert_eq!((reply.status(), reply.target.as_str()), (QueryStatus::Completed, "c0"), "{reply:?}");
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn a_workgroup_that_never_becomes_available_is_deleted_and_its_abandonment_is_a_decision_with_the_reason() {
-    let dir = scratch("never");
-    let server = LocalPostgres::start(&dir).unwrap();
-    let stand_in = ServerlessStandIn::start(Behaviour { endpoint: ("127.0.0.1".into(), server.port), ..Behaviour::default() });
+    let bench = Bench::new("never", AUTOSCALE, 2);
+    let (dir, stand_in) = (&bench.dir, &bench.stand_in);
     stand_in.never_available(1);
-    let config = write_config(&dir, &stand_in, &server, AUTOSCALE, 2);
-    let node = NodeProcess::start_with_env(&config, &[], &AWS_ENV);
+    let node = bench.start_node();
     let admin = node.admin_addr;
     wait_until(Duration::from_secs(20), "c0 gone", || clusters(admin).contains(&("c0".into(), "gone".into())));
     assert_eq!(stand_in.calls("DeleteWorkgroup"), 1, "the workgroup was deleted");
@@ -224,7 +244,7 @@ fn a_workgroup_that_never_becomes_available_is_deleted_and_its_abandonment_is_a_
     let reason = abandoned["reason"].as_str().unwrap();
     assert!(reason.contains("slogate-default-sls-c0 did not become available within 2 s") && reason.contains("deleted it"), "{reason}");
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
