@@ -82,4 +82,27 @@ pub trait CloudApi: Send + Sync + 'static {
     /// Every resource tagged as `deployment`'s that is not yet deleted,
     /// with its owner and state.
     fn list(&self, deployment: String) -> CallFuture<Vec<Listed>>;
+
+    /// Whether [`CloudApi::delete`] parks the resource (pauses it, billing
+    /// storage only) rather than deleting it, so that a later cluster can
+    /// reuse it with [`CloudApi::retag`], [`CloudApi::resume`] and
+    /// [`CloudApi::resize`].
+    fn parks(&self) -> bool {
+        false
+    }
+
+    /// Tags the resource `resource_id` as `owner`'s, replacing its slogate
+    /// tags: a parked resource taken by a new cluster.
+    fn retag(&self, resource_id: String, owner: Owner) -> CallFuture<()> {
+        let _ = owner;
+        let kind = self.kind();
+        Box::pin(async move { Err(CloudError::new("Unsupported", format!("{kind} does not retag {resource_id}"))) })
+    }
+
+    /// Resizes the available resource `resource_id` to `size` in place;
+    /// it serves again once described as available.
+    fn resize(&self, resource_id: String, size: slogate_core::model::Rpu) -> CallFuture<()> {
+        let kind = self.kind();
+        Box::pin(async move { Err(CloudError::new("Unsupported", format!("{kind} does not resize {resource_id} (to {} RPU)", size.0))) })
+    }
 }

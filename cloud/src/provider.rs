@@ -11,6 +11,14 @@
 //!   with the reason.
 //! - **Spin down:** the backend drains the cluster; then the resource is
 //!   deleted. A cluster still starting is abandoned and deleted at once.
+//! - **Parking** (a platform whose delete pauses, [`CloudApi::parks`]):
+//!   every resource the provider pauses, and every paused one it finds at
+//!   reconciliation and does not adopt, is parked. A spin-up reuses a
+//!   parked resource before it creates one (core's `pick_parked`: the
+//!   wanted size, else the nearest): it is retagged as the new cluster's,
+//!   resumed, and resized in place once available if its size differs.
+//!   So the pool never holds more resources, serving and paused, than the
+//!   most clusters it ran at once, and none is left unaccounted for.
 //! - **Reconciliation at start** ([`CloudProvider::reconcile`]): list the
 //!   deployment's resources, adopt what the pool's layout needs (core's
 //!   `inventory::reconcile`; a paused one is resumed), terminate the rest,
@@ -82,10 +90,20 @@ pub enum Phase {
     Releasing,
 }
 
+/// A paused resource kept for reuse.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Parked {
+    /// The platform's id.
+    pub resource_id: String,
+    /// Its size.
+    pub size: Rpu,
+}
+
 #[derive(Default)]
 struct Book {
     next_cluster: HashMap<PoolId, u32>,
     resources: BTreeMap<(PoolId, ClusterId), Resource>,
+    parked: BTreeMap<PoolId, Vec<Parked>>,
     recent: VecDeque<LifecycleRecord>,
 }
 
@@ -118,14 +136,27 @@ impl CloudProvider {
         // platform), each logged when it is done.
         for (resource_id, reason) in &adoption.terminate {
             let cluster = listed.iter().find(|r| &r.resource_id == resource_id).map(|r| r.owner.cluster);
+            let found = listed.iter().find(|r| &r.resource_id == resource_id);
+            if self.api.parks() && found.is_some_and(|r| r.state == ResourceState::Paused) {
+                let size = found.map_or(Rpu(0), |r| r.owner.size);
+                tracing::info!(message = "Reconciliation: parked a paused resource the pool does not need now.", pool = %pool, %resource_id, %reason);
+                self.log(pool, "park", cluster, Some(size), format!("kept {resource_id} paused for reuse: {reason}"));
+                self.park(pool, resource_id.clone(), size);
+                continue;
+            }
             tracing::warn!(message = "Reconciliation: terminating a resource the pool does not need.", pool = %pool, %resource_id, %reason, dry_run);
             if dry_run {
                 self.log(pool, "terminate", cluster, None, format!("dry run: would terminate {resource_id}: {reason}"));
                 continue;
             }
             let (this, pool, resource_id, reason) = (self.clone_handle(), pool.clone(), resource_id.clone(), reason.clone());
+            let size = found.map_or(Rpu(0), |r| r.owner.size);
             tokio::task::spawn_local(async move {
                 let result = match this.api.delete(resource_id.clone()).await {
+                    Ok(()) if this.api.parks() => {
+                        this.park(&pool, resource_id.clone(), size);
+                        format!("paused and parked {resource_id}: {reason}")
+                    }
                     Ok(()) => format!("terminated {resource_id}: {reason}"),
                     Err(error) => format!("could not terminate {resource_id} ({reason}): {error}"),
                 };
@@ -155,7 +186,7 @@ impl CloudProvider {
             }
             tracing::info!(message = "Reconciliation: adopted a resource.", pool = %pool, cluster = %cluster, result = %adopted);
             self.log(pool, "adopt", Some(*cluster), Some(found.owner.size), adopted);
-            self.watch_until_serving(pool.clone(), *cluster, resource_id.clone(), found.owner.size);
+            self.watch_until_serving(pool.clone(), *cluster, resource_id.clone(), found.owner.size, None);
         }
         Ok(adoption)
     }
@@ -163,6 +194,15 @@ impl CloudProvider {
     /// The resources held, in pool and cluster order.
     pub fn resources(&self) -> Vec<Resource> {
         self.book().resources.values().cloned().collect()
+    }
+
+    /// Each pool's parked resources.
+    pub fn parked(&self) -> BTreeMap<PoolId, Vec<Parked>> {
+        self.book().parked.clone()
+    }
+
+    fn park(&self, pool: &PoolId, resource_id: String, size: Rpu) {
+        park(&self.book, pool, resource_id, size);
     }
 
     fn book(&self) -> std::sync::MutexGuard<'_, Book> {
@@ -174,8 +214,10 @@ impl CloudProvider {
     }
 
     /// Describes `resource_id` until it serves, then hands it to the sink;
-    /// deletes it and abandons the cluster when it fails or times out.
-    fn watch_until_serving(&self, pool: PoolId, cluster: ClusterId, resource_id: String, size: Rpu) {
+    /// deletes it and abandons the cluster when it fails or times out. A
+    /// reused resource of another size (`resize_from`) is resized once
+    /// available, and serves once available again.
+    fn watch_until_serving(&self, pool: PoolId, cluster: ClusterId, resource_id: String, size: Rpu, mut resize_from: Option<Rpu>) {
         let (api, sink, book, clock) = (self.api.clone(), self.sink.clone(), self.book.clone(), self.clock);
         let (poll, timeout) = (self.settings.poll_interval, self.settings.ready_timeout);
         tokio::task::spawn_local(async move {
@@ -196,6 +238,13 @@ impl CloudProvider {
                             r.status.clone_from(&described.status);
                         }
                         match (described.state, described.endpoint) {
+                            (ResourceState::Available, Some(_)) if let Some(from) = resize_from => {
+                                if let Err(error) = api.resize(resource_id.clone(), size).await {
+                                    break format!("resizing {resource_id} from {} to {} RPU failed: {error}", from.0, size.0);
+                                }
+                                resize_from = None;
+                                record(&book, clock, &pool, "resize", Some(cluster), Some(size), format!("resizing {resource_id} from {} RPU", from.0));
+                            }
                             (ResourceState::Available, Some(endpoint)) => {
                                 if !still_ours(&book) {
                                     return;
@@ -231,6 +280,10 @@ impl CloudProvider {
                 r.phase = Phase::Releasing;
             }
             let deleted = match api.delete(resource_id.clone()).await {
+                Ok(()) if api.parks() => {
+                    park(&book, &pool, resource_id.clone(), size);
+                    format!("{reason}; paused and parked it")
+                }
                 Ok(()) => format!("{reason}; deleted it"),
                 Err(error) => format!("{reason}; deleting it failed: {error}"),
             };
@@ -239,6 +292,14 @@ impl CloudProvider {
             record(&book, clock, &pool, "abandon", Some(cluster), Some(size), deleted.clone());
             sink.abandon(pool, cluster, deleted);
         });
+    }
+}
+
+fn park(book: &Arc<Mutex<Book>>, pool: &PoolId, resource_id: String, size: Rpu) {
+    let mut book = book.lock().expect("the provider's book lock is never poisoned");
+    let parked = book.parked.entry(pool.clone()).or_default();
+    if !parked.iter().any(|p| p.resource_id == resource_id) {
+        parked.push(Parked { resource_id, size });
     }
 }
 
@@ -267,18 +328,28 @@ impl Provider for CloudProvider {
         };
         let name = inventory::resource_name(&self.settings.name_prefix, &self.settings.deployment, &pool.0, cluster);
         let owner = Owner { deployment: self.settings.deployment.clone(), node: self.settings.node.clone(), pool: pool.0.clone(), cluster, size };
-        let created = self.api.create(CreateSpec { name: name.clone(), owner });
         let kind = self.api.kind();
         let this = self.clone_handle();
+        let reuse = self.unpark(&pool, size);
         Box::pin(async move {
-            match created.await {
+            if let Some(parked) = reuse {
+                match this.reuse(&pool, cluster, &parked, owner.clone()).await {
+                    Ok(()) => return Ok(cluster),
+                    Err(error) => {
+                        // It stays parked; a new resource is created instead.
+                        this.park(&pool, parked.resource_id.clone(), parked.size);
+                        this.log(&pool, "reuse", Some(cluster), Some(size), format!("could not reuse {}: {error}; creating {name}", parked.resource_id));
+                    }
+                }
+            }
+            match this.api.create(CreateSpec { name: name.clone(), owner }).await {
                 Ok(resource_id) => {
                     this.book().resources.insert(
                         (pool.clone(), cluster),
                         Resource { pool: pool.clone(), cluster, resource_id: resource_id.clone(), size, phase: Phase::Starting, status: "creating".into() },
                     );
                     this.log(&pool, "spin_up", Some(cluster), Some(size), format!("created {resource_id}"));
-                    this.watch_until_serving(pool, cluster, resource_id, size);
+                    this.watch_until_serving(pool, cluster, resource_id, size, None);
                     Ok(cluster)
                 }
                 Err(error) => {
@@ -316,6 +387,10 @@ impl Provider for CloudProvider {
                 this.sink.abandon(pool.clone(), cluster, "released before it served".into());
             }
             let result = match this.api.delete(resource_id.clone()).await {
+                Ok(()) if this.api.parks() => {
+                    this.park(&pool, resource_id.clone(), size);
+                    format!("paused and parked {resource_id}")
+                }
                 Ok(()) => format!("deleted {resource_id}"),
                 Err(error) => refused(kind, &format!("delete {resource_id}"), &error).to_string(),
             };
@@ -327,13 +402,41 @@ impl Provider for CloudProvider {
 
     fn state(&self) -> LocalFuture<Result<ProviderState, ExecuteError>> {
         let book = self.book();
-        let detail = serde_json::json!({ "resources": book.resources.values().collect::<Vec<_>>() });
+        let detail = serde_json::json!({ "resources": book.resources.values().collect::<Vec<_>>(), "parked": book.parked });
         let state = ProviderState { kind: self.api.kind(), recent: book.recent.iter().cloned().collect(), detail };
         Box::pin(std::future::ready(Ok(state)))
     }
 }
 
 impl CloudProvider {
+    /// Takes the parked resource a new cluster of `size` reuses, if any.
+    fn unpark(&self, pool: &PoolId, size: Rpu) -> Option<Parked> {
+        if !self.api.parks() {
+            return None;
+        }
+        let mut book = self.book();
+        let parked = book.parked.get_mut(pool)?;
+        let sizes: Vec<Rpu> = parked.iter().map(|p| p.size).collect();
+        inventory::pick_parked(&sizes, size).map(|i| parked.remove(i))
+    }
+
+    /// Makes the parked resource `parked` the new `cluster`: retags it as
+    /// `owner`'s and resumes it; the watch resizes it if needed.
+    async fn reuse(&self, pool: &PoolId, cluster: ClusterId, parked: &Parked, owner: Owner) -> Result<(), CloudError> {
+        let size = owner.size;
+        self.api.retag(parked.resource_id.clone(), owner).await?;
+        self.api.resume(parked.resource_id.clone()).await?;
+        self.book().resources.insert(
+            (pool.clone(), cluster),
+            Resource { pool: pool.clone(), cluster, resource_id: parked.resource_id.clone(), size, phase: Phase::Starting, status: "resuming".into() },
+        );
+        let resize = (parked.size != size).then_some(parked.size);
+        let how = resize.map_or_else(String::new, |from| format!(", to be resized from {} RPU", from.0));
+        self.log(pool, "spin_up", Some(cluster), Some(size), format!("reusing parked {}{how}", parked.resource_id));
+        self.watch_until_serving(pool.clone(), cluster, parked.resource_id.clone(), size, resize);
+        Ok(())
+    }
+
     /// Another handle on the same provider, for its tasks.
     fn clone_handle(&self) -> CloudProvider {
         CloudProvider { api: self.api.clone(), sink: self.sink.clone(), settings: self.settings.clone(), clock: self.clock, book: self.book.clone() }

@@ -189,3 +189,58 @@ async fn a_pool_that_pauses_pauses_on_release_and_a_restarted_node_resumes_the_p
     assert_eq!(listed.len(), 1, "no second cluster");
     assert_eq!(listed[0].state, ResourceState::Available, "resumed");
 }
+
+#[actix_rt::test]
+async fn a_pool_that_pauses_reuses_its_paused_cluster_for_the_next_spinup_resized_in_place_and_retagged() {
+    let moto = Moto::start();
+    let config = config(&moto).await;
+    let api = Redshift::new(&config, redshift_settings(true));
+    let sink = Arc::new(RecordingSink::default());
+    let provider = provider(api.clone(), sink.clone(), Duration::from_secs(20));
+    let first = provider.spin_up(pool(), Rpu(16)).await.unwrap();
+    sink.wait_for(Duration::from_secs(20), |h| !h.is_empty()).await;
+    provider.spin_down(pool(), first).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while provider.parked().get(&pool()).is_none_or(Vec::is_empty) {
+        assert!(tokio::time::Instant::now() < deadline, "never parked: {:?}", provider.parked());
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+
+    // The next spinup wants 32 RPU: the paused 16-RPU cluster is resumed,
+    // resized to 4 nodes and tagged as the new cluster; nothing is created.
+    let second = provider.spin_up(pool(), Rpu(32)).await.unwrap();
+    assert_ne!(second, first, "a new cluster id");
+    let handed = sink.wait_for(Duration::from_secs(20), |h| h.iter().any(|x| matches!(x, Handed::Attached(c, ..) if *c == second))).await;
+    assert!(handed.iter().any(|x| matches!(x, Handed::Attached(c, Rpu(32), _) if *c == second)), "{handed:?}");
+    let redshift = aws_sdk_redshift::Client::new(&config);
+    let clusters = redshift.describe_clusters().send().await.unwrap();
+    assert_eq!(clusters.clusters().len(), 1, "the paused cluster was reused, not a second one created");
+    let reused = &clusters.clusters()[0];
+    assert_eq!(reused.cluster_status(), Some("available"));
+    assert_eq!(reused.number_of_nodes(), Some(4), "resized from 2 nodes to 4");
+    let listed = api.list("test".into()).await.unwrap();
+    assert_eq!((listed[0].owner.cluster, listed[0].owner.size), (second, Rpu(32)), "retagged as the new cluster");
+    assert!(provider.parked().get(&pool()).is_none_or(Vec::is_empty));
+    let state = provider.state().await.unwrap();
+    assert!(state.recent.iter().any(|r| r.action == "resize" && r.result.contains("from 16 RPU")), "{:?}", state.recent);
+}
+
+#[actix_rt::test]
+async fn reconciliation_parks_paused_clusters_the_layout_does_not_need_instead_of_deleting_them() {
+    let moto = Moto::start();
+    let config = config(&moto).await;
+    let api = Redshift::new(&config, redshift_settings(true));
+    for (cluster, size) in [(0, 8), (1, 16)] {
+        let owner = Owner { deployment: "test".into(), node: "n0".into(), pool: "batch".into(), cluster: ClusterId(cluster), size: Rpu(size) };
+        let name = api.create(CreateSpec { name: format!("slogate-test-batch-c{cluster}"), owner }).await.unwrap();
+        api.delete(name).await.unwrap();
+    }
+    let sink = Arc::new(RecordingSink::default());
+    let provider = provider(api.clone(), sink.clone(), Duration::from_secs(20));
+    let adoption = provider.reconcile(&pool(), &Layout { sizes_rpu: vec![8] }, false).await.unwrap();
+    assert_eq!(adoption.adopt.len(), 1);
+    let parked = provider.parked();
+    assert_eq!(parked[&pool()].iter().map(|p| p.size).collect::<Vec<_>>(), [Rpu(16)], "the unneeded paused cluster is kept for reuse");
+    let listed = api.list("test".into()).await.unwrap();
+    assert_eq!(listed.len(), 2, "nothing deleted: {listed:?}");
+}

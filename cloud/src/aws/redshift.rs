@@ -4,7 +4,9 @@
 //! id; creating an identifier that exists answers that cluster (resumed,
 //! if it was paused). A pool configured to pause releases its
 //! clusters by pausing them (they bill for storage only) instead of
-//! deleting them.
+//! deleting them, and a later cluster reuses a paused one: it is
+//! retagged as the new cluster's, resumed, and resized (`ModifyCluster`
+//! with the node count, the in-place resize) when its size differs.
 
 use aws_config::SdkConfig;
 use aws_sdk_redshift::Client;
@@ -37,6 +39,24 @@ impl Redshift {
     /// Nodes for `size_rpu`.
     pub fn nodes_for(&self, size_rpu: u32) -> i32 {
         i32::try_from((size_rpu / self.settings.rpu_per_node.max(1)).max(1)).unwrap_or(i32::MAX)
+    }
+
+    /// The cluster's ARN, which tagging calls name it by, as the tag
+    /// listing of clusters gives it (it holds the account id, which no
+    /// cluster call answers).
+    async fn arn(&self, identifier: &str) -> Result<String, CloudError> {
+        let suffix = format!(":cluster:{identifier}");
+        let mut marker: Option<String> = None;
+        loop {
+            let page = self.client.describe_tags().resource_type("cluster").set_marker(marker.take()).send().await.map_err(cloud_error)?;
+            if let Some(arn) = page.tagged_resources().iter().filter_map(|r| r.resource_name()).find(|name| name.ends_with(&suffix)) {
+                return Ok(arn.to_owned());
+            }
+            match page.marker() {
+                Some(next) if !next.is_empty() => marker = Some(next.to_owned()),
+                _ => return Err(CloudError::new("NotFound", format!("no tagged cluster `{identifier}`"))),
+            }
+        }
     }
 
     async fn find(&self, identifier: &str) -> Result<Option<Cluster>, CloudError> {
@@ -131,6 +151,37 @@ impl CloudApi for Redshift {
                 Err(error) if error.code == "NotFound" => Ok(()),
                 other => other,
             }
+        })
+    }
+
+    fn parks(&self) -> bool {
+        self.settings.pause_instead_of_delete
+    }
+
+    fn retag(&self, resource_id: String, owner: Owner) -> CallFuture<()> {
+        let this = self.clone();
+        Box::pin(async move {
+            let arn = this.arn(&resource_id).await?;
+            let tags = owner.tags().into_iter().map(|(key, value)| Tag::builder().key(key).value(value).build()).collect();
+            this.client.create_tags().resource_name(arn).set_tags(Some(tags)).send().await.map(|_| ()).map_err(cloud_error)
+        })
+    }
+
+    fn resize(&self, resource_id: String, size: slogate_core::model::Rpu) -> CallFuture<()> {
+        let this = self.clone();
+        Box::pin(async move {
+            let nodes = this.nodes_for(size.0);
+            // ModifyCluster resizes with the node type and count both named.
+            let mut request = this
+                .client
+                .modify_cluster()
+                .cluster_identifier(&resource_id)
+                .node_type(&this.settings.node_type)
+                .cluster_type(if nodes == 1 { "single-node" } else { "multi-node" });
+            if nodes > 1 {
+                request = request.number_of_nodes(nodes);
+            }
+            request.send().await.map(|_| ()).map_err(cloud_error)
         })
     }
 

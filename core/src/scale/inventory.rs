@@ -21,6 +21,9 @@
 //!   new resource never takes the tags of one still alive or deleting.
 //! - **Available first:** of resources of one size, available ones are
 //!   adopted before creating or paused ones.
+//! - **Nearest parked:** [`pick_parked`] takes a parked resource of the
+//!   wanted size when there is one, and otherwise the one whose size is
+//!   nearest (the smallest resize), the smaller on a tie.
 //! - **Valid names:** [`resource_name`] gives a name every platform here
 //!   takes (a letter first, then lowercase letters, digits and single
 //!   hyphens, at most 63 characters), distinct for distinct clusters.
@@ -240,6 +243,14 @@ pub fn reconcile(deployment: &str, pool: &str, listed: &[Listed], want: &Layout)
     Adoption { adopt, terminate, request: plan.request, next_cluster }
 }
 
+/// Which of a pool's parked resources (paused, kept for reuse), of sizes
+/// `parked_sizes`, a new cluster of size `want` reuses: one of that size if
+/// any, else the nearest in size (it is resized), the smaller on a tie;
+/// `None` when nothing is parked.
+pub fn pick_parked(parked_sizes: &[Rpu], want: Rpu) -> Option<usize> {
+    parked_sizes.iter().enumerate().min_by_key(|(_, size)| (size.0.abs_diff(want.0), size.0)).map(|(i, _)| i)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,7 +314,34 @@ mod tests {
         assert!(long.ends_with("-c12"), "{long}");
     }
 
+    #[test]
+    fn a_parked_resource_of_the_wanted_size_is_reused_before_a_nearer_one_to_resize() {
+        assert_eq!(pick_parked(&[Rpu(64), Rpu(16), Rpu(32)], Rpu(32)), Some(2));
+        assert_eq!(pick_parked(&[Rpu(128), Rpu(16)], Rpu(32)), Some(1));
+        assert_eq!(pick_parked(&[], Rpu(32)), None);
+    }
+
     proptest! {
+        #[test]
+        fn the_parked_resource_picked_needs_the_smallest_resize(
+            parked in proptest::collection::vec(prop_oneof![Just(8u32), Just(16), Just(32), Just(64), Just(128)], 0..6),
+            want in prop_oneof![Just(8u32), Just(16), Just(32), Just(64), Just(128)],
+        ) {
+            let sizes: Vec<Rpu> = parked.iter().map(|&s| Rpu(s)).collect();
+            match pick_parked(&sizes, Rpu(want)) {
+                None => prop_assert!(sizes.is_empty()),
+                Some(i) => {
+                    let picked = sizes[i].0;
+                    for other in &sizes {
+                        prop_assert!(picked.abs_diff(want) <= other.0.abs_diff(want), "{picked} picked over {} for {want}", other.0);
+                        if other.0.abs_diff(want) == picked.abs_diff(want) {
+                            prop_assert!(picked <= other.0, "ties go to the smaller");
+                        }
+                    }
+                }
+            }
+        }
+
         #[test]
         fn resource_names_are_valid_everywhere_and_distinct_per_cluster(
             prefix in "[a-zA-Z0-9_ -]{0,20}",
