@@ -11,7 +11,10 @@
 //!    for the admin API), and sends the query to the pool's [`Backend`]
 //!    (through the cluster's tracker, or straight to the elastic tier);
 //! 4. when the backend reports, updates the pool view, feeds the policy,
-//!    logs the execution to the Reservoir, and replies.
+//!    logs the execution to the Reservoir, and replies. An offload the
+//!    elastic tier throttled is routed again once instead (the policy
+//!    learns of the throttle first, so it routes to a cluster), with its
+//!    id, waiters and arrival kept, and a second decision saying why.
 //!
 //! Learning stays off the routing path: the policy hands each refit of its
 //! predictor out as a job (`RoutingPolicy::defer_fits`), the shard runs it
@@ -399,6 +402,11 @@ struct InFlight {
     /// Every client left and the query is being cancelled: its id is free
     /// for a retry, and its failure is not remembered for one.
     abandoned: bool,
+    /// Its SQL text, kept for a second dispatch.
+    sql: Option<Arc<str>>,
+    /// The elastic tier throttled it and it was routed again: it is not
+    /// routed a third time.
+    rerouted: bool,
 }
 
 struct PoolRuntime {
@@ -480,6 +488,9 @@ pub struct PoolStats {
     /// Refits of the policy's predictor run off the routing thread and
     /// installed.
     pub predictor_fits: u64,
+    /// Offloads the elastic tier throttled that were routed to a cluster
+    /// instead of failing.
+    pub offloads_rerouted: u64,
 }
 
 /// One pool's observable state.
@@ -1192,12 +1203,25 @@ impl Handler<Submit> for RouterShard {
                 digest: message.digest,
                 waiters: vec![sender],
                 abandoned: false,
+                sql: sql.clone(),
+                rerouted: false,
             },
         );
         if !pool.notify(ScaleEvent::Arrival { query: query.clone(), target: Some(chosen) }) {
             self.scale_notices_dropped += 1;
         }
-        let pool_id = message.pool;
+        self.record_decision(decision);
+        self.dispatch(message.pool, query, sql, chosen, ctx);
+        Ok(Submitted { query: id, reply: receiver })
+    }
+}
+
+impl RouterShard {
+    /// Sends `query`, already placed in `pool_id`'s view and in flight, to
+    /// `chosen`, and handles its completion as the run ends.
+    fn dispatch(&mut self, pool_id: PoolId, query: Query, sql: Option<Arc<str>>, chosen: Target, ctx: &mut Context<Self>) {
+        let Some(pool) = self.pools.get(&pool_id) else { return };
+        let id = query.id;
         let clock = self.clock;
         // Clusters run through their tracker; the elastic tier straight on
         // the backend.
@@ -1218,7 +1242,6 @@ impl Handler<Submit> for RouterShard {
                 Box::pin(async move { Some(running.await.unwrap_or_else(|refused| Completion::refused(&refused, clock.now()))) })
             }
         };
-        self.record_decision(decision);
         // The completion is handled as the future ends, on the shard, with
         // no second trip through its mailbox.
         ctx.spawn(
@@ -1232,7 +1255,6 @@ impl Handler<Submit> for RouterShard {
                 actor.handle(CompletionUpdate { pool: pool_id, query: id, completion, backend_wall }, ctx);
             }),
         );
-        Ok(Submitted { query: id, reply: receiver })
     }
 }
 
@@ -1262,6 +1284,12 @@ impl Handler<CompletionUpdate> for RouterShard {
 
     fn handle(&mut self, message: CompletionUpdate, ctx: &mut Self::Context) {
         let pool = message.pool.clone();
+        if let Some(Completion::Failed(failure)) = &message.completion
+            && failure.throttled
+            && self.reroute_throttled(&message.pool, message.query, &failure.reason, ctx)
+        {
+            return;
+        }
         self.complete(message);
         self.start_fit(&pool, ctx);
     }
@@ -1306,6 +1334,56 @@ impl RouterShard {
             // Completions that came in meanwhile may have made another due.
             actor.start_fit(&pool_id, ctx);
         }));
+    }
+
+    /// The elastic tier throttled `query`, an offload: the policy learns it
+    /// (the tier cools down), and the query is routed again, once, with its
+    /// id, waiters and arrival kept. False when it is not such an offload,
+    /// or the policy finds no cluster for it: then it fails.
+    fn reroute_throttled(&mut self, pool_id: &PoolId, query_id: QueryId, reason: &str, ctx: &mut Context<Self>) -> bool {
+        let now = self.clock.now();
+        let Some(pool) = self.pools.get_mut(pool_id) else { return false };
+        let Some(flight) = pool.in_flight.get_mut(&query_id) else { return false };
+        if flight.target != Target::Elastic || flight.rerouted || flight.abandoned {
+            return false;
+        }
+        pool.policy.handle_failure(now, query_id, true);
+        let query = Query { id: query_id, pool: pool_id.clone(), template: flight.template, slo: flight.slo, arrival: flight.arrival };
+        let Routing::Dispatch(decision) = pool.policy.route(now, &query, &pool.view) else { return false };
+        let Target::Cluster(cluster) = decision.target else { return false };
+        let Some(view) = pool.view.clusters.iter_mut().find(|c| c.id == cluster) else { return false };
+        let neighbours = view.running.len() as u32;
+        let neighbour_ids: Vec<QueryId> = view.running.iter().map(|r| r.id).collect();
+        view.running.push(RunningQuery { id: query_id, template: query.template, slo: query.slo, arrival: query.arrival, dispatched: now });
+        for neighbour in neighbour_ids {
+            if let Some(other) = pool.in_flight.get_mut(&neighbour) {
+                other.overlapped = true;
+            }
+        }
+        let flight = pool.in_flight.get_mut(&query_id).expect("looked up above");
+        flight.target = Target::Cluster(cluster);
+        flight.rerouted = true;
+        flight.neighbours_at_dispatch = neighbours;
+        flight.overlapped = neighbours > 0;
+        flight.explanation = format!("the elastic tier throttled it ({reason}), so it was routed again: {}", decision.explanation);
+        flight.predicted = decision.predicted_latency;
+        pool.stats.offloads_rerouted += 1;
+        let record = DecisionRecord {
+            pool: pool_id.clone(),
+            query: query_id,
+            client_query_id: flight.client_query_id.clone(),
+            tenant: flight.tenant.clone(),
+            template: query.template,
+            at_s: now.as_secs_f64(),
+            target: Some(flight.target),
+            explanation: flight.explanation.clone(),
+        };
+        let sql = flight.sql.clone();
+        // The autoscaler saw its arrival once, with the offload, and sees
+        // its completion as usual.
+        self.record_decision(record);
+        self.dispatch(pool_id.clone(), query, sql, Target::Cluster(cluster), ctx);
+        true
     }
 
     fn complete(&mut self, message: CompletionUpdate) {

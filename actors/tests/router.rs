@@ -308,3 +308,113 @@ async fn a_spinup_past_a_pool_cap_is_refused_naming_the_cap_whoever_asks() {
     let state = router.send(GetState).await.unwrap();
     assert_eq!(state.pools[0].clusters.len(), 2);
 }
+
+/// An elastic tier that refuses every invocation for its rate, as Lambda's
+/// 429 does, counting them.
+struct ThrottlingTier {
+    invocations: std::sync::atomic::AtomicUsize,
+}
+
+impl slogate_actors::elastic::ElasticTier for ThrottlingTier {
+    fn invoke(&self, _execution: slogate_actors::backend::Execution) -> slogate_actors::backend::LocalFuture<Result<slogate_actors::backend::Completion, slogate_actors::backend::ExecuteError>> {
+        self.invocations.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async { Err(slogate_actors::backend::ExecuteError::Throttled("Rate exceeded (429)".into())) })
+    }
+
+    fn state(&self) -> slogate_actors::elastic::ElasticTierState {
+        slogate_actors::elastic::ElasticTierState { kind: "throttling", billed_usd: 0.0, detail: serde_json::Value::Null }
+    }
+}
+
+/// Offloads every query until the tier throttles one, then routes to the
+/// first cluster, if `clusters_allowed`, or rejects.
+struct OffloadUntilThrottled {
+    throttled: bool,
+    clusters_allowed: bool,
+}
+
+impl slogate_core::route::RoutingPolicy for OffloadUntilThrottled {
+    fn name(&self) -> &str {
+        "offload-until-throttled"
+    }
+
+    fn route(&mut self, _now: slogate_core::time::Instant, _query: &slogate_core::model::Query, pool: &slogate_core::model::Pool) -> slogate_core::route::Routing {
+        use slogate_core::route::{RouteDecision, Routing};
+        if !self.throttled {
+            return Routing::Dispatch(RouteDecision { target: slogate_core::model::Target::Elastic, explanation: "offloaded".into(), predicted_latency: None });
+        }
+        if !self.clusters_allowed {
+            return Routing::Reject { reason: "no cluster may take it".into() };
+        }
+        let cluster = pool.clusters[0].id;
+        Routing::Dispatch(RouteDecision { target: slogate_core::model::Target::Cluster(cluster), explanation: "the tier is cooling down".into(), predicted_latency: None })
+    }
+
+    fn handle_failure(&mut self, _now: slogate_core::time::Instant, _query: slogate_core::model::QueryId, throttled: bool) {
+        self.throttled |= throttled;
+    }
+}
+
+async fn node_offloading_to_a_throttling_tier(clusters_allowed: bool) -> (Addr<RouterShard>, std::sync::Arc<ThrottlingTier>) {
+    let clock = VirtualClock::start(1_000.0);
+    let warehouse = EmulatedWarehouse::new(WorldConfig::default(), clock, 4_096).start();
+    let cluster = warehouse.send(AddCluster { size: Rpu(16), warm: true }).await.unwrap();
+    let provider = EmulatedProvider::new(warehouse.clone(), clock, 64).start();
+    let tier = std::sync::Arc::new(ThrottlingTier { invocations: Default::default() });
+    let backend = slogate_actors::elastic::WithElastic::new(std::sync::Arc::new(warehouse), tier.clone());
+    let pool = PoolSetup {
+        id: PoolId::default(),
+        policy: Box::new(OffloadUntilThrottled { throttled: false, clusters_allowed }),
+        provider: std::sync::Arc::new(provider),
+        backend: std::sync::Arc::new(backend),
+        catalog: std::sync::Arc::default(),
+        clusters: vec![(cluster, Rpu(16), ClusterState::Ready)],
+        in_flight_max: 100,
+        elastic: true,
+        provisioned: None,
+        caps: Default::default(),
+    };
+    let limits = RouterLimits {
+        billing: slogate_core::billing::BillingConfig::default(),
+        decisions_max: 100,
+        idempotency_max: 1_000,
+        idempotency_retention_s: 86_400.0,
+        mailbox_capacity: 4_096,
+        templates_max: 16,
+        clusters_per_pool_max: 3,
+    };
+    (RouterShard::new(clock, vec![pool], None, limits).start(), tier)
+}
+
+#[actix_rt::test]
+async fn an_offload_the_elastic_tier_throttles_is_routed_again_to_a_cluster_and_completes_there() {
+    tokio::time::pause();
+    let (router, tier) = node_offloading_to_a_throttling_tier(true).await;
+    let submitted = router.send(submit("q1", 3)).await.unwrap().unwrap();
+    let outcome = submitted.reply.await.unwrap();
+
+    assert_eq!(outcome.status, SubmitStatus::Completed, "{outcome:?}");
+    assert!(matches!(outcome.target, Some(slogate_core::model::Target::Cluster(_))), "{outcome:?}");
+    assert!(outcome.explanation.contains("the elastic tier throttled it (") && outcome.explanation.contains("routed again: the tier is cooling down"), "{}", outcome.explanation);
+    assert_eq!(tier.invocations.load(std::sync::atomic::Ordering::SeqCst), 1, "the tier is tried once");
+    let decisions = router.send(GetDecisions { limit: 10, tenant: None }).await.unwrap();
+    assert_eq!(decisions.len(), 2, "the offload and the re-route are both decisions: {decisions:?}");
+    assert!(decisions[0].explanation.contains("routed again") && decisions[1].target == Some(slogate_core::model::Target::Elastic), "{decisions:?}");
+    let state = router.send(GetState).await.unwrap();
+    let pool = &state.pools[0];
+    assert_eq!((pool.stats.offloads_rerouted, pool.stats.completed, pool.stats.failed, pool.in_flight), (1, 1, 0, 0));
+    assert!(pool.clusters.iter().all(|c| c.running.is_empty()));
+}
+
+#[actix_rt::test]
+async fn a_throttled_offload_no_cluster_can_take_fails_naming_the_throttle() {
+    tokio::time::pause();
+    let (router, _tier) = node_offloading_to_a_throttling_tier(false).await;
+    let submitted = router.send(submit("q1", 3)).await.unwrap().unwrap();
+    let outcome = submitted.reply.await.unwrap();
+
+    assert_eq!(outcome.status, SubmitStatus::Failed, "{outcome:?}");
+    assert!(outcome.explanation.contains("Rate exceeded (429)"), "{}", outcome.explanation);
+    let state = router.send(GetState).await.unwrap();
+    assert_eq!((state.pools[0].stats.offloads_rerouted, state.pools[0].stats.failed, state.pools[0].in_flight), (0, 1, 0));
+}

@@ -12,8 +12,8 @@
 //! - **Errors.** A function error (the `FunctionError` header, or an
 //!   `errorMessage`/`errorType` payload) fails the query with the
 //!   function's message. A throttle (429, `TooManyRequestsException`) is
-//!   [`ExecuteError::Throttled`]: the query fails saying so and the router
-//!   pauses offloads. A call that never got an answer fails the query with
+//!   [`ExecuteError::Throttled`]: the router pauses offloads and routes
+//!   the query again, to a cluster, or fails it saying so. A call that never got an answer fails the query with
 //!   the SDK's reason. Nothing offloaded is lost: every invocation ends in
 //!   a completion or a failure with a reason.
 //! - **Concurrency.** At most `concurrency_limit` invocations run at once;

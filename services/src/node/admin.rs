@@ -742,6 +742,7 @@ async fn metrics(request: HttpRequest, state: web::Data<AdminState>) -> HttpResp
     family("completed_total", "counter", "Queries completed.", &|v| v.router.stats.completed as f64);
     family("timed_out_total", "counter", "Queries cancelled at the backend's timeout.", &|v| v.router.stats.timed_out as f64);
     family("failed_total", "counter", "Queries that failed.", &|v| v.router.stats.failed as f64);
+    family("offloads_rerouted_total", "counter", "Offloads the elastic tier throttled, routed to a cluster instead.", &|v| v.router.stats.offloads_rerouted as f64);
     family("slo_violations_total", "counter", "Queries that missed their SLO.", &|v| v.router.stats.violations as f64);
     family("in_flight", "gauge", "Queries in flight.", &|v| v.router.in_flight as f64);
     family("billed_usd", "counter", "Dollars the clusters billed so far (the vendor's bill, or slogate's estimate).", &|v| v.billed_usd);
