@@ -109,6 +109,10 @@ pub trait EndpointSink: Send + Sync {
     /// Stops routing to `cluster` and resolves once its queries have ended
     /// and it is reported gone; the provider then deletes its resource.
     fn drain(&self, pool: PoolId, cluster: ClusterId) -> LocalFuture<()>;
+
+    /// Lets go of `cluster` without reporting anything: another node of
+    /// the fleet adopts it. Its connections close as its queries end.
+    fn detach(&self, pool: PoolId, cluster: ClusterId);
 }
 
 /// Most lifecycle records kept.

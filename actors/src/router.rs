@@ -169,6 +169,30 @@ pub struct RequestCluster {
     pub size: Rpu,
 }
 
+/// Takes clusters a provider already holds into a pool (a fleet's new
+/// owner adopting the previous owner's resources): each starts as
+/// `Starting`, with no spin-up, and turns ready when its backend says so.
+/// Ids the pool already has are skipped. Resolves with the ids taken.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<ClusterId>>")]
+pub struct AdoptClusters {
+    /// The pool.
+    pub pool: PoolId,
+    /// The clusters, with their sizes.
+    pub clusters: Vec<(ClusterId, Rpu)>,
+}
+
+/// Lets go of every cluster of a pool without releasing any (a fleet node
+/// handing the pool to another, which adopts them): the router stops
+/// routing to them and forgets them; queries still running on them end
+/// as they would. Resolves with the ids forgotten.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<ClusterId>>")]
+pub struct ForgetClusters {
+    /// The pool.
+    pub pool: PoolId,
+}
+
 /// Drains and releases one of a pool's clusters.
 #[derive(Message)]
 #[rtype(result = "Result<()>")]
@@ -962,7 +986,7 @@ impl Handler<RequestCluster> for RouterShard {
 
     fn handle(&mut self, message: RequestCluster, _ctx: &mut Self::Context) -> Self::Result {
         let clusters_max = self.clusters_per_pool_max;
-        let (provider, backend, provisioned) = match self.pools.get(&message.pool) {
+        let provider = match self.pools.get(&message.pool) {
             Some(pool) if !self.draining && pool.view.clusters.iter().filter(|c| c.state != ClusterState::Gone).count() >= clusters_max => {
                 return Box::pin(fut::ready(Err(Error::ClusterLimit { pool: message.pool.0, limit: clusters_max })));
             }
@@ -972,7 +996,7 @@ impl Handler<RequestCluster> for RouterShard {
                 if let Err(refusal) = pool.caps.caps.admit(&live, message.size, pool.caps.price_per_rpu_hour_usd) {
                     return Box::pin(fut::ready(Err(Error::CapReached { pool: message.pool.0, reason: refusal.to_string() })));
                 }
-                (pool.provider.clone(), pool.backend.clone(), pool.provisioned.clone())
+                pool.provider.clone()
             }
             Some(_) => return Box::pin(fut::ready(Err(Error::ShuttingDown))),
             None => return Box::pin(fut::ready(Err(Error::UnknownPool(message.pool.0)))),
@@ -980,37 +1004,62 @@ impl Handler<RequestCluster> for RouterShard {
         let size = message.size;
         let pool_id = message.pool;
         let requested = provider.spin_up(pool_id.clone(), size);
-        Box::pin(
-            requested.into_actor(self).map(move |reply, actor, _ctx| {
-                let cluster = reply.map_err(backend_error)?;
-                let now = actor.clock.now();
-                let setup = TrackerSetup {
-                    pool: pool_id.clone(),
-                    cluster,
-                    size,
-                    state: ClusterState::Starting,
-                    billing: actor.billing.clone(),
-                    provisioned,
-                    backend,
-                    provider,
-                    clock: actor.clock,
-                    mailbox_capacity: actor.tracker_mailbox_capacity,
-                };
-                let tracker = ClusterTracker::new(setup).start();
-                if let Some(pool) = actor.pools.get_mut(&pool_id) {
-                    pool.trackers.insert(cluster, tracker);
-                    pool.view.clusters.push(ClusterView {
-                        id: cluster,
-                        size,
-                        state: ClusterState::Starting,
-                        requested_at: now,
-                        ready_at: now,
-                        running: Vec::new(),
-                    });
-                }
-                Ok(cluster)
-            }),
-        )
+        Box::pin(requested.into_actor(self).map(move |reply, actor, _ctx| {
+            let cluster = reply.map_err(backend_error)?;
+            actor.add_starting_cluster(&pool_id, cluster, size);
+            Ok(cluster)
+        }))
+    }
+}
+
+impl RouterShard {
+    /// Puts `cluster` into `pool_id`'s view as starting, with a tracker.
+    fn add_starting_cluster(&mut self, pool_id: &PoolId, cluster: ClusterId, size: Rpu) {
+        let now = self.clock.now();
+        let Some(pool) = self.pools.get_mut(pool_id) else { return };
+        let setup = TrackerSetup {
+            pool: pool_id.clone(),
+            cluster,
+            size,
+            state: ClusterState::Starting,
+            billing: self.billing.clone(),
+            provisioned: pool.provisioned.clone(),
+            backend: pool.backend.clone(),
+            provider: pool.provider.clone(),
+            clock: self.clock,
+            mailbox_capacity: self.tracker_mailbox_capacity,
+        };
+        pool.trackers.insert(cluster, ClusterTracker::new(setup).start());
+        pool.view.clusters.push(ClusterView { id: cluster, size, state: ClusterState::Starting, requested_at: now, ready_at: now, running: Vec::new() });
+    }
+}
+
+impl Handler<AdoptClusters> for RouterShard {
+    type Result = Result<Vec<ClusterId>>;
+
+    fn handle(&mut self, message: AdoptClusters, _ctx: &mut Self::Context) -> Self::Result {
+        let pool = self.pools.get(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.clone()))?;
+        let known: Vec<ClusterId> = pool.view.clusters.iter().map(|c| c.id).collect();
+        let mut adopted = Vec::new();
+        for (cluster, size) in message.clusters {
+            if !known.contains(&cluster) && !adopted.contains(&cluster) {
+                self.add_starting_cluster(&message.pool, cluster, size);
+                adopted.push(cluster);
+            }
+        }
+        Ok(adopted)
+    }
+}
+
+impl Handler<ForgetClusters> for RouterShard {
+    type Result = Result<Vec<ClusterId>>;
+
+    fn handle(&mut self, message: ForgetClusters, _ctx: &mut Self::Context) -> Self::Result {
+        let pool = self.pools.get_mut(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.clone()))?;
+        let forgotten: Vec<ClusterId> = pool.view.clusters.drain(..).map(|c| c.id).collect();
+        // A tracker with queries still running lives until they end.
+        pool.trackers.clear();
+        Ok(forgotten)
     }
 }
 

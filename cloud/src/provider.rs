@@ -19,10 +19,14 @@
 //!   resumed, and resized in place once available if its size differs.
 //!   So the pool never holds more resources, serving and paused, than the
 //!   most clusters it ran at once, and none is left unaccounted for.
-//! - **Reconciliation at start** ([`CloudProvider::reconcile`]): list the
-//!   deployment's resources, adopt what the pool's layout needs (core's
-//!   `inventory::reconcile`; a paused one is resumed), terminate the rest,
-//!   and number new clusters above every listed one.
+//! - **Reconciliation** ([`CloudProvider::reconcile`]), at start or when a
+//!   fleet node takes the pool over: list the deployment's resources,
+//!   adopt what the pool's layout needs (core's `inventory::reconcile`; a
+//!   paused one is resumed), terminate the rest, and number new clusters
+//!   above every listed one.
+//! - **Hand-over** ([`CloudProvider::hand_over`]): a fleet node that lets
+//!   the pool go forgets its resources without touching them; the next
+//!   owner adopts them by their tags.
 //! - **For operators:** every step is a lifecycle record, and the state
 //!   lists the resources with their platform ids and status.
 //!
@@ -191,6 +195,27 @@ impl CloudProvider {
         Ok(adoption)
     }
 
+    /// Lets go of `pool`'s resources without touching them, for another
+    /// node of the fleet to adopt by their tags: the backend detaches each
+    /// cluster, watches of starting ones stop, parked ones are left paused
+    /// (the next owner's reconciliation parks them again). Returns the
+    /// clusters let go.
+    pub fn hand_over(&self, pool: &PoolId) -> Vec<ClusterId> {
+        let released: Vec<Resource> = {
+            let mut book = self.book();
+            book.next_cluster.remove(pool);
+            book.parked.remove(pool);
+            let ours: Vec<(PoolId, ClusterId)> = book.resources.keys().filter(|(p, _)| p == pool).cloned().collect();
+            ours.iter().filter_map(|key| book.resources.remove(key)).collect()
+        };
+        for resource in &released {
+            self.sink.detach(pool.clone(), resource.cluster);
+            self.log(pool, "hand_over", Some(resource.cluster), Some(resource.size), format!("left {} to the pool's next owner", resource.resource_id));
+        }
+        tracing::info!(message = "Handed the pool's resources over to its next owner.", pool = %pool, resources = released.len());
+        released.iter().map(|r| r.cluster).collect()
+    }
+
     /// The resources held, in pool and cluster order.
     pub fn resources(&self) -> Vec<Resource> {
         self.book().resources.values().cloned().collect()
@@ -251,6 +276,11 @@ impl CloudProvider {
                                 }
                                 let at = format!("{}:{}", endpoint.host, endpoint.port);
                                 match sink.attach(pool.clone(), cluster, size, endpoint).await {
+                                    // Handed over to another node meanwhile.
+                                    Ok(()) if !still_ours(&book) => {
+                                        sink.detach(pool.clone(), cluster);
+                                        return;
+                                    }
                                     Ok(()) => {
                                         if let Some(r) = book.lock().expect("the provider's book lock is never poisoned").resources.get_mut(&(pool.clone(), cluster)) {
                                             r.phase = Phase::Serving;

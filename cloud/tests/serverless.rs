@@ -208,3 +208,36 @@ async fn a_missing_namespace_or_a_wrong_key_is_an_error_that_names_it() {
     let wrong_region = sdk_config(&AwsSettings { region: "moon-1".into(), ..aws_settings(stand_in.url()) }, None).await.unwrap_err();
     assert!(wrong_region.to_string().contains("region `moon-1`"), "{wrong_region}");
 }
+
+#[actix_rt::test]
+async fn a_node_handing_a_pool_over_leaves_its_workgroups_and_the_next_owner_adopts_them_creating_nothing() {
+    let stand_in = ServerlessStandIn::start(Behaviour { endpoint: ("127.0.0.1".into(), 15439), ..Behaviour::default() });
+    let old_sink = Arc::new(RecordingSink::default());
+    let old_owner = support::sink::provider_on("n1", serverless(&stand_in, "analytics").await, old_sink.clone(), Duration::from_secs(10));
+    assert_eq!(old_owner.reconcile(&pool(), &Layout { sizes_rpu: vec![32] }, false).await.unwrap().request, [Rpu(32)]);
+    for size in [32, 64] {
+        old_owner.spin_up(pool(), Rpu(size)).await.expect("the create is accepted");
+    }
+    old_sink.wait_for(Duration::from_secs(5), |h| h.len() == 2).await;
+    let creates = stand_in.calls("CreateWorkgroup");
+
+    let let_go = old_owner.hand_over(&pool());
+    assert_eq!(let_go, [ClusterId(0), ClusterId(1)]);
+    let handed = old_sink.handed();
+    assert_eq!(handed[2..], [Handed::Detached(ClusterId(0)), Handed::Detached(ClusterId(1))], "the backend lets go of each");
+    let state = old_owner.state().await.unwrap();
+    assert_eq!(state.detail["resources"], serde_json::json!([]), "the old owner holds nothing");
+    assert!(state.recent.iter().filter(|r| r.action == "hand_over").count() == 2);
+    assert_eq!(stand_in.calls("DeleteWorkgroup"), 0, "nothing is deleted");
+
+    // The next owner lists them by their tags and adopts both.
+    let new_sink = Arc::new(RecordingSink::default());
+    let new_owner = support::sink::provider_on("n2", serverless(&stand_in, "analytics").await, new_sink.clone(), Duration::from_secs(10));
+    let adoption = new_owner.reconcile(&pool(), &Layout { sizes_rpu: vec![32, 64] }, false).await.unwrap();
+    assert_eq!(adoption.adopt, [(ClusterId(0), "slogate-test-dash-c0".to_owned()), (ClusterId(1), "slogate-test-dash-c1".to_owned())]);
+    assert!(adoption.terminate.is_empty() && adoption.request.is_empty(), "{adoption:?}");
+    let handed = new_sink.wait_for(Duration::from_secs(5), |h| h.len() == 2).await;
+    assert!(handed.iter().all(|h| matches!(h, Handed::Attached(..))), "{handed:?}");
+    assert_eq!(stand_in.calls("CreateWorkgroup"), creates, "nothing created");
+    assert_eq!(new_owner.spin_up(pool(), Rpu(32)).await.unwrap(), ClusterId(2), "new clusters are numbered above the adopted ones");
+}

@@ -20,6 +20,7 @@ pub enum Handed {
     Attached(ClusterId, Rpu, ProvidedEndpoint),
     Abandoned(ClusterId, String),
     Drained(ClusterId),
+    Detached(ClusterId),
 }
 
 /// Records what it is handed, as the backend would receive it.
@@ -61,6 +62,10 @@ impl EndpointSink for RecordingSink {
         self.handed.lock().unwrap().push(Handed::Drained(cluster));
         Box::pin(std::future::ready(()))
     }
+
+    fn detach(&self, _pool: PoolId, cluster: ClusterId) {
+        self.handed.lock().unwrap().push(Handed::Detached(cluster));
+    }
 }
 
 pub fn aws_settings(url: String) -> AwsSettings {
@@ -76,9 +81,14 @@ pub fn aws_settings(url: String) -> AwsSettings {
 
 /// A provider for deployment `test` on node `n1` over `api`.
 pub fn provider(api: impl CloudApi, sink: Arc<RecordingSink>, ready_timeout: Duration) -> CloudProvider {
+    provider_on("n1", api, sink, ready_timeout)
+}
+
+/// A provider for deployment `test` on node `node` over `api`.
+pub fn provider_on(node: &str, api: impl CloudApi, sink: Arc<RecordingSink>, ready_timeout: Duration) -> CloudProvider {
     let settings = CloudSettings {
         deployment: "test".into(),
-        node: "n1".into(),
+        node: node.into(),
         name_prefix: "slogate".into(),
         poll_interval: Duration::from_millis(50),
         ready_timeout,

@@ -427,6 +427,12 @@ impl slogate_actors::provider::EndpointSink for PostgresBackend {
         self.inner.notify(cluster, ClusterState::Gone, Some(reason));
     }
 
+    fn detach(&self, pool: PoolId, cluster: ClusterId) {
+        if lock(&self.inner.clusters).remove(&cluster).is_some() {
+            tracing::info!(message = "Let go of a provided cluster for another node to adopt.", pool = %pool, cluster = %cluster);
+        }
+    }
+
     fn drain(&self, _pool: PoolId, cluster: ClusterId) -> LocalFuture<()> {
         let inner = self.inner.clone();
         Box::pin(async move {
