@@ -27,12 +27,14 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// A node config with one Serverless pool `sls` of one 8-RPU cluster.
-fn write_config(dir: &Path, stand_in: &ServerlessStandIn, server: &LocalPostgres, autoscale: &str, ready_timeout_s: u64) -> PathBuf {
+/// A node config with one Serverless pool `sls` of one 8-RPU cluster, and
+/// `fleet` (a `[fleet]` section, or nothing).
+fn write_config(dir: &Path, stand_in: &ServerlessStandIn, server: &LocalPostgres, autoscale: &str, ready_timeout_s: u64, fleet: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
     let path = dir.join("node.toml");
     let text = format!(
         "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\ntime_compression = 1.0\nadmin_token = \"{TOKEN}\"\n\
-         [[pool]]\nname = \"sls\"\nbackend = \"postgres\"\npolicy = \"slogate\"\nclusters = [8]\n\
+         {fleet}[[pool]]\nname = \"sls\"\nbackend = \"postgres\"\npolicy = \"slogate\"\nclusters = [8]\n\
          {autoscale}\
          [pool.provider]\nkind = \"redshift-serverless\"\nendpoint_url = \"{url}\"\nnamespace = \"analytics\"\nmaster_password_env = \"SLOGATE_TEST_ADMIN_PASSWORD\"\npoll_interval_ms = 100\nready_timeout_s = {ready_timeout_s}\nattempts_max = 3\n\
          [pool.provider.connect]\ndatabase = \"postgres\"\nuser = \"postgres\"\nconnections = 1\npassword_file = \"{password}\"\n\
@@ -96,7 +98,7 @@ impl Bench {
         let dir = scratch(name);
         let server = LocalPostgres::start(&dir).unwrap();
         let stand_in = ServerlessStandIn::start(Behaviour { endpoint: ("127.0.0.1".into(), server.port), ..Behaviour::default() });
-        let config = write_config(&dir, &stand_in, &server, autoscale, ready_timeout_s);
+        let config = write_config(&dir, &stand_in, &server, autoscale, ready_timeout_s, "");
         Bench { dir, _server: server, stand_in, config }
     }
 
@@ -305,7 +307,7 @@ fn a_missing_namespace_is_a_start_up_error_naming_the_pool() {
     let dir = scratch("namespace");
     let server = LocalPostgres::start(&dir).unwrap();
     let stand_in = ServerlessStandIn::start(Behaviour { namespaces: vec!["other".into()], ..Behaviour::default() });
-    let config = write_config(&dir, &stand_in, &server, "", 30);
+    let config = write_config(&dir, &stand_in, &server, "", 30, "");
     let output = std::process::Command::new(slogate_integration::slogate_binary())
         .args(["serve", "--config"])
         .arg(&config)
@@ -315,5 +317,85 @@ fn a_missing_namespace_is_a_start_up_error_naming_the_pool() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("pool `sls`") && stderr.contains("namespace `analytics`") && stderr.contains("ResourceNotFoundException"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The pools `admin`'s node owns, from `/v1/fleet`.
+fn owns_sls(admin: SocketAddr) -> bool {
+    let (status, body) = http(admin, "GET", "/v1/fleet", Some(TOKEN), "");
+    status == 200 && json(&body)["owned"].as_array().is_some_and(|owned| owned.iter().any(|p| p == "sls"))
+}
+
+/// The provider's lifecycle actions for `sls`, as its owner shows them
+/// (newest first).
+fn provider_actions(admin: SocketAddr) -> Vec<String> {
+    let (status, body) = http(admin, "GET", "/v1/actors?pool=sls", Some(TOKEN), "");
+    assert_eq!(status, 200, "{body}");
+    let actors = json(&body);
+    let recent = actors["provider"]["recent"].as_array().unwrap_or_else(|| panic!("the provider's log in {body}"));
+    recent.iter().map(|r| r["action"].as_str().unwrap_or_default().to_owned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_fleet_only_the_owner_manages_a_cloud_pool_and_each_next_owner_adopts_its_workgroup_without_creating_one() {
+    let dir = scratch("fleet");
+    let server = LocalPostgres::start(&dir).unwrap();
+    let stand_in = ServerlessStandIn::start(Behaviour { endpoint: ("127.0.0.1".into(), server.port), ..Behaviour::default() });
+    let etcd = slogate_integration::EtcdProcess::start(&dir.join("etcd"));
+    // `joiner` is first in rendezvous order for `sls`: when it joins, the
+    // first node hands the pool over to it.
+    let joiner = slogate_core::ownership::owner("sls", ["na", "nb"]).unwrap();
+    let first = if joiner == "na" { "nb" } else { "na" };
+    let fleet = |id: &str| {
+        format!(
+            "[fleet]\nnode_id = \"{id}\"\ndeployment = \"it\"\netcd_endpoints = [\"{}\"]\nlease_ttl_s = 2\npoll_interval_ms = 100\nfailover_wait_s = 20\ndrain_max_s = 3\n",
+            etcd.client_url
+        )
+    };
+    let config = |id: &str| write_config(&dir.join(id), &stand_in, &server, "", 30, &fleet(id));
+    let ask = |grpc: SocketAddr, id: &'static str| async move {
+        let mut client = GatewayClient::connect(format!("http://{grpc}")).await.unwrap();
+        client.submit(sql(id, "SELECT 6 * 7 AS answer", 20_000)).await.expect("accepted").into_inner()
+    };
+
+    // Alone, the first node claims the pool and creates its one workgroup.
+    let first_node = NodeProcess::start_with_env(&config(first), &[], &AWS_ENV);
+    wait_until(Duration::from_secs(30), "the first node's c0 ready", || owns_sls(first_node.admin_addr) && clusters(first_node.admin_addr).contains(&("c0".into(), "ready".into())));
+    assert_eq!(stand_in.calls("CreateWorkgroup"), 1);
+    let reply = ask(first_node.grpc_addr, "q1").await;
+    assert_eq!((reply.status(), reply.target.as_str()), (QueryStatus::Completed, "c0"), "{reply:?}");
+
+    // A node joins and takes the pool over: the first lets its workgroup
+    // go untouched, the joiner adopts it, and nobody creates another.
+    let joiner_node = NodeProcess::start_with_env(&config(joiner), &[], &AWS_ENV);
+    wait_until(Duration::from_secs(30), "the joiner's adopted c0 ready", || owns_sls(joiner_node.admin_addr) && clusters(joiner_node.admin_addr).contains(&("c0".into(), "ready".into())));
+    assert!(clusters(first_node.admin_addr).is_empty(), "the first node forgot the pool's clusters: {:?}", clusters(first_node.admin_addr));
+    let actions = provider_actions(joiner_node.admin_addr);
+    assert!(actions.contains(&"adopt".to_owned()) && !actions.contains(&"spin_up".to_owned()), "{actions:?}");
+    // Through either node, the query runs on the adopted workgroup.
+    for (grpc, id) in [(first_node.grpc_addr, "q2"), (joiner_node.grpc_addr, "q3")] {
+        let reply = ask(grpc, id).await;
+        assert_eq!((reply.status(), reply.target.as_str()), (QueryStatus::Completed, "c0"), "{reply:?}");
+    }
+    // Only the owner changes the pool's clusters.
+    let first_admin = first_node.admin_addr;
+    let (status, body) = http(first_admin, "POST", "/v1/pools/sls/clusters", Some(TOKEN), r#"{"size": 8}"#);
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains(&format!("ask its owner, node `{joiner}`")), "{body}");
+
+    // The owner dies: the first node claims the pool again and adopts the
+    // workgroup again.
+    joiner_node.kill();
+    wait_until(Duration::from_secs(30), "the first node's re-adopted c0 ready", || owns_sls(first_admin) && clusters(first_admin).contains(&("c0".into(), "ready".into())));
+    let actions = provider_actions(first_admin);
+    let position = |action: &str| actions.iter().position(|a| a == action);
+    assert!(position("adopt") < position("hand_over") && position("hand_over").is_some(), "newest first: adopted after handing over: {actions:?}");
+    let reply = ask(first_node.grpc_addr, "q4").await;
+    assert_eq!((reply.status(), reply.target.as_str()), (QueryStatus::Completed, "c0"), "{reply:?}");
+    assert_eq!(stand_in.calls("CreateWorkgroup"), 1, "one workgroup was ever created");
+    assert_eq!(stand_in.calls("DeleteWorkgroup"), 0, "and none deleted");
+    assert_eq!(stand_in.workgroups().len(), 1);
+    drop(first_node);
+    drop(etcd);
     let _ = std::fs::remove_dir_all(&dir);
 }

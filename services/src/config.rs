@@ -1794,12 +1794,6 @@ impl NodeConfig {
         if !pool.endpoint.is_empty() {
             return Err(invalid(&key("endpoint"), format!("pool `{}`'s clusters come from its {} provider; leave out [[pool.endpoint]]", pool.name, provider.kind)));
         }
-        if !file.fleet.member.is_empty() || !file.fleet.etcd_endpoints.is_empty() {
-            return Err(invalid(
-                &key("provider.kind"),
-                format!("pool `{}`: a cloud provider's pool runs on a single node for now (a new owner adopting the previous owner's resources by their tags is not built yet)", pool.name),
-            ));
-        }
         let Some(connect) = &provider.connect else {
             return Err(invalid(&key("provider.connect"), format!("pool `{}` needs [pool.provider.connect] (database and user) to reach the clusters its provider creates", pool.name)));
         };
@@ -2006,8 +2000,9 @@ mod tests {
         assert!(err(&cloud("kind = \"ec2\"\nlaunch_template = \"lt\"", "")).contains("pool[0].provider.instance_types"));
         assert!(err(&cloud("kind = \"ec2\"\nlaunch_template = \"lt\"\ninstance_types = { \"big\" = \"m5.xlarge\" }", "")).contains("`big`"));
         assert!(err(&cloud("kind = \"redshift\"", "")).contains("pool[0].provider.master_password_env"));
-        let e = err(&cloud(serverless, "[fleet]\nnode_id = \"a\"\n[[fleet.member]]\nid = \"a\"\ngrpc_addr = \"127.0.0.1:1\"\n"));
-        assert!(e.contains("single node"), "{e}");
+        // In a fleet, the pool's owner manages its resources.
+        NodeConfig::load(&cloud(serverless, "[fleet]\nnode_id = \"a\"\n[[fleet.member]]\nid = \"a\"\ngrpc_addr = \"127.0.0.1:1\"\n"), &env(&[]), &Overrides::default())
+            .unwrap();
         let no_connect = "version = \"1\"\n[node]\ntime_compression = 1.0\n[[pool]]\nname = \"sls\"\nbackend = \"postgres\"\n[pool.provider]\nkind = \"ec2\"\n";
         assert!(err(no_connect).contains("pool[0].provider.connect"));
         let emulated = "version = \"1\"\n[[pool]]\nname = \"a\"\nclusters = [16]\n[pool.provider]\nkind = \"ec2\"\n";

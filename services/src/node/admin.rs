@@ -609,6 +609,20 @@ pub fn parse_new_cluster(body: &[u8]) -> Result<slogate_core::model::Rpu, Gatewa
     Ok(slogate_core::model::Rpu(new.size))
 }
 
+/// In a fleet, only a pool's owner adds or removes its clusters (another
+/// node's would be clusters nobody routes to, and a cloud pool's owner
+/// reconciles its resources when it takes the pool over).
+fn owner_only(state: &AdminState, pool: &PoolId) -> Result<(), GatewayError> {
+    let Some(fleet) = &state.fleet else { return Ok(()) };
+    match fleet.placement(&pool.0) {
+        super::fleet::Placement::Local => Ok(()),
+        super::fleet::Placement::Remote { node, .. } => {
+            Err(GatewayError::Conflict(format!("this node does not own pool `{pool}` now; ask its owner, node `{node}`")))
+        }
+        super::fleet::Placement::Unowned => Err(GatewayError::Conflict(format!("pool `{pool}` is changing hands; ask again shortly"))),
+    }
+}
+
 fn router_error(error: slogate_actors::Error) -> GatewayError {
     super::grpc::gateway_error(error)
 }
@@ -619,6 +633,8 @@ async fn add_cluster(request: HttpRequest, state: web::Data<AdminState>, path: w
         authorised(&request, &state, true)?;
         let body = read_body(payload).await?;
         let size = parse_new_cluster(&body)?;
+        shard_of(&state, &pool)?;
+        owner_only(&state, &pool)?;
         let cluster = shard_of(&state, &pool)?
             .send(router::RequestCluster { pool: pool.clone(), size })
             .await
@@ -650,6 +666,8 @@ async fn remove_cluster(request: HttpRequest, state: web::Data<AdminState>, path
         let query = web::Query::<RemoveClusterQuery>::from_query(request.query_string())
             .map_err(|e| GatewayError::InvalidArgument(format!("query string: {e} (the only parameter is force=true|false)")))?;
         let pool = PoolId(pool);
+        shard_of(&state, &pool)?;
+        owner_only(&state, &pool)?;
         let release = router::ReleaseCluster { pool: pool.clone(), cluster, force: query.force };
         shard_of(&state, &pool)?.send(release).await.map_err(mailbox)?.map_err(router_error)?;
         Ok(cluster)

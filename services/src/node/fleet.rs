@@ -178,6 +178,8 @@ pub struct Fleet {
     /// Where each pool this node claims is announced (see
     /// [`Fleet::claims`]).
     claims: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Claim>>>,
+    /// Where the pools this node lets go are announced.
+    releases: Mutex<Option<tokio::sync::mpsc::UnboundedSender<String>>>,
     /// For each pool this node took over: the executions its policy was
     /// rebuilt on.
     relearned: Mutex<BTreeMap<String, usize>>,
@@ -257,6 +259,7 @@ impl Fleet {
             forwarding: AtomicUsize::new(0),
             moves: Mutex::default(),
             claims: Mutex::default(),
+            releases: Mutex::default(),
             relearned: Mutex::default(),
             kv: Mutex::default(),
         })
@@ -297,6 +300,21 @@ impl Fleet {
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
         *self.claims.lock().expect("claims lock") = Some(sender);
         receiver
+    }
+
+    /// The pools this node lets go from now on, each once its claim is
+    /// deleted or its lease is found expired (another node may own it
+    /// then).
+    pub fn releases(&self) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        *self.releases.lock().expect("releases lock") = Some(sender);
+        receiver
+    }
+
+    fn announce_release(&self, pool: &str) {
+        if let Some(releases) = self.releases.lock().expect("releases lock").as_ref() {
+            let _ = releases.send(pool.to_owned());
+        }
     }
 
     /// Announces the claim of `pool` and waits at most `limit` for it to be
@@ -704,9 +722,20 @@ async fn poll(fleet: &Arc<Fleet>, session: &mut Session) -> std::result::Result<
                     tracing::warn!(message = "The lease expired; rejoining the fleet.", node = %fleet.node_id);
                     session.lease_id = None;
                     session.releasing_since.clear();
-                    let mut view = fleet.view.write().expect("fleet view lock");
-                    view.lease = None;
-                    view.releasing.clear();
+                    let lost: Vec<String> = {
+                        let mut view = fleet.view.write().expect("fleet view lock");
+                        view.lease = None;
+                        view.releasing.clear();
+                        let lost = view.owners.iter().filter(|(_, owner)| **owner == fleet.node_id).map(|(pool, _)| pool.clone()).collect();
+                        view.owners.retain(|_, owner| *owner != fleet.node_id);
+                        lost
+                    };
+                    // Its claims went with the lease: other nodes may own
+                    // those pools now.
+                    for pool in lost {
+                        fleet.record_move(&pool, "released", fleet.in_flight_of(&pool));
+                        fleet.announce_release(&pool);
+                    }
                     return Ok(());
                 }
             }
@@ -774,6 +803,7 @@ async fn poll(fleet: &Arc<Fleet>, session: &mut Session) -> std::result::Result<
                 session.releasing_since.remove(pool);
                 fleet.view.write().expect("fleet view lock").releasing.remove(pool);
                 fleet.record_move(pool, "released", in_flight);
+                fleet.announce_release(pool);
                 tracing::info!(message = "Handed a pool over.", node = %fleet.node_id, pool = %pool, in_flight_left = in_flight);
             }
             Step::Keep => {

@@ -183,6 +183,8 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     // Each pool's policy and terms, to rebuild it when this node takes the
     // pool over from another.
     let mut policies: std::collections::HashMap<String, (String, crate::eval::PoolTerms)> = std::collections::HashMap::new();
+    // Each cloud pool's provider, for a fleet's hand-overs.
+    let mut cloud_pools: std::collections::HashMap<String, takeover::CloudPool> = std::collections::HashMap::new();
     for (i, pool) in file.pool.iter().enumerate() {
         let id = PoolId(pool.name.clone());
         let shard = pool.shard_index(i, shard_count);
@@ -218,6 +220,9 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         backends.push(admin::PoolBackends { pool: id.clone(), backend: wiring.backend.clone(), provider: wiring.provider.clone() });
         if !wiring.requests.is_empty() {
             startup_requests.push((id.clone(), wiring.requests.clone()));
+        }
+        if let Some(cloud) = wiring.cloud.take() {
+            cloud_pools.insert(pool.name.clone(), cloud);
         }
         pending[shard].push(PendingPool {
             id,
@@ -425,8 +430,10 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             policies: policies.clone(),
             tuners: tuners.clone(),
             learned_at: Arc::default(),
+            cloud: Arc::new(cloud_pools),
         };
         actix_rt::spawn(takeover::prepare_claims(fleet.claims(), wiring.clone()));
+        actix_rt::spawn(takeover::hand_over_released(fleet.releases(), wiring.clone()));
         if !file.fleet.etcd_endpoints.is_empty() {
             actix_rt::spawn(takeover::publish_state(wiring));
         }
@@ -673,6 +680,8 @@ struct PoolWiring {
     /// Sizes to request once the pool routes (a cloud pool's initial
     /// clusters that reconciliation did not find).
     requests: Vec<Rpu>,
+    /// A cloud pool's provider, for a fleet's hand-overs.
+    cloud: Option<takeover::CloudPool>,
 }
 
 /// An emulated pool: its own emulated warehouse, warm clusters of the
@@ -705,7 +714,7 @@ async fn emulated_pool(
         }
         None => EmulatedProvider::new(warehouse.clone(), clock, mailbox).start(),
     };
-    Ok(PoolWiring { backend: Arc::new(warehouse), provider: Arc::new(provider), catalog: Arc::default(), clusters, requests: Vec::new() })
+    Ok(PoolWiring { backend: Arc::new(warehouse), provider: Arc::new(provider), catalog: Arc::default(), clusters, requests: Vec::new(), cloud: None })
 }
 
 /// A postgres pool: the Postgres-wire executor over its endpoints (each
@@ -725,14 +734,30 @@ async fn postgres_pool(id: &PoolId, pool: &crate::config::PoolSection, index: us
     let backend = PostgresBackend::connect(id.clone(), endpoints, settings, clock).await?;
     let clusters = backend.clusters().into_iter().map(|(cluster, size)| (cluster, size, ClusterState::Ready)).collect();
     tracing::info!(message = "Postgres pool connected.", pool = %id, clusters = pool.endpoint.len(), catalog_templates = catalog.len());
-    Ok(PoolWiring { backend: Arc::new(backend), provider: Arc::new(FixedEndpoints), catalog: Arc::new(catalog), clusters, requests: Vec::new() })
+    Ok(PoolWiring { backend: Arc::new(backend), provider: Arc::new(FixedEndpoints), catalog: Arc::new(catalog), clusters, requests: Vec::new(), cloud: None })
+}
+
+/// Whether this node manages `pool`'s cloud resources from the start: a
+/// single node does; in a static fleet, the pool's owner; on etcd, nobody
+/// until it claims the pool (the claim reconciles, see `takeover`).
+fn manages_cloud_pool_at_start(fleet: &crate::config::FleetSection, pool: &str) -> bool {
+    if !fleet.enabled() {
+        return true;
+    }
+    if !fleet.etcd_endpoints.is_empty() {
+        return false;
+    }
+    let members = fleet.member.iter().map(|m| m.id.as_str()).chain(std::iter::once(fleet.node_id.as_str()));
+    slogate_core::ownership::owner(pool, members) == Some(fleet.node_id.as_str())
 }
 
 /// A postgres pool whose clusters a cloud provider creates: the platform
-/// is opened and checked, the deployment's resources are reconciled with
-/// the pool's initial layout (`clusters`), the adopted ones are handed to
-/// the executor as they serve, and the missing sizes are requested once
-/// the pool routes.
+/// is opened and checked; then, if this node manages the pool now
+/// ([`manages_cloud_pool_at_start`]), the deployment's resources are
+/// reconciled with the pool's initial layout (`clusters`), the adopted
+/// ones are handed to the executor as they serve, and the missing sizes
+/// are requested once the pool routes. Otherwise the pool starts with no
+/// clusters, and its owner's claim brings them.
 async fn cloud_pool(id: &PoolId, pool: &crate::config::PoolSection, index: usize, fleet: &crate::config::FleetSection, clock: VirtualClock) -> Result<PoolWiring> {
     let key = format!("pool[{index}].provider");
     let env = crate::config::Environment;
@@ -757,11 +782,17 @@ async fn cloud_pool(id: &PoolId, pool: &crate::config::PoolSection, index: usize
         poll_interval: std::time::Duration::from_millis(pool.provider.poll_interval_ms),
         ready_timeout: std::time::Duration::from_secs(pool.provider.ready_timeout_s),
     };
-    let provider = slogate_cloud::provider::CloudProvider::new(api, Arc::new(backend.clone()), cloud, clock);
+    let provider = Arc::new(slogate_cloud::provider::CloudProvider::new(api, Arc::new(backend.clone()), cloud, clock));
     let mut want = pool.clusters.clone();
     want.sort_unstable();
+    let initial = slogate_core::scale::layout::Layout { sizes_rpu: want };
+    let handle = takeover::CloudPool { provider: provider.clone(), initial: initial.clone(), dry_run: pool.provider.dry_run };
+    if !manages_cloud_pool_at_start(fleet, &pool.name) {
+        tracing::info!(message = "Cloud pool: another node of the fleet manages its resources until this one owns it.", pool = %id, provider = kind);
+        return Ok(PoolWiring { backend: Arc::new(backend), provider, catalog: Arc::new(catalog), clusters: Vec::new(), requests: Vec::new(), cloud: Some(handle) });
+    }
     let adoption = provider
-        .reconcile(id, &slogate_core::scale::layout::Layout { sizes_rpu: want }, pool.provider.dry_run)
+        .reconcile(id, &initial, pool.provider.dry_run)
         .await
         .map_err(|e| Error::Config(format!("pool `{id}`: its {kind} provider could not list the deployment's resources: {e}")))?;
     let sizes: std::collections::HashMap<ClusterId, Rpu> = provider.resources().into_iter().map(|r| (r.cluster, r.size)).collect();
@@ -774,7 +805,7 @@ async fn cloud_pool(id: &PoolId, pool: &crate::config::PoolSection, index: usize
         terminated = adoption.terminate.len(),
         to_create = ?adoption.request.iter().map(|s| s.0).collect::<Vec<_>>(),
     );
-    Ok(PoolWiring { backend: Arc::new(backend), provider: Arc::new(provider), catalog: Arc::new(catalog), clusters, requests: adoption.request })
+    Ok(PoolWiring { backend: Arc::new(backend), provider, catalog: Arc::new(catalog), clusters, requests: adoption.request, cloud: Some(handle) })
 }
 
 /// How often the routing thread's lag probe fires.

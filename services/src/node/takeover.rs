@@ -12,12 +12,18 @@
 //! - [`publish_state`]: while this node owns a pool, store on etcd its
 //!   cluster layout whenever it changes and its Tuner's configuration in
 //!   force whenever a newer one is chosen.
+//! - [`hand_over_released`]: for each cloud pool this node lets go, forget
+//!   its clusters without releasing them, for the next owner to adopt.
 //!
 //! The decisions are core's ([`slogate_core::scale::layout`]); the
 //! layout, not the clusters themselves: an emulated cluster lives in
 //! its node's process, so the next owner runs clusters of the same sizes
-//! on its own warehouse. Providers of real clusters adopt them by their
-//! tags instead.
+//! on its own warehouse. A cloud pool's clusters are the cloud's
+//! resources, tagged with the deployment and the pool: the next owner
+//! reconciles them with the published layout (or the configured one), so
+//! it adopts the clusters the previous owner ran, terminates what the
+//! layout does not need (a spinup the previous owner had not noted, say),
+//! and creates only what is missing.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -25,7 +31,7 @@ use std::time::Duration;
 
 use actix::Addr;
 use slogate_actors::reservoir::{GetRecentExecutions, ReservoirActor};
-use slogate_actors::router::{PolicyBuilder, ReleaseCluster, ReplacePolicy, RequestCluster};
+use slogate_actors::router::{AdoptClusters, ForgetClusters, PolicyBuilder, ReleaseCluster, ReplacePolicy, RequestCluster};
 use slogate_actors::shards::RouterShards;
 use slogate_actors::tuner::{Adopt, GetState, TunedConfig, TunerActor};
 use slogate_core::model::{ClusterView, PoolId};
@@ -61,6 +67,19 @@ pub struct Wiring {
     /// started when the pool's policy last learned from the log (absent:
     /// zero, the log the policies were built on at start).
     pub learned_at: Arc<std::sync::Mutex<HashMap<String, u64>>>,
+    /// Each cloud pool's provider.
+    pub cloud: Arc<HashMap<String, CloudPool>>,
+}
+
+/// A cloud pool's provider, for a fleet's hand-overs.
+#[derive(Clone)]
+pub struct CloudPool {
+    /// The provider.
+    pub provider: Arc<slogate_cloud::provider::CloudProvider>,
+    /// The configured layout, for a claim with none published.
+    pub initial: Layout,
+    /// `[pool.provider] dry_run`.
+    pub dry_run: bool,
 }
 
 /// `pool`'s clusters on this node.
@@ -75,22 +94,80 @@ async fn clusters_of(wiring: &Wiring, pool: &str) -> Option<Vec<ClusterView>> {
 pub async fn prepare_claims(mut claims: tokio::sync::mpsc::UnboundedReceiver<Claim>, wiring: Wiring) {
     while let Some(Claim { pool, ready }) = claims.recv().await {
         adopt_tuned(&wiring, &pool).await;
-        restore_layout(&wiring, &pool).await;
+        match wiring.cloud.get(&pool) {
+            Some(cloud) => adopt_resources(&wiring, &pool, cloud).await,
+            None => restore_layout(&wiring, &pool).await,
+        }
         relearn(&wiring, &pool).await;
         let _ = ready.send(());
     }
 }
 
+/// The layout `pool`'s previous owner published, if any (a bad or
+/// unreadable one is logged and taken as none).
+async fn published_layout(wiring: &Wiring, pool: &str) -> Option<Layout> {
+    match wiring.fleet.pool_state(pool, CLUSTERS).await {
+        Ok(Some(bytes)) => match serde_json::from_slice::<Layout>(&bytes) {
+            Ok(layout) => Some(layout),
+            Err(error) => {
+                tracing::warn!(message = "The pool's cluster layout on etcd does not decode.", pool = %pool, %error);
+                None
+            }
+        },
+        Ok(None) => None,
+        Err(error) => {
+            tracing::warn!(message = "Could not read the pool's cluster layout from etcd.", pool = %pool, %error);
+            None
+        }
+    }
+}
+
+/// Takes a cloud pool's resources over: reconciles the deployment's
+/// resources with the layout its previous owner published (else the
+/// configured one), adopts the clusters kept, and requests the missing
+/// sizes.
+async fn adopt_resources(wiring: &Wiring, pool: &str, cloud: &CloudPool) {
+    let pool_id = PoolId(pool.to_owned());
+    let want = published_layout(wiring, pool).await.filter(|l| !l.sizes_rpu.is_empty()).unwrap_or_else(|| cloud.initial.clone());
+    let adoption = match cloud.provider.reconcile(&pool_id, &want, cloud.dry_run).await {
+        Ok(adoption) => adoption,
+        Err(error) => return tracing::error!(message = "Took a cloud pool over but could not list its resources; it has no clusters until an operator or the autoscaler adds some.", pool = %pool, %error),
+    };
+    let Some(shard) = wiring.router.for_pool(&pool_id) else { return };
+    let sizes: HashMap<_, _> = cloud.provider.resources().into_iter().map(|r| (r.cluster, r.size)).collect();
+    let adopted: Vec<_> = adoption.adopt.iter().filter_map(|(cluster, _)| Some((*cluster, *sizes.get(cluster)?))).collect();
+    match shard.send(AdoptClusters { pool: pool_id.clone(), clusters: adopted }).await {
+        Ok(Ok(taken)) => tracing::info!(message = "Took a cloud pool over with its resources.", pool = %pool, layout = ?want.sizes_rpu, adopted = taken.len(), terminated = adoption.terminate.len(), to_create = ?adoption.request.iter().map(|s| s.0).collect::<Vec<_>>()),
+        Ok(Err(error)) => tracing::warn!(message = "Could not adopt the pool's clusters.", pool = %pool, %error),
+        Err(_) => return,
+    }
+    for size in &adoption.request {
+        if let Ok(Err(error)) = shard.send(RequestCluster { pool: pool_id.clone(), size: *size }).await {
+            tracing::warn!(message = "Could not request a cluster of the pool's layout.", pool = %pool, size = size.0, %error);
+        }
+    }
+}
+
+/// For each cloud pool this node lets go: the router forgets its clusters
+/// and the provider its resources, untouched, for the next owner to adopt.
+/// Other pools keep their clusters (an emulated cluster lives here).
+pub async fn hand_over_released(mut released: tokio::sync::mpsc::UnboundedReceiver<String>, wiring: Wiring) {
+    while let Some(pool) = released.recv().await {
+        let Some(cloud) = wiring.cloud.get(&pool) else { continue };
+        let pool_id = PoolId(pool.clone());
+        if let Some(shard) = wiring.router.for_pool(&pool_id)
+            && let Ok(Err(error)) = shard.send(ForgetClusters { pool: pool_id.clone() }).await
+        {
+            tracing::warn!(message = "Could not forget the pool's clusters.", pool = %pool, %error);
+        }
+        let let_go = cloud.provider.hand_over(&pool_id);
+        tracing::info!(message = "Left a cloud pool's resources to its next owner.", pool = %pool, clusters = let_go.len());
+    }
+}
+
 /// Brings `pool`'s clusters to the layout its previous owner published.
 async fn restore_layout(wiring: &Wiring, pool: &str) {
-    let want = match wiring.fleet.pool_state(pool, CLUSTERS).await {
-        Ok(Some(bytes)) => match serde_json::from_slice::<Layout>(&bytes) {
-            Ok(layout) => layout,
-            Err(error) => return tracing::warn!(message = "The pool's cluster layout on etcd does not decode.", pool = %pool, %error),
-        },
-        Ok(None) => return,
-        Err(error) => return tracing::warn!(message = "Could not read the pool's cluster layout from etcd.", pool = %pool, %error),
-    };
+    let Some(want) = published_layout(wiring, pool).await else { return };
     let (Some(clusters), Some(shard)) = (clusters_of(wiring, pool).await, wiring.router.for_pool(&PoolId(pool.to_owned()))) else { return };
     if want.sizes_rpu.is_empty() || Layout::of(&clusters) == want {
         return;
