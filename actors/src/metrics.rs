@@ -1,9 +1,11 @@
 //! Latency histograms the shells publish (core never exports metrics).
 //!
-//! A [`Histogram`] has fixed, roughly logarithmic buckets from 1 µs to
-//! 10 s, lock-free counters, and renders as a Prometheus histogram plus a
-//! `_max` gauge: the largest observation since start (a stall's length,
-//! which the buckets only bound).
+//! A [`Histogram`] has fixed, roughly logarithmic buckets, lock-free
+//! counters, and renders as a Prometheus histogram plus a `_max` gauge:
+//! the largest observation since start (a stall's length, which the
+//! buckets only bound). The default buckets ([`BUCKETS_S`], 1 µs to 10 s)
+//! are for slogate's own time; [`QUERY_BUCKETS_S`] (10 ms to 2 h) for
+//! queries' latencies.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,21 +16,44 @@ pub const BUCKETS_S: [f64; 22] = [
     0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// Upper bounds of the buckets of a query-latency histogram, seconds.
+pub const QUERY_BUCKETS_S: [f64; 18] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1_200.0, 1_800.0, 3_600.0, 7_200.0];
+
 /// A Prometheus-style histogram.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Histogram {
-    buckets: [AtomicU64; 22],
+    bounds_s: &'static [f64],
+    buckets: Vec<AtomicU64>,
     overflow: AtomicU64,
     sum_ns: AtomicU64,
     count: AtomicU64,
     max_ns: AtomicU64,
 }
 
+impl Default for Histogram {
+    /// A histogram over [`BUCKETS_S`].
+    fn default() -> Self {
+        Histogram::with_bounds(&BUCKETS_S)
+    }
+}
+
 impl Histogram {
+    /// An empty histogram whose buckets end at `bounds_s` (ascending).
+    pub fn with_bounds(bounds_s: &'static [f64]) -> Self {
+        Histogram {
+            bounds_s,
+            buckets: bounds_s.iter().map(|_| AtomicU64::new(0)).collect(),
+            overflow: AtomicU64::new(0),
+            sum_ns: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+            max_ns: AtomicU64::new(0),
+        }
+    }
+
     /// Records one observation.
     pub fn observe(&self, value: std::time::Duration) {
         let seconds = value.as_secs_f64();
-        match BUCKETS_S.iter().position(|&bound| seconds <= bound) {
+        match self.bounds_s.iter().position(|&bound| seconds <= bound) {
             Some(i) => self.buckets[i].fetch_add(1, Ordering::Relaxed),
             None => self.overflow.fetch_add(1, Ordering::Relaxed),
         };
@@ -59,7 +84,7 @@ impl Histogram {
         for (i, bucket) in self.buckets.iter().enumerate() {
             seen += bucket.load(Ordering::Relaxed);
             if seen >= rank {
-                return Some(BUCKETS_S[i]);
+                return Some(self.bounds_s[i]);
             }
         }
         Some(f64::INFINITY)
@@ -74,7 +99,7 @@ impl Histogram {
     fn render_series(&self, out: &mut String, name: &str, labels: &str) {
         let sep = if labels.is_empty() { "" } else { "," };
         let mut cumulative = 0;
-        for (i, bound) in BUCKETS_S.iter().enumerate() {
+        for (i, bound) in self.bounds_s.iter().enumerate() {
             cumulative += self.buckets[i].load(Ordering::Relaxed);
             writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}").expect("write to String");
         }
@@ -120,6 +145,18 @@ mod tests {
         assert!(text.contains("x_seconds_count{} 3"));
         assert_eq!(h.max(), Duration::from_secs(60));
         assert!(text.contains("# TYPE x_seconds_max gauge\nx_seconds_max{} 60"), "{text}");
+    }
+
+    #[test]
+    fn a_query_latency_histogram_buckets_minutes_not_microseconds() {
+        let h = Histogram::with_bounds(&QUERY_BUCKETS_S);
+        h.observe(Duration::from_secs(42));
+        h.observe(Duration::from_secs(9_000));
+        assert_eq!(h.quantile_upper_bound_s(0.5), Some(60.0));
+        assert_eq!(h.quantile_upper_bound_s(1.0), Some(f64::INFINITY));
+        let mut text = String::new();
+        h.render(&mut text, "q_seconds", "test", "pool=\"a\"");
+        assert!(text.contains("q_seconds_bucket{pool=\"a\",le=\"7200\"} 1") && text.contains("q_seconds_bucket{pool=\"a\",le=\"+Inf\"} 2"), "{text}");
     }
 
     #[test]

@@ -391,6 +391,9 @@ pub struct PoolSetup {
     pub provisioned: Option<slogate_core::elastic::ProvisionedBilling>,
     /// What the pool may hold, whatever a policy or an operator asks.
     pub caps: PoolCaps,
+    /// Observes each run's latency, arrival to end, in the node's (virtual)
+    /// time: a histogram over [`crate::metrics::QUERY_BUCKETS_S`].
+    pub query_latency: Arc<crate::metrics::Histogram>,
 }
 
 /// A pool's caps and the price its spend cap counts at.
@@ -463,6 +466,7 @@ struct PoolRuntime {
     slos: std::collections::BTreeMap<slogate_core::model::TemplateId, slogate_core::time::Duration>,
     /// The templates in `slos`, least recently seen first out.
     slo_templates: slogate_core::recency::RecentKeys<slogate_core::model::TemplateId>,
+    query_latency: Arc<crate::metrics::Histogram>,
 }
 
 impl PoolRuntime {
@@ -512,6 +516,8 @@ pub struct PoolStats {
     /// Refits of the policy's predictor run off the routing thread and
     /// installed.
     pub predictor_fits: u64,
+    /// Queries sent to the elastic tier.
+    pub offloaded: u64,
     /// Offloads the elastic tier throttled that were routed to a cluster
     /// instead of failing.
     pub offloads_rerouted: u64,
@@ -664,6 +670,7 @@ impl RouterShard {
                     elastic: setup.elastic,
                     provisioned: setup.provisioned,
                     caps: setup.caps,
+                    query_latency: setup.query_latency,
                     slos: std::collections::BTreeMap::new(),
                     slo_templates: slogate_core::recency::RecentKeys::new(limits.templates_max),
                 };
@@ -1222,6 +1229,9 @@ impl Handler<Submit> for RouterShard {
             }
         };
         let mut neighbours_at_dispatch = 0;
+        if chosen == Target::Elastic {
+            pool.stats.offloaded += 1;
+        }
         if let Target::Cluster(cluster) = chosen {
             let view = pool.view.clusters.iter_mut().find(|c| c.id == cluster).expect("checked above");
             neighbours_at_dispatch = view.running.len() as u32;
@@ -1453,6 +1463,7 @@ impl RouterShard {
                     self.scale_notices_dropped += 1;
                 }
                 let latency = report.latency();
+                pool.query_latency.observe(std::time::Duration::from_micros(latency.as_micros()));
                 let completed = report.outcome == ExecutionOutcome::Completed;
                 let slo_met = completed && flight.slo.is_met_by(latency);
                 if completed {

@@ -47,6 +47,7 @@ async fn node_with(
         elastic: false,
         provisioned: None,
         caps,
+        query_latency: std::sync::Arc::default(),
     };
     let limits = RouterLimits {
         billing: slogate_core::billing::BillingConfig::default(),
@@ -373,6 +374,7 @@ async fn node_offloading_to_a_throttling_tier(clusters_allowed: bool) -> (Addr<R
         elastic: true,
         provisioned: None,
         caps: Default::default(),
+        query_latency: std::sync::Arc::default(),
     };
     let limits = RouterLimits {
         billing: slogate_core::billing::BillingConfig::default(),

@@ -834,3 +834,66 @@ async fn a_shutdown_answers_every_query_in_flight_on_every_shard() {
     assert_eq!(failed_replies, failed);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[actix_rt::test]
+async fn every_route_the_openapi_description_lists_answers_and_refuses_other_methods_naming_its_own() {
+    let dir = scratch("openapi");
+    let node = node::start(config(&dir)).await.unwrap();
+    let addr = node.admin_addr;
+    let (status, body) = admin_get(addr, "/v1/openapi.json").await;
+    assert_eq!(status, 200);
+    assert_eq!(body, slogate::node::admin::OPENAPI_JSON);
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        let concrete = path.replace("{pool}", "default").replace("{cluster}", "c0");
+        for method in item.as_object().unwrap().keys() {
+            let method = method.to_uppercase();
+            // The route is there: never 404 for the path or 405 for the
+            // method (mutations without the token get 401).
+            let (status, body) = admin(addr, &method, &concrete, None, "").await;
+            assert!(status != 404 && status != 405, "{method} {concrete}: {status} {body}");
+            let other = if method == "GET" { "PUT" } else { "GET" };
+            let (status, body) = admin(addr, other, &concrete, None, "").await;
+            assert_eq!(status, 405, "{other} {concrete}: {body}");
+            assert!(body.contains(&format!("allowed: {method}")), "{other} {concrete} names {method}: {body}");
+        }
+    }
+    let (status, body) = admin_get(addr, "/v1/undocumented").await;
+    assert_eq!(status, 404, "{body}");
+    node.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[actix_rt::test]
+async fn every_metric_the_grafana_dashboard_charts_is_exported_by_the_node() {
+    let dir = scratch("grafana");
+    let node = node::start(config(&dir)).await.unwrap();
+    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let reply = client.submit(request("g1", 3, 600_000)).await.unwrap().into_inner();
+    assert_eq!(reply.status(), QueryStatus::Completed);
+    let (status, metrics) = admin_get(node.admin_addr, "/metrics").await;
+    assert_eq!(status, 200);
+    let exported: std::collections::BTreeSet<&str> =
+        metrics.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split(['{', ' ']).next()).collect();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana-dashboard.json");
+    let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut charted = std::collections::BTreeSet::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            let mut rest = expr;
+            while let Some(at) = rest.find("slogate_") {
+                let name: String = rest[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                rest = &rest[at + name.len()..];
+                charted.insert(name);
+            }
+        }
+    }
+    assert!(charted.len() >= 15, "the dashboard charts the node's metrics: {charted:?}");
+    let missing: Vec<&String> = charted.iter().filter(|name| !exported.contains(name.as_str())).collect();
+    assert!(missing.is_empty(), "charted but not exported: {missing:?}\n{metrics}");
+    // The query's latency was observed under its pool.
+    assert!(metrics.contains("slogate_query_latency_seconds_count{pool=\"default\"} 1"), "{metrics}");
+    node.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -65,6 +65,8 @@ pub struct PoolBackends {
     pub backend: Arc<dyn Backend>,
     /// What creates and releases its clusters.
     pub provider: Arc<dyn Provider>,
+    /// Its queries' latencies.
+    pub query_latency: Arc<Histogram>,
 }
 
 /// The node's latency histograms.
@@ -78,25 +80,62 @@ pub struct Histograms {
     pub event_loop_lag: Vec<Arc<Histogram>>,
 }
 
-/// Routes of the admin API. A path it has answers any other method with
-/// 405 and an `Allow` header, and a path it lacks with 404, both as JSON.
+/// Every route of the admin API, as (path, method): [`routes`] registers
+/// exactly these, and `/v1/openapi.json` describes exactly these (a test
+/// holds the two together).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("/healthz", "GET"),
+    ("/readyz", "GET"),
+    ("/metrics", "GET"),
+    ("/v1/openapi.json", "GET"),
+    ("/v1/pools", "GET"),
+    ("/v1/pools/{pool}", "GET"),
+    ("/v1/pools/{pool}/queries", "GET"),
+    ("/v1/pools/{pool}/clusters", "POST"),
+    ("/v1/pools/{pool}/clusters/{cluster}", "DELETE"),
+    ("/v1/pools/{pool}/tune", "POST"),
+    ("/v1/actors", "GET"),
+    ("/v1/decisions", "GET"),
+    ("/v1/fleet", "GET"),
+];
+
+/// The OpenAPI 3.1 description of [`ROUTES`], their bodies and errors.
+pub const OPENAPI_JSON: &str = include_str!("openapi.json");
+
+/// The handler of a route in [`ROUTES`].
+fn handler(path: &str, method: &str) -> actix_web::Route {
+    match (path, method) {
+        ("/healthz", "GET") => web::get().to(healthz),
+        ("/readyz", "GET") => web::get().to(readyz),
+        ("/metrics", "GET") => web::get().to(metrics),
+        ("/v1/openapi.json", "GET") => web::get().to(openapi),
+        ("/v1/pools", "GET") => web::get().to(pools),
+        ("/v1/pools/{pool}", "GET") => web::get().to(pool),
+        ("/v1/pools/{pool}/queries", "GET") => web::get().to(queries),
+        ("/v1/pools/{pool}/clusters", "POST") => web::post().to(add_cluster),
+        ("/v1/pools/{pool}/clusters/{cluster}", "DELETE") => web::delete().to(remove_cluster),
+        ("/v1/pools/{pool}/tune", "POST") => web::post().to(tune),
+        ("/v1/actors", "GET") => web::get().to(actors),
+        ("/v1/decisions", "GET") => web::get().to(decisions),
+        ("/v1/fleet", "GET") => web::get().to(fleet),
+        _ => unreachable!("every route in ROUTES has a handler: {method} {path}"),
+    }
+}
+
+/// Routes of the admin API ([`ROUTES`]). A path it has answers any other
+/// method with 405 and an `Allow` header, and a path it lacks with 404,
+/// both as JSON.
 pub fn routes(config: &mut web::ServiceConfig) {
-    config
-        .service(resource("/healthz", "GET").route(web::get().to(healthz)))
-        .service(resource("/readyz", "GET").route(web::get().to(readyz)))
-        .service(resource("/metrics", "GET").route(web::get().to(metrics)))
-        .service(resource("/v1/pools", "GET").route(web::get().to(pools)))
-        .service(resource("/v1/pools/{pool}", "GET").route(web::get().to(pool)))
-        .service(resource("/v1/pools/{pool}/queries", "GET").route(web::get().to(queries)))
-        .service(resource("/v1/pools/{pool}/clusters", "POST").route(web::post().to(add_cluster)))
-        .service(resource("/v1/pools/{pool}/clusters/{cluster}", "DELETE").route(web::delete().to(remove_cluster)))
-        .service(resource("/v1/pools/{pool}/tune", "POST").route(web::post().to(tune)))
-        .service(resource("/v1/actors", "GET").route(web::get().to(actors)))
-        .service(resource("/v1/decisions", "GET").route(web::get().to(decisions)))
-        .service(resource("/v1/fleet", "GET").route(web::get().to(fleet)))
-        .default_service(web::to(|request: HttpRequest| async move {
-            error_response(&GatewayError::NoRoute { method: request.method().to_string(), path: clipped(request.path()) })
-        }));
+    for &(path, method) in ROUTES {
+        config.service(resource(path, method).route(handler(path, method)));
+    }
+    config.default_service(web::to(|request: HttpRequest| async move {
+        error_response(&GatewayError::NoRoute { method: request.method().to_string(), path: clipped(request.path()) })
+    }));
+}
+
+async fn openapi() -> HttpResponse {
+    HttpResponse::Ok().content_type("application/json").body(OPENAPI_JSON)
 }
 
 /// A route at `path` that answers methods other than `allowed` with 405.
@@ -763,6 +802,8 @@ async fn metrics(request: HttpRequest, state: web::Data<AdminState>) -> HttpResp
     family("offloads_rerouted_total", "counter", "Offloads the elastic tier throttled, routed to a cluster instead.", &|v| v.router.stats.offloads_rerouted as f64);
     family("slo_violations_total", "counter", "Queries that missed their SLO.", &|v| v.router.stats.violations as f64);
     family("in_flight", "gauge", "Queries in flight.", &|v| v.router.in_flight as f64);
+    family("offloaded_total", "counter", "Queries sent to the elastic tier.", &|v| v.router.stats.offloaded as f64);
+    family("elastic_billed_usd", "counter", "Dollars the elastic tier billed so far.", &|v| v.elastic_billed_usd);
     family("billed_usd", "counter", "Dollars the clusters billed so far (the vendor's bill, or slogate's estimate).", &|v| v.billed_usd);
     writeln!(
         out,
@@ -779,6 +820,9 @@ async fn metrics(request: HttpRequest, state: web::Data<AdminState>) -> HttpResp
             writeln!(out, "slogate_cluster_queries{{pool=\"{pool}\",cluster=\"c{id}\",state=\"waiting\"}} {waiting}").expect("write to String");
         }
     }
+    let pools: Vec<String> = state.backends.iter().map(|b| format!("pool=\"{}\"", b.pool.0)).collect();
+    let latencies: Vec<(&str, &Histogram)> = pools.iter().map(String::as_str).zip(state.backends.iter().map(|b| &*b.query_latency)).collect();
+    slogate_actors::metrics::render_family(&mut out, "slogate_query_latency_seconds", "Each query's latency, arrival to end of its run, in the node's (virtual) seconds.", &latencies);
     state.histograms.decision_time.render(&mut out, "slogate_decision_time_seconds", "Wall time of each routing decision.", "");
     let shards: Vec<String> = (0..state.histograms.event_loop_lag.len()).map(|k| format!("shard=\"{k}\"")).collect();
     let lag: Vec<(&str, &Histogram)> = shards.iter().map(String::as_str).zip(state.histograms.event_loop_lag.iter().map(|h| &**h)).collect();
@@ -860,6 +904,33 @@ mod tests {
         for bad in [&b"[16]"[..], b"16", b"\"16\"", br#"{"size": 16, "extra": 1}"#, b"{size:"] {
             let error = object_body::<NewCluster>(bad, r#"{"size": 16}"#).err().expect("refused");
             assert_eq!(error.http_status(), 400, "{error}");
+        }
+    }
+
+    #[test]
+    fn the_openapi_description_lists_exactly_the_routes_the_server_registers_each_with_its_errors() {
+        let doc: serde_json::Value = serde_json::from_str(OPENAPI_JSON).expect("openapi.json is JSON");
+        assert_eq!(doc["openapi"], "3.1.0");
+        let mut described = std::collections::BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("a path item") {
+                described.insert((path.clone(), method.to_uppercase()));
+                let responses = operation["responses"].as_object().unwrap_or_else(|| panic!("{method} {path} has responses"));
+                assert!(responses.keys().any(|code| code.starts_with('2')), "{method} {path} documents its success");
+                for (code, response) in responses.iter().filter(|(code, _)| !code.starts_with('2')) {
+                    assert_eq!(response["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/Error", "{method} {path} {code}");
+                }
+                // Every `{name}` in the path is a declared path parameter.
+                let declared: Vec<&str> = operation["parameters"].as_array().into_iter().flatten().filter(|p| p["in"] == "path").filter_map(|p| p["name"].as_str()).collect();
+                let templated: Vec<&str> = path.split('/').filter_map(|part| part.strip_prefix('{')?.strip_suffix('}')).collect();
+                assert_eq!(declared, templated, "{method} {path}'s path parameters");
+            }
+        }
+        let registered: std::collections::BTreeSet<(String, String)> = ROUTES.iter().map(|&(path, method)| (path.to_owned(), method.to_owned())).collect();
+        assert_eq!(described, registered, "openapi.json against ROUTES");
+        // Every route has a handler (`handler` panics on one without).
+        for &(path, method) in ROUTES {
+            let _ = handler(path, method);
         }
     }
 

@@ -217,7 +217,8 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         };
         crate::eval::policy_by_name(&pool.policy).map_err(|e| Error::Config(format!("pool[{i}].policy: {e}")))?;
         policies.insert(pool.name.clone(), (pool.policy.clone(), terms.clone()));
-        backends.push(admin::PoolBackends { pool: id.clone(), backend: wiring.backend.clone(), provider: wiring.provider.clone() });
+        let query_latency = Arc::new(slogate_actors::metrics::Histogram::with_bounds(&slogate_actors::metrics::QUERY_BUCKETS_S));
+        backends.push(admin::PoolBackends { pool: id.clone(), backend: wiring.backend.clone(), provider: wiring.provider.clone(), query_latency: query_latency.clone() });
         if !wiring.requests.is_empty() {
             startup_requests.push((id.clone(), wiring.requests.clone()));
         }
@@ -233,6 +234,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             elastic: elastic.is_some(),
             provisioned: provisioned_billing,
             caps: pool.caps(i)?,
+            query_latency: query_latency.clone(),
         });
     }
     let history = Arc::new(history);
@@ -623,6 +625,7 @@ struct PendingPool {
     elastic: bool,
     provisioned: Option<slogate_core::elastic::ProvisionedBilling>,
     caps: router::PoolCaps,
+    query_latency: Arc<slogate_actors::metrics::Histogram>,
 }
 
 /// What a RouterShard is built from, on the thread it will run on.
@@ -659,6 +662,7 @@ impl ShardPlan {
                 elastic: pool.elastic,
                 provisioned: pool.provisioned,
                 caps: pool.caps,
+                query_latency: pool.query_latency,
             });
         }
         let (decision_time, event_loop_lag) = self.histograms;
