@@ -139,10 +139,9 @@ impl CloudProvider {
         // Terminations run on their own (a deletion may wait for the
         // platform), each logged when it is done.
         for (resource_id, reason) in &adoption.terminate {
-            let cluster = listed.iter().find(|r| &r.resource_id == resource_id).map(|r| r.owner.cluster);
             let found = listed.iter().find(|r| &r.resource_id == resource_id);
+            let (cluster, size) = (found.map(|r| r.owner.cluster), found.map_or(Rpu(0), |r| r.owner.size));
             if self.api.parks() && found.is_some_and(|r| r.state == ResourceState::Paused) {
-                let size = found.map_or(Rpu(0), |r| r.owner.size);
                 tracing::info!(message = "Reconciliation: parked a paused resource the pool does not need now.", pool = %pool, %resource_id, %reason);
                 self.log(pool, "park", cluster, Some(size), format!("kept {resource_id} paused for reuse: {reason}"));
                 self.park(pool, resource_id.clone(), size);
@@ -154,14 +153,10 @@ impl CloudProvider {
                 continue;
             }
             let (this, pool, resource_id, reason) = (self.clone_handle(), pool.clone(), resource_id.clone(), reason.clone());
-            let size = found.map_or(Rpu(0), |r| r.owner.size);
             tokio::task::spawn_local(async move {
-                let result = match this.api.delete(resource_id.clone()).await {
-                    Ok(()) if this.api.parks() => {
-                        this.park(&pool, resource_id.clone(), size);
-                        format!("paused and parked {resource_id}: {reason}")
-                    }
-                    Ok(()) => format!("terminated {resource_id}: {reason}"),
+                let result = match delete_or_park(&this.api, &this.book, &pool, &resource_id, size).await {
+                    Ok(true) => format!("paused and parked {resource_id}: {reason}"),
+                    Ok(false) => format!("terminated {resource_id}: {reason}"),
                     Err(error) => format!("could not terminate {resource_id} ({reason}): {error}"),
                 };
                 tracing::warn!(message = "Reconciliation: a termination ended.", pool = %pool, %result);
@@ -214,6 +209,13 @@ impl CloudProvider {
         }
         tracing::info!(message = "Handed the pool's resources over to its next owner.", pool = %pool, resources = released.len());
         released.iter().map(|r| r.cluster).collect()
+    }
+
+    /// The clusters `adoption` (of `pool`, from [`CloudProvider::reconcile`])
+    /// kept, with their sizes: what the router takes in.
+    pub fn adopted_clusters(&self, pool: &PoolId, adoption: &Adoption) -> Vec<(ClusterId, Rpu)> {
+        let book = self.book();
+        adoption.adopt.iter().filter_map(|(cluster, _)| Some((*cluster, book.resources.get(&(pool.clone(), *cluster))?.size))).collect()
     }
 
     /// The resources held, in pool and cluster order.
@@ -309,12 +311,9 @@ impl CloudProvider {
             if let Some(r) = book.lock().expect("the provider's book lock is never poisoned").resources.get_mut(&(pool.clone(), cluster)) {
                 r.phase = Phase::Releasing;
             }
-            let deleted = match api.delete(resource_id.clone()).await {
-                Ok(()) if api.parks() => {
-                    park(&book, &pool, resource_id.clone(), size);
-                    format!("{reason}; paused and parked it")
-                }
-                Ok(()) => format!("{reason}; deleted it"),
+            let deleted = match delete_or_park(&api, &book, &pool, &resource_id, size).await {
+                Ok(true) => format!("{reason}; paused and parked it"),
+                Ok(false) => format!("{reason}; deleted it"),
                 Err(error) => format!("{reason}; deleting it failed: {error}"),
             };
             tracing::warn!(message = "A cluster never served; abandoned.", pool = %pool, cluster = %cluster, reason = %deleted);
@@ -323,6 +322,18 @@ impl CloudProvider {
             sink.abandon(pool, cluster, deleted);
         });
     }
+}
+
+/// Releases `resource_id` on the platform: deletes it or, on a platform
+/// whose delete pauses ([`CloudApi::parks`]), pauses it and parks it for
+/// reuse. Resolves with whether it was parked.
+async fn delete_or_park(api: &Arc<dyn CloudApi>, book: &Arc<Mutex<Book>>, pool: &PoolId, resource_id: &str, size: Rpu) -> Result<bool, CloudError> {
+    api.delete(resource_id.to_owned()).await?;
+    let parks = api.parks();
+    if parks {
+        park(book, pool, resource_id.to_owned(), size);
+    }
+    Ok(parks)
 }
 
 fn park(book: &Arc<Mutex<Book>>, pool: &PoolId, resource_id: String, size: Rpu) {
@@ -416,12 +427,9 @@ impl Provider for CloudProvider {
             } else {
                 this.sink.abandon(pool.clone(), cluster, "released before it served".into());
             }
-            let result = match this.api.delete(resource_id.clone()).await {
-                Ok(()) if this.api.parks() => {
-                    this.park(&pool, resource_id.clone(), size);
-                    format!("paused and parked {resource_id}")
-                }
-                Ok(()) => format!("deleted {resource_id}"),
+            let result = match delete_or_park(&this.api, &this.book, &pool, &resource_id, size).await {
+                Ok(true) => format!("paused and parked {resource_id}"),
+                Ok(false) => format!("deleted {resource_id}"),
                 Err(error) => refused(kind, &format!("delete {resource_id}"), &error).to_string(),
             };
             this.book().resources.remove(&(pool.clone(), cluster));

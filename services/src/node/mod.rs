@@ -799,8 +799,7 @@ async fn cloud_pool(id: &PoolId, pool: &crate::config::PoolSection, index: usize
         .reconcile(id, &initial, pool.provider.dry_run)
         .await
         .map_err(|e| Error::Config(format!("pool `{id}`: its {kind} provider could not list the deployment's resources: {e}")))?;
-    let sizes: std::collections::HashMap<ClusterId, Rpu> = provider.resources().into_iter().map(|r| (r.cluster, r.size)).collect();
-    let clusters = adoption.adopt.iter().filter_map(|(cluster, _)| Some((*cluster, *sizes.get(cluster)?, ClusterState::Starting))).collect();
+    let clusters = provider.adopted_clusters(id, &adoption).into_iter().map(|(cluster, size)| (cluster, size, ClusterState::Starting)).collect();
     tracing::info!(
         message = "Cloud pool reconciled.",
         pool = %id,

@@ -134,8 +134,7 @@ async fn adopt_resources(wiring: &Wiring, pool: &str, cloud: &CloudPool) {
         Err(error) => return tracing::error!(message = "Took a cloud pool over but could not list its resources; it has no clusters until an operator or the autoscaler adds some.", pool = %pool, %error),
     };
     let Some(shard) = wiring.router.for_pool(&pool_id) else { return };
-    let sizes: HashMap<_, _> = cloud.provider.resources().into_iter().map(|r| (r.cluster, r.size)).collect();
-    let adopted: Vec<_> = adoption.adopt.iter().filter_map(|(cluster, _)| Some((*cluster, *sizes.get(cluster)?))).collect();
+    let adopted = cloud.provider.adopted_clusters(&pool_id, &adoption);
     match shard.send(AdoptClusters { pool: pool_id.clone(), clusters: adopted }).await {
         Ok(Ok(taken)) => tracing::info!(message = "Took a cloud pool over with its resources.", pool = %pool, layout = ?want.sizes_rpu, adopted = taken.len(), terminated = adoption.terminate.len(), to_create = ?adoption.request.iter().map(|s| s.0).collect::<Vec<_>>()),
         Ok(Err(error)) => tracing::warn!(message = "Could not adopt the pool's clusters.", pool = %pool, %error),
