@@ -49,16 +49,21 @@ async fn node_with(
         caps,
         query_latency: std::sync::Arc::default(),
     };
-    let limits = RouterLimits {
+    RouterShard::new(clock, vec![pool], reservoir, limits(3)).start()
+}
+
+/// The test shards' limits, remembering SLOs of at most `templates_max`
+/// templates.
+fn limits(templates_max: usize) -> RouterLimits {
+    RouterLimits {
         billing: slogate_core::billing::BillingConfig::default(),
         decisions_max: 100,
         idempotency_max: 1_000,
         idempotency_retention_s: 86_400.0,
         mailbox_capacity: 4_096,
-        templates_max: 3,
+        templates_max,
         clusters_per_pool_max: 3,
-    };
-    RouterShard::new(clock, vec![pool], reservoir, limits).start()
+    }
 }
 
 fn submit(id: &str, template: u32) -> Submit {
@@ -376,16 +381,7 @@ async fn node_offloading_to_a_throttling_tier(clusters_allowed: bool) -> (Addr<R
         caps: Default::default(),
         query_latency: std::sync::Arc::default(),
     };
-    let limits = RouterLimits {
-        billing: slogate_core::billing::BillingConfig::default(),
-        decisions_max: 100,
-        idempotency_max: 1_000,
-        idempotency_retention_s: 86_400.0,
-        mailbox_capacity: 4_096,
-        templates_max: 16,
-        clusters_per_pool_max: 3,
-    };
-    (RouterShard::new(clock, vec![pool], None, limits).start(), tier)
+    (RouterShard::new(clock, vec![pool], None, limits(16)).start(), tier)
 }
 
 #[actix_rt::test]

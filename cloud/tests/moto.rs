@@ -155,6 +155,14 @@ async fn provisioned_clusters_are_created_with_nodes_for_their_size_tagged_and_d
     }
 }
 
+/// Spins a cluster of `size` up, waits until it serves, and releases it.
+async fn serve_then_release(provider: &slogate_cloud::provider::CloudProvider, sink: &RecordingSink, size: Rpu) -> slogate_core::model::ClusterId {
+    let cluster = provider.spin_up(pool(), size).await.unwrap();
+    sink.wait_for(Duration::from_secs(20), |h| !h.is_empty()).await;
+    provider.spin_down(pool(), cluster).await.unwrap();
+    cluster
+}
+
 #[actix_rt::test]
 async fn a_pool_that_pauses_pauses_on_release_and_a_restarted_node_resumes_the_paused_cluster_instead_of_creating_one() {
     let moto = Moto::start();
@@ -162,9 +170,7 @@ async fn a_pool_that_pauses_pauses_on_release_and_a_restarted_node_resumes_the_p
     let api = Redshift::new(&config, redshift_settings(true));
     let sink = Arc::new(RecordingSink::default());
     let first_life = provider(api.clone(), sink.clone(), Duration::from_secs(20));
-    let cluster = first_life.spin_up(pool(), Rpu(8)).await.unwrap();
-    sink.wait_for(Duration::from_secs(20), |h| !h.is_empty()).await;
-    first_life.spin_down(pool(), cluster).await.unwrap();
+    let cluster = serve_then_release(&first_life, &sink, Rpu(8)).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let paused = loop {
         let listed = api.list("test".into()).await.unwrap();
@@ -197,9 +203,7 @@ async fn a_pool_that_pauses_reuses_its_paused_cluster_for_the_next_spinup_resize
     let api = Redshift::new(&config, redshift_settings(true));
     let sink = Arc::new(RecordingSink::default());
     let provider = provider(api.clone(), sink.clone(), Duration::from_secs(20));
-    let first = provider.spin_up(pool(), Rpu(16)).await.unwrap();
-    sink.wait_for(Duration::from_secs(20), |h| !h.is_empty()).await;
-    provider.spin_down(pool(), first).await.unwrap();
+    let first = serve_then_release(&provider, &sink, Rpu(16)).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while provider.parked().get(&pool()).is_none_or(Vec::is_empty) {
         assert!(tokio::time::Instant::now() < deadline, "never parked: {:?}", provider.parked());
