@@ -301,6 +301,8 @@ pub struct GetDecisions {
     pub limit: usize,
     /// Only this tenant's, if set.
     pub tenant: Option<String>,
+    /// Only this pool's, if set.
+    pub pool: Option<PoolId>,
 }
 
 /// Reads the observable state.
@@ -312,6 +314,12 @@ pub struct GetState;
 #[derive(Message)]
 #[rtype(result = "Vec<(ClusterId, Addr<ClusterTracker>)>")]
 pub struct GetTrackers(pub PoolId);
+
+/// Reads a pool's shadow-mode comparison (`None`: the pool is unknown or
+/// not in shadow mode).
+#[derive(Message)]
+#[rtype(result = "Option<slogate_core::route::shadow::ShadowReport>")]
+pub struct GetShadow(pub PoolId);
 
 /// Reads a pool's most recent outcomes, newest first.
 #[derive(Message)]
@@ -1084,6 +1092,12 @@ impl Handler<ReleaseCluster> for RouterShard {
         if view.state == ClusterState::Ready && ready == 1 && !message.force {
             return Box::pin(fut::ready(Err(Error::LastReadyCluster { pool: message.pool.0, cluster: message.cluster.to_string() })));
         }
+        // In shadow mode the baseline keeps every cluster it routes to: the
+        // (dry-run) provider only records the release it was asked for.
+        if pool.policy.shadow_report().is_some() {
+            let released = pool.provider.spin_down(message.pool, message.cluster);
+            return Box::pin(async move { released.await.map_err(backend_error) }.into_actor(self));
+        }
         // Stop routing to it at once; the backend drains it.
         let previous = view.state;
         if matches!(view.state, ClusterState::Ready | ClusterState::Starting | ClusterState::Unhealthy) {
@@ -1615,8 +1629,19 @@ impl Handler<GetDecisions> for RouterShard {
     type Result = MessageResult<GetDecisions>;
 
     fn handle(&mut self, message: GetDecisions, _ctx: &mut Self::Context) -> Self::Result {
-        let decisions = self.decisions.iter().filter(|d| message.tenant.as_ref().is_none_or(|t| *t == d.tenant));
+        let decisions = self
+            .decisions
+            .iter()
+            .filter(|d| message.tenant.as_ref().is_none_or(|t| *t == d.tenant) && message.pool.as_ref().is_none_or(|p| *p == d.pool));
         MessageResult(decisions.take(message.limit).cloned().collect())
+    }
+}
+
+impl Handler<GetShadow> for RouterShard {
+    type Result = MessageResult<GetShadow>;
+
+    fn handle(&mut self, message: GetShadow, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(self.pools.get(&message.0).and_then(|p| p.policy.shadow_report()))
     }
 }
 

@@ -80,10 +80,14 @@ impl RouterShards {
         Ok(merge_states(self.broadcast(GetState).await?))
     }
 
-    /// The `limit` newest decisions of all shards (only `tenant`'s, if
-    /// set), newest first.
-    pub async fn decisions(&self, limit: usize, tenant: Option<String>) -> Result<Vec<DecisionRecord>, MailboxError> {
-        Ok(merge_newest(self.broadcast(GetDecisions { limit, tenant }).await?, limit))
+    /// The `limit` newest decisions of all shards (only `tenant`'s and
+    /// `pool`'s, if set; a pool's are asked of its shard alone), newest
+    /// first.
+    pub async fn decisions(&self, limit: usize, tenant: Option<String>, pool: Option<PoolId>) -> Result<Vec<DecisionRecord>, MailboxError> {
+        if let Some(shard) = pool.as_ref().and_then(|p| self.for_pool(p)) {
+            return shard.send(GetDecisions { limit, tenant, pool }).await;
+        }
+        Ok(merge_newest(self.broadcast(GetDecisions { limit, tenant, pool }).await?, limit))
     }
 }
 

@@ -98,7 +98,7 @@ async fn every_accepted_query_gets_exactly_one_outcome() {
     assert_eq!(pool.stats.completed + pool.stats.timed_out, 100);
     assert_eq!(pool.in_flight, 0);
     assert!(pool.clusters.iter().all(|c| c.running.is_empty()));
-    assert_eq!(router.send(GetDecisions { limit: 10, tenant: None }).await.unwrap().len(), 10);
+    assert_eq!(router.send(GetDecisions { limit: 10, tenant: None, pool: None }).await.unwrap().len(), 10);
 }
 
 #[actix_rt::test]
@@ -395,7 +395,7 @@ async fn an_offload_the_elastic_tier_throttles_is_routed_again_to_a_cluster_and_
     assert!(matches!(outcome.target, Some(slogate_core::model::Target::Cluster(_))), "{outcome:?}");
     assert!(outcome.explanation.contains("the elastic tier throttled it (") && outcome.explanation.contains("routed again: the tier is cooling down"), "{}", outcome.explanation);
     assert_eq!(tier.invocations.load(std::sync::atomic::Ordering::SeqCst), 1, "the tier is tried once");
-    let decisions = router.send(GetDecisions { limit: 10, tenant: None }).await.unwrap();
+    let decisions = router.send(GetDecisions { limit: 10, tenant: None, pool: None }).await.unwrap();
     assert_eq!(decisions.len(), 2, "the offload and the re-route are both decisions: {decisions:?}");
     assert!(decisions[0].explanation.contains("routed again") && decisions[1].target == Some(slogate_core::model::Target::Elastic), "{decisions:?}");
     let state = router.send(GetState).await.unwrap();

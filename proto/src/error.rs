@@ -106,6 +106,9 @@ pub enum GatewayError {
     /// The pool exists but has no tuner.
     #[error("pool `{0}` has no tuner; set [pool.tune] enabled = true")]
     NoTuner(String),
+    /// The pool is not in shadow mode.
+    #[error("pool `{0}` is not in shadow mode; set mode = \"shadow\" in its [[pool]]")]
+    NotShadowed(String),
     /// Too many queries in flight.
     #[error("admission limit reached: {in_flight} queries in flight (limit {limit}); retry later")]
     AdmissionLimit {
@@ -224,7 +227,7 @@ impl GatewayError {
             PermissionDenied(_) => ErrorKind::PermissionDenied,
             ShuttingDown | Unavailable(_) => ErrorKind::Unavailable,
             Unauthenticated => ErrorKind::Unauthenticated,
-            Conflict(_) => ErrorKind::Conflict,
+            Conflict(_) | NotShadowed(_) => ErrorKind::Conflict,
             AlreadyExists(_) => ErrorKind::AlreadyExists,
             Internal(_) => ErrorKind::Internal,
             Remote { kind, .. } => *kind,

@@ -394,6 +394,18 @@ pub struct PoolSection {
     /// Routing policy.
     #[serde(default = "default_policy")]
     pub policy: String,
+    /// `active` (the policy places the queries, and its autoscaler and
+    /// tuner act) or `shadow`: the `baseline` policy places every query,
+    /// while the policy, its autoscaler and its tuner decide alongside it
+    /// and record what they would have done (the provider is a dry run, so
+    /// nothing is created or released). `GET /v1/pools/{pool}/shadow`
+    /// compares the two.
+    #[serde(default = "default_mode")]
+    pub mode: String,
+    /// Shadow mode's acting policy, today's practice: `round-robin` or
+    /// `least-loaded`.
+    #[serde(default = "default_baseline")]
+    pub baseline: String,
     /// What runs its queries: `emulated` (the embedded warehouse) or
     /// `postgres` (servers that speak the PostgreSQL protocol: Amazon
     /// Redshift, Redshift Serverless endpoints, PostgreSQL), one per
@@ -689,6 +701,11 @@ impl PoolSection {
             price_per_hour_usd: self.provisioned_price_per_rpu_hour_usd,
             minimum: slogate_core::time::Duration::from_secs(60),
         })
+    }
+
+    /// Shadow mode's acting policy, or `None` in active mode.
+    pub fn shadow_of(&self) -> Option<slogate_core::route::BaselinePolicy> {
+        if self.mode == "shadow" { slogate_core::route::BaselinePolicy::from_name(&self.baseline) } else { None }
     }
 
     /// What the policy tuner plans pool `index` with (its starting clusters,
@@ -1289,6 +1306,14 @@ fn default_provisioned_price() -> f64 {
     0.375
 }
 
+fn default_mode() -> String {
+    "active".into()
+}
+
+fn default_baseline() -> String {
+    "round-robin".into()
+}
+
 fn default_policy() -> String {
     BaselinePolicy::LeastLoaded.name().to_owned()
 }
@@ -1368,6 +1393,8 @@ impl Default for ConfigV1 {
             pool: vec![PoolSection {
                 name: "default".into(),
                 policy: default_policy(),
+                mode: default_mode(),
+                baseline: default_baseline(),
                 backend: default_backend(),
                 clusters: vec![16, 16],
                 endpoint: Vec::new(),
@@ -1670,6 +1697,22 @@ impl NodeConfig {
             if let Err(error) = crate::eval::policy_by_name(&pool.policy) {
                 return Err(invalid(&format!("pool[{i}].policy"), error));
             }
+            match pool.mode.as_str() {
+                "active" => {}
+                "shadow" => {
+                    if slogate_core::route::BaselinePolicy::from_name(&pool.baseline).is_none() {
+                        let known: Vec<&str> = slogate_core::route::BaselinePolicy::ALL.iter().map(|p| p.name()).collect();
+                        return Err(invalid(&format!("pool[{i}].baseline"), format!("`{}` is not one of {}", pool.baseline, known.join(", "))));
+                    }
+                    if !crate::eval::LEARNED_POLICIES.contains(&pool.policy.as_str()) {
+                        return Err(invalid(
+                            &format!("pool[{i}].policy"),
+                            format!("shadow mode shadows a predicting policy ({}), not `{}`", crate::eval::LEARNED_POLICIES.join(", "), pool.policy),
+                        ));
+                    }
+                }
+                other => return Err(invalid(&format!("pool[{i}].mode"), format!("`{other}` is not one of active, shadow"))),
+            }
             match pool.backend.as_str() {
                 "emulated" => {
                     if pool.clusters.is_empty() || pool.clusters.iter().any(|&s| s == 0 || s > 1_024) {
@@ -1951,6 +1994,21 @@ mod tests {
         let flags = Overrides { grpc_addr: Some("127.0.0.1:0".into()), ..Overrides::default() };
         let config = NodeConfig::load(file, &env(&[("SLOGATE_GRPC_ADDR", "127.0.0.1:3")]), &flags).unwrap();
         assert_eq!(config.grpc_addr.port(), 0);
+    }
+
+    #[test]
+    fn shadow_mode_needs_a_baseline_that_acts_and_a_predicting_policy_to_shadow() {
+        let load = |extra: &str| {
+            NodeConfig::load(&format!("version = \"1\"\n[[pool]]\nname = \"a\"\nclusters = [16]\n{extra}"), &env(&[]), &Overrides::default())
+                .map_err(|e| e.to_string())
+        };
+        let config = load("policy = \"slogate\"\nmode = \"shadow\"\nbaseline = \"least-loaded\"\n").unwrap();
+        assert_eq!(config.file.pool[0].shadow_of(), Some(slogate_core::route::BaselinePolicy::LeastLoaded));
+        assert_eq!(load("policy = \"slogate\"\n").unwrap().file.pool[0].shadow_of(), None);
+        assert!(load("policy = \"slogate\"\nmode = \"sideways\"\n").unwrap_err().contains("pool[0].mode"));
+        assert!(load("policy = \"slogate\"\nmode = \"shadow\"\nbaseline = \"slogate\"\n").unwrap_err().contains("pool[0].baseline"));
+        let error = load("policy = \"round-robin\"\nmode = \"shadow\"\n").unwrap_err();
+        assert!(error.contains("pool[0].policy") && error.contains("shadow mode shadows a predicting policy"), "{error}");
     }
 
     #[test]

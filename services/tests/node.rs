@@ -897,3 +897,96 @@ async fn every_metric_the_grafana_dashboard_charts_is_exported_by_the_node() {
     node.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The targets of `pool`'s routing decisions, by client query id.
+async fn targets_by_query(addr: std::net::SocketAddr, pool: &str) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let (status, body) = admin_get(addr, &format!("/v1/decisions?pool={pool}&limit=1000")).await;
+    assert_eq!(status, 200, "{body}");
+    let decisions: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+    assert!(decisions.iter().all(|d| d["pool"] == pool), "filtered by pool: {decisions:?}");
+    decisions.into_iter().map(|d| (d["client_query_id"].as_str().unwrap().trim_start_matches(pool).to_owned(), d["target"].clone())).collect()
+}
+
+#[actix_rt::test]
+async fn shadow_mode_never_changes_where_a_query_runs_and_records_what_slogate_would_do() {
+    // Two pools alike but for the mode: `plain` routes round-robin;
+    // `shadowed` routes round-robin with slogate (and its autoscaler) in
+    // its shadow. The same queries, one at a time, must land alike.
+    let dir = scratch("shadow");
+    let pool = |name: &str, extra: &str| {
+        format!("[[pool]]\nname = \"{name}\"\npolicy = \"{}\"\nclusters = [4, 32]\n{extra}", if extra.is_empty() { "round-robin" } else { "slogate" })
+    };
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\nadmin_token = \"s3cret\"\n{}{}",
+        dir.display(),
+        pool("plain", ""),
+        pool("shadowed", "mode = \"shadow\"\nbaseline = \"round-robin\"\n[pool.autoscale]\nenabled = true\nmin_observations = 8\n"),
+    );
+    let node = node::start(load(&text)).await.unwrap();
+    let addr = node.admin_addr;
+    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    for i in 0..40u32 {
+        // Five heavy templates with tight SLOs, each seen on both
+        // clusters: once slogate has learned them it would keep them off
+        // the 4-RPU cluster that round-robin sends every other one to.
+        for pool in ["plain", "shadowed"] {
+            let mut submitted = request(&format!("{pool}{i}"), 40 + i % 5, 15_000);
+            submitted.pool = pool.into();
+            let reply = client.submit(submitted).await.unwrap().into_inner();
+            assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
+        }
+    }
+    let (plain, shadowed) = (targets_by_query(addr, "plain").await, targets_by_query(addr, "shadowed").await);
+    assert_eq!(plain.len(), 40);
+    assert_eq!(plain, shadowed, "shadow mode changed where a query ran");
+
+    let (status, body) = admin_get(addr, "/v1/pools/shadowed/shadow").await;
+    assert_eq!(status, 200, "{body}");
+    let report: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((report["acting"].as_str(), report["shadow"].as_str()), (Some("round-robin"), Some("slogate")), "{report}");
+    assert_eq!(report["decisions"], 40, "{report}");
+    assert_eq!(report["actual"]["finished"], 40, "{report}");
+    let agreed = report["agreed"].as_u64().unwrap();
+    assert!(agreed < 40, "slogate would have placed some queries elsewhere: {report}");
+    // Slogate predicts its own choices miss less often than round-robin's.
+    let predicted_vr = |side: &serde_json::Value| side["predicted_vr"].as_f64().unwrap();
+    assert!(predicted_vr(&report["slogate"]["predicted"]) < predicted_vr(&report["actual"]["slogate_predicted"]), "{report}");
+    let disagreement = report["recent"].as_array().unwrap().iter().find(|d| d["would"] != d["actual"]).expect("a disagreement is listed");
+    assert!(disagreement["explanation"].as_str().unwrap().contains("predicted"), "{disagreement}");
+    assert!(disagreement["own"]["predicted_latency_s"].as_f64().is_some() && disagreement["missed"].is_boolean(), "{disagreement}");
+    // The routing decision says what slogate would have done too.
+    let (_, body) = admin_get(addr, "/v1/decisions?pool=shadowed&limit=40").await;
+    assert!(body.contains("shadow slogate would send it to"), "{body}");
+
+    // Slogate's autoscaler decides in the shadow too: the spinups it asks
+    // for are recorded and nothing is created.
+    let burst: Vec<_> = (0..60u32)
+        .map(|i| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let mut submitted = request(&format!("burst{i}"), 40 + i % 40, 15_000);
+                submitted.pool = "shadowed".into();
+                client.submit(submitted).await
+            })
+        })
+        .collect();
+    let decisions = wait_for_scale_decision(addr, "refused").await;
+    assert!(decisions.iter().any(|d| d["pool"] == "shadowed" && d["kind"] == "refused"), "{decisions:?}");
+    for task in burst {
+        task.await.unwrap().unwrap();
+    }
+    let (_, body) = admin_get(addr, "/v1/pools/shadowed/shadow").await;
+    let report: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let would = report["would_provision"].as_array().unwrap();
+    assert!(would.iter().any(|r| r["action"] == "spin_up" && r["result"].as_str().unwrap().starts_with("would create")), "{report}");
+    let (_, body) = admin_get(addr, "/v1/pools/shadowed").await;
+    let pool_state: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(pool_state["clusters"].as_array().unwrap().len(), 2, "nothing was created: {pool_state}");
+
+    // An active pool has no shadow to read.
+    let (status, body) = admin_get(addr, "/v1/pools/plain/shadow").await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("not in shadow mode"), "{body}");
+    node.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}

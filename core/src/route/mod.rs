@@ -24,6 +24,7 @@ pub mod director;
 pub mod elastic;
 pub mod margin;
 pub mod reserve;
+pub mod shadow;
 pub mod slo;
 
 use crate::model::{ClusterId, ClusterState, ClusterView, Pool, Query, QueryId, Target};
@@ -118,6 +119,23 @@ pub trait RoutingPolicy {
     fn install_fit(&mut self, fit: crate::predict::Fit) {
         let _ = fit;
     }
+
+    /// Decides where `query` would go, as [`RoutingPolicy::route`] does,
+    /// while another policy sends it to `actual`: the policy keeps track of
+    /// the query at `actual`, as if it had placed it there, and says what
+    /// it predicts of both placements ([`shadow`]). The default routes and
+    /// predicts nothing: right for policies whose state does not depend on
+    /// where their queries went.
+    fn route_in_shadow(&mut self, now: Instant, query: &Query, pool: &Pool, actual: Target) -> shadow::ShadowVerdict {
+        let _ = actual;
+        shadow::ShadowVerdict { routing: self.route(now, query, pool), own: None, actual: None }
+    }
+
+    /// Shadow mode's comparison, for a policy running another in its shadow
+    /// ([`shadow::Shadowed`]).
+    fn shadow_report(&self) -> Option<shadow::ShadowReport> {
+        None
+    }
 }
 
 /// A router the planner drives in its predictor-driven replay (the spinup
@@ -183,6 +201,12 @@ impl<P: RoutingPolicy + ?Sized> RoutingPolicy for Box<P> {
     }
     fn install_fit(&mut self, fit: crate::predict::Fit) {
         (**self).install_fit(fit)
+    }
+    fn route_in_shadow(&mut self, now: Instant, query: &Query, pool: &Pool, actual: Target) -> shadow::ShadowVerdict {
+        (**self).route_in_shadow(now, query, pool, actual)
+    }
+    fn shadow_report(&self) -> Option<shadow::ShadowReport> {
+        (**self).shadow_report()
     }
 }
 

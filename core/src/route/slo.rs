@@ -103,6 +103,7 @@ use crate::predict::{LatencyPredictor, Observation, Placement, QueryState, guard
 use crate::route::elastic::{ElasticOptions, ElasticRouting};
 use crate::route::margin::{MarginState, SloMargin};
 use crate::route::reserve::{OverloadReserve, ReserveConfig};
+use crate::route::shadow::{PredictedPlacement, ShadowVerdict};
 use crate::route::{PlanningRouter, RouteDecision, Routing, RoutingPolicy};
 use crate::time::{Duration, Instant};
 use crate::model::{ExecutionOutcome, ExecutionReport};
@@ -170,6 +171,19 @@ pub struct CandidateScore {
     /// The running queries' predicted latencies added up, after placing
     /// the query minus before.
     pub delay_to_others: Duration,
+}
+
+impl CandidateScore {
+    /// What shadow mode records of this placement for a query with `slo`.
+    fn predicted(&self, slo: Duration) -> PredictedPlacement {
+        PredictedPlacement {
+            target: Target::Cluster(self.cluster),
+            predicted_latency_s: self.predicted_latency.as_secs_f64(),
+            predicted_miss: self.predicted_latency_at_quantile > slo,
+            expected_violations: self.expected_violations,
+            marginal_cost_usd: self.marginal_cost_usd,
+        }
+    }
 }
 
 /// The size the overload reserve takes isolated estimates at: one size
@@ -402,50 +416,11 @@ impl<P: LatencyPredictor> SloRouter<P> {
     }
 }
 
-impl<P: LatencyPredictor + Clone + Send + 'static> PlanningRouter for SloRouter<P> {
-    fn release(&mut self, now: Instant, query: QueryId) {
-        if let Some(tier) = &mut self.elastic
-            && tier.release(now, query)
-        {
-            return;
-        }
-        self.remove_placed(now, query);
-    }
-
-    fn fork(&self) -> Box<dyn PlanningRouter> {
-        Box::new(self.clone())
-    }
-
-    fn fork_empty(&self) -> Box<dyn PlanningRouter> {
-        let mut fork = self.clone();
-        fork.clusters.clear();
-        fork.where_placed.clear();
-        fork.last_scores.clear();
-        if let Some(tier) = &mut fork.elastic {
-            tier.forget_placements();
-        }
-        Box::new(fork)
-    }
-
-    fn fork_predictor(&self) -> Box<dyn LatencyPredictor + Send> {
-        Box::new(self.predictor.clone())
-    }
-
-    fn elastic_cost_estimate_usd(&self, duration: Duration) -> f64 {
-        self.elastic.as_ref().map_or(0.0, |tier| tier.options().config.invocation_cost_usd(duration))
-    }
-
-    fn earliest_completion(&self, cluster: ClusterId) -> Option<(Instant, QueryId)> {
-        self.clusters.get(&cluster)?.states.iter().map(|s| (s.arrival + s.predicted, s.query)).min()
-    }
-}
-
-impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P> {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn route(&mut self, now: Instant, query: &Query, pool: &Pool) -> Routing {
+impl<P: LatencyPredictor> SloRouter<P> {
+    /// Routes `query`; with `actual`, another policy placed it there: the
+    /// router decides as it would, but tracks the query at `actual`
+    /// ([`RoutingPolicy::route_in_shadow`]).
+    fn decide(&mut self, now: Instant, query: &Query, pool: &Pool, actual: Option<Target>) -> ShadowVerdict {
         let mut candidates: Vec<&ClusterView> = pool.ready_clusters().collect();
         candidates.sort_by_key(|c| c.id);
         let (scores, mut placements): (Vec<CandidateScore>, Vec<Placement>) =
@@ -559,21 +534,35 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
             chosen_index
         };
         let Some(best) = chosen_index else {
-            return match elastic {
+            let routing = match elastic {
                 Some(Err(reason)) => Routing::Reject { reason: format!("no ready cluster, and {reason}") },
                 _ => super::fallback(pool),
             };
+            let actual = actual.and_then(|actual| self.track_at(now, query, pool, actual));
+            return ShadowVerdict { routing, own: None, actual };
         };
         if best == self.last_scores.len() {
             let Some(Ok((score, violations))) = elastic else { unreachable!("the last outcome is the elastic one") };
-            let tier = self.elastic.as_mut().expect("scored above");
-            tier.place(now, query.id, &score);
+            let own = PredictedPlacement {
+                target: Target::Elastic,
+                predicted_latency_s: score.predicted_latency.as_secs_f64(),
+                predicted_miss: violations > 0,
+                expected_violations: violations as f64,
+                marginal_cost_usd: score.cost_usd,
+            };
+            let actual = match actual {
+                None | Some(Target::Elastic) => {
+                    self.elastic.as_mut().expect("scored above").place(now, query.id, &score);
+                    Some(own.clone())
+                }
+                Some(elsewhere) => self.track_at(now, query, pool, elsewhere),
+            };
             let versus = self.last_scores.iter().map(|s| s.marginal_violations).min().map_or_else(
                 || "no ready cluster".to_owned(),
                 |v| format!("the best cluster adds {v} violations"),
             );
             let mode = if damage.is_some() { "; damage control: it misses its SLO on every cluster" } else { "" };
-            return Routing::Dispatch(RouteDecision {
+            let routing = Routing::Dispatch(RouteDecision {
                 target: Target::Elastic,
                 explanation: format!(
                     "offloaded: predicted {:.1}s elastic vs SLO {:.1}s, +{violations} violations, +${:.4}; {versus}{mode}",
@@ -583,6 +572,7 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
                 ),
                 predicted_latency: Some(score.predicted_latency),
             });
+            return ShadowVerdict { routing, own: Some(own), actual };
         }
         let elastic_note = match elastic {
             Some(Err(reason)) => format!("; not offloaded: {reason}"),
@@ -596,29 +586,29 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
                 None => outcomes[a].cmp_with_target(&outcomes[b], target).then(a.cmp(&b)),
             })
             .map(|i| &self.last_scores[i]);
-
-        // Commit: the chosen cluster's running queries take their updated,
-        // guarded states, and the query joins them.
-        let size = candidates[best].size;
-        let billing = self.billing.clone();
-        let placement = placements.swap_remove(best);
-        let state = self.clusters.entry(chosen.cluster).or_insert_with(|| ClusterState::new(billing, size));
-        state.states = placement.running;
-        state.states.push(placement.query);
-        state.slos.push(query.slo.latency);
-        state.predicted_misses.push(chosen.predicted_latency_at_quantile > query.slo.latency);
-        state.predicted_at_placement.push(chosen.predicted_latency);
-        state.billing.handle_query_start(now);
-        self.where_placed.insert(query.id, chosen.cluster);
-        if let (Some(r), Some(reserve)) = (reserve, &mut self.reserve)
-            && !r.long
-        {
-            reserve.handle_short_placement(chosen.predicted_latency_at_quantile > slo);
-        }
-
         let runner_up = runner_up.map_or_else(String::new, |r| {
             format!("; runner-up {} (+{} violations, +${:.4})", r.cluster, r.marginal_violations, r.marginal_cost_usd)
         });
+
+        // Commit: the chosen cluster's running queries take their updated,
+        // guarded states, and the query joins them. In another policy's
+        // shadow, the query joins the cluster it actually runs on instead.
+        let placed_before = self.placed_on(chosen.cluster);
+        let own = chosen.predicted(slo);
+        let actual = match actual {
+            Some(elsewhere) if elsewhere != Target::Cluster(chosen.cluster) => self.track_at(now, query, pool, elsewhere),
+            _ => {
+                let placement = placements.swap_remove(best);
+                self.commit(now, query, candidates[best].size, &chosen, placement);
+                if let (Some(r), Some(reserve)) = (reserve, &mut self.reserve)
+                    && !r.long
+                {
+                    reserve.handle_short_placement(chosen.predicted_latency_at_quantile > slo);
+                }
+                Some(own.clone())
+            }
+        };
+
         let reserve_note = reserve.map_or_else(String::new, |r| {
             let overflow = candidates[r.overflow].id;
             format!(
@@ -637,7 +627,7 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
                 "template {} learned from {seen} executions (fewer than {UNCERTAIN_TEMPLATE_OBSERVATIONS}): spread like least-loaded, {} ran the fewest queries per RPU ({} before this one), until its estimate firms up; ",
                 query.template,
                 chosen.cluster,
-                self.placed_on(chosen.cluster).saturating_sub(1),
+                placed_before,
             ),
             // A long query under the reserve has one cluster to go to: the
             // overflow cluster, however late it is there.
@@ -661,7 +651,7 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
             ),
             None => String::new(),
         };
-        Routing::Dispatch(RouteDecision {
+        let routing = Routing::Dispatch(RouteDecision {
             target: Target::Cluster(chosen.cluster),
             explanation: format!(
                 "{reserve_note}{mode}predicted {:.1}s{} vs SLO {:.1}s, +{} violations, +${:.4}{}{}",
@@ -674,7 +664,102 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
                 elastic_note
             ),
             predicted_latency: Some(chosen.predicted_latency),
-        })
+        });
+        ShadowVerdict { routing, own: Some(own), actual }
+    }
+
+    /// Tracks `query` as running on `target`, where another policy placed
+    /// it, and predicts that placement; `None` when the router cannot
+    /// follow it there (a cluster not in the pool, or no elastic tier).
+    fn track_at(&mut self, now: Instant, query: &Query, pool: &Pool, target: Target) -> Option<PredictedPlacement> {
+        match target {
+            Target::Elastic => {
+                let reference = self.predictor.isolated(query.template, self.elastic.as_ref()?.reference_size());
+                let tier = self.elastic.as_mut()?;
+                let score = tier.score(now, reference);
+                tier.place(now, query.id, &score);
+                let predicted_miss = score.predicted_latency > query.slo.latency;
+                Some(PredictedPlacement {
+                    target,
+                    predicted_latency_s: score.predicted_latency.as_secs_f64(),
+                    predicted_miss,
+                    expected_violations: f64::from(u8::from(predicted_miss)),
+                    marginal_cost_usd: score.cost_usd,
+                })
+            }
+            Target::Cluster(id) => {
+                let view = pool.clusters.iter().find(|c| c.id == id)?;
+                let (score, placement) = self.score(now, query, view);
+                self.commit(now, query, view.size, &score, placement);
+                Some(score.predicted(query.slo.latency))
+            }
+        }
+    }
+
+    /// Places `query` on the scored cluster: its running queries take
+    /// their updated, guarded states, and the query joins them.
+    fn commit(&mut self, now: Instant, query: &Query, size: Rpu, score: &CandidateScore, placement: Placement) {
+        let billing = self.billing.clone();
+        let state = self.clusters.entry(score.cluster).or_insert_with(|| ClusterState::new(billing, size));
+        state.states = placement.running;
+        state.states.push(placement.query);
+        state.slos.push(query.slo.latency);
+        state.predicted_misses.push(score.predicted_latency_at_quantile > query.slo.latency);
+        state.predicted_at_placement.push(score.predicted_latency);
+        state.billing.handle_query_start(now);
+        self.where_placed.insert(query.id, score.cluster);
+    }
+}
+
+impl<P: LatencyPredictor + Clone + Send + 'static> PlanningRouter for SloRouter<P> {
+    fn release(&mut self, now: Instant, query: QueryId) {
+        if let Some(tier) = &mut self.elastic
+            && tier.release(now, query)
+        {
+            return;
+        }
+        self.remove_placed(now, query);
+    }
+
+    fn fork(&self) -> Box<dyn PlanningRouter> {
+        Box::new(self.clone())
+    }
+
+    fn fork_empty(&self) -> Box<dyn PlanningRouter> {
+        let mut fork = self.clone();
+        fork.clusters.clear();
+        fork.where_placed.clear();
+        fork.last_scores.clear();
+        if let Some(tier) = &mut fork.elastic {
+            tier.forget_placements();
+        }
+        Box::new(fork)
+    }
+
+    fn fork_predictor(&self) -> Box<dyn LatencyPredictor + Send> {
+        Box::new(self.predictor.clone())
+    }
+
+    fn elastic_cost_estimate_usd(&self, duration: Duration) -> f64 {
+        self.elastic.as_ref().map_or(0.0, |tier| tier.options().config.invocation_cost_usd(duration))
+    }
+
+    fn earliest_completion(&self, cluster: ClusterId) -> Option<(Instant, QueryId)> {
+        self.clusters.get(&cluster)?.states.iter().map(|s| (s.arrival + s.predicted, s.query)).min()
+    }
+}
+
+impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn route(&mut self, now: Instant, query: &Query, pool: &Pool) -> Routing {
+        self.decide(now, query, pool, None).routing
+    }
+
+    fn route_in_shadow(&mut self, now: Instant, query: &Query, pool: &Pool, actual: Target) -> ShadowVerdict {
+        self.decide(now, query, pool, Some(actual))
     }
 
     fn handle_failure(&mut self, now: Instant, query: QueryId, throttled: bool) {
@@ -746,14 +831,14 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use proptest::prelude::*;
 
     use super::*;
     use crate::model::{ClusterState as Lifecycle, PoolId, RunningQuery, Slo, TemplateId};
     use crate::predict::concurrency::{ConcurrencyAware, ConcurrencyConfig};
 
-    fn pool(sizes: &[u32]) -> Pool {
+    pub(crate) fn pool(sizes: &[u32]) -> Pool {
         Pool {
             id: PoolId::default(),
             clusters: sizes
@@ -771,7 +856,7 @@ mod tests {
         }
     }
 
-    fn query(id: u64, template: u32, slo_s: f64, at_s: f64) -> Query {
+    pub(crate) fn query(id: u64, template: u32, slo_s: f64, at_s: f64) -> Query {
         Query {
             id: QueryId(id),
             pool: PoolId::default(),
@@ -783,7 +868,7 @@ mod tests {
 
     /// A predictor trained so template t takes t seconds alone on 16 RPU,
     /// half that on 32, and (1 + n) times as long with n neighbours.
-    fn trained() -> ConcurrencyAware {
+    pub(crate) fn trained() -> ConcurrencyAware {
         let mut p = ConcurrencyAware::new(ConcurrencyConfig::default());
         for t in 1..=20u32 {
             for (size, factor) in [(16, 1.0), (32, 0.5)] {

@@ -34,6 +34,7 @@ use slogate_core::route::director::{DirectorPlacement, SloDirector};
 use slogate_core::route::elastic::ElasticOptions;
 use slogate_core::route::slo::SloRouter;
 use slogate_core::route::reserve::ReserveConfig;
+use slogate_core::route::shadow::Shadowed;
 use slogate_core::route::{BaselinePolicy, Routing, RoutingPolicy};
 use slogate_core::reservoir::ExecutionRecord;
 use slogate_core::sim::Simulation;
@@ -168,6 +169,9 @@ pub struct PoolTerms {
     /// `None` for the predictors' defaults. Clients choose templates, so
     /// a live node bounds it (`limits.templates_per_pool_max`).
     pub templates_max: Option<usize>,
+    /// Shadow mode: this baseline places the queries, and the named policy
+    /// decides alongside it ([`slogate_core::route::shadow`]).
+    pub shadow_of: Option<BaselinePolicy>,
 }
 
 impl PoolTerms {
@@ -185,7 +189,18 @@ impl PoolTerms {
 /// [`build_policy`] for a pool with `terms`: the learned policies get the
 /// elastic tier and the billing kind, the SLO Directors the tier (the
 /// baselines ignore both and never offload).
+///
+/// In shadow mode (`terms.shadow_of`), the baseline places the queries and
+/// the named policy runs in its shadow.
 pub fn build_policy_with(name: &str, history: &[Observation], terms: &PoolTerms) -> Result<Box<dyn RoutingPolicy>> {
+    let policy = build_named_policy(name, history, terms)?;
+    Ok(match terms.shadow_of {
+        Some(baseline) => Box::new(Shadowed::new(baseline.build(), policy, slogate_core::route::shadow::RECENT_DECISIONS_DEFAULT)),
+        None => policy,
+    })
+}
+
+fn build_named_policy(name: &str, history: &[Observation], terms: &PoolTerms) -> Result<Box<dyn RoutingPolicy>> {
     policy_by_name(name)?;
     let elastic = terms.elastic.clone();
     if let Some(baseline) = BaselinePolicy::from_name(name) {

@@ -104,6 +104,7 @@ pub const ROUTES: &[AdminRoute] = &[
     AdminRoute { path: "/v1/pools/{pool}/clusters", method: "POST", handler: || web::post().to(add_cluster) },
     AdminRoute { path: "/v1/pools/{pool}/clusters/{cluster}", method: "DELETE", handler: || web::delete().to(remove_cluster) },
     AdminRoute { path: "/v1/pools/{pool}/tune", method: "POST", handler: || web::post().to(tune) },
+    AdminRoute { path: "/v1/pools/{pool}/shadow", method: "GET", handler: || web::get().to(shadow) },
     AdminRoute { path: "/v1/actors", method: "GET", handler: || web::get().to(actors) },
     AdminRoute { path: "/v1/decisions", method: "GET", handler: || web::get().to(decisions) },
     AdminRoute { path: "/v1/fleet", method: "GET", handler: || web::get().to(fleet) },
@@ -601,6 +602,57 @@ async fn fleet(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespon
     }))
 }
 
+/// `GET /v1/pools/{pool}/shadow`: a shadow-mode pool's comparison. The
+/// acting policy's placements as they ran (realised VR, the pool's bill)
+/// and as slogate predicted them, against slogate's predictions for its
+/// own choices; slogate's estimated bill is the actual bill with the
+/// marginal cost slogate predicted for the actual placements swapped for
+/// the one it predicted for its own. The spinups slogate's autoscaler or
+/// tuner asked for are in `would_provision` (the provider is a dry run).
+async fn shadow(request: HttpRequest, state: web::Data<AdminState>, path: web::Path<String>) -> HttpResponse {
+    let pool = PoolId(path.into_inner());
+    let result = async {
+        authorised(&request, &state, false)?;
+        let router_state = pool_state(&state, &pool).await?;
+        let report = shard_of(&state, &pool)?.send(router::GetShadow(pool.clone())).await.map_err(mailbox)?;
+        let report = report.ok_or_else(|| GatewayError::NotShadowed(pool.0.clone()))?;
+        let view = views_of(&state, vec![router_state]).await?.remove(0);
+        let would_provision = match state.backends.iter().find(|b| b.pool == pool) {
+            Some(backends) => backends.provider.state().await.map_err(backend_unavailable)?.recent,
+            None => Vec::new(),
+        };
+        let estimated_billed_usd =
+            (view.total_billed_usd - report.actual_predicted.marginal_cost_usd + report.shadow_predicted.marginal_cost_usd).max(0.0);
+        Ok::<_, GatewayError>(serde_json::json!({
+            "pool": pool.0,
+            "mode": "shadow",
+            "acting": report.acting,
+            "shadow": report.shadow,
+            "decisions": report.decisions,
+            "agreed": report.agreed,
+            "agreement": report.agreement,
+            "actual": {
+                "finished": report.finished,
+                "violations": report.violations,
+                "vr": report.realised_vr,
+                "billed_usd": view.total_billed_usd,
+                "slogate_predicted": report.actual_predicted,
+            },
+            "slogate": {
+                "predicted": report.shadow_predicted,
+                "estimated_billed_usd": estimated_billed_usd,
+            },
+            "would_provision": would_provision,
+            "recent": report.recent,
+        }))
+    }
+    .await;
+    match result {
+        Ok(body) => HttpResponse::Ok().json(body),
+        Err(e) => error_response(&e),
+    }
+}
+
 /// `POST /v1/pools/{pool}/tune`: starts a tuning run (202), unless one is
 /// going (409). Progress and the result show in `GET /v1/actors`.
 async fn tune(request: HttpRequest, state: web::Data<AdminState>, path: web::Path<String>) -> HttpResponse {
@@ -716,6 +768,11 @@ struct DecisionsQuery {
     limit: Option<usize>,
     /// `routing` (default) or `scaling`.
     kind: Option<String>,
+    /// Only this pool's.
+    pool: Option<String>,
+    /// Only this tenant's routing decisions (an operator's filter; a
+    /// tenant sees its own only).
+    tenant: Option<String>,
 }
 
 /// One pool's scaling decision.
@@ -726,9 +783,10 @@ struct PoolScaleDecision {
     decision: slogate_core::scale::ScaleDecision,
 }
 
-/// `GET /v1/decisions?limit=N&kind=routing|scaling`: the newest routing
-/// decisions, or every autoscaling pool's newest scaling decisions (fired
-/// triggers, selections with each candidate, spinups, teardowns).
+/// `GET /v1/decisions?limit=N&kind=routing|scaling&pool=P&tenant=T`: the
+/// newest routing decisions, or every autoscaling pool's newest scaling
+/// decisions (fired triggers, selections with each candidate, spinups,
+/// teardowns), of one pool or tenant if asked.
 async fn decisions(request: HttpRequest, state: web::Data<AdminState>) -> HttpResponse {
     let params = match web::Query::<DecisionsQuery>::from_query(request.query_string()) {
         Ok(q) => q.into_inner(),
@@ -737,9 +795,20 @@ async fn decisions(request: HttpRequest, state: web::Data<AdminState>) -> HttpRe
     let limit = params.limit.unwrap_or(100).min(10_000);
     let result = async {
         let viewer = viewer(&request, &state)?;
+        let pool = params.pool.map(PoolId);
+        if let Some(pool) = &pool {
+            shard_of(&state, pool)?;
+        }
         match params.kind.as_deref().unwrap_or("routing") {
             "routing" => {
-                let decisions = state.router.decisions(limit, viewer.tenant()).await.map_err(mailbox)?;
+                let tenant = match (viewer.tenant(), params.tenant) {
+                    (Some(own), Some(asked)) if own != asked => {
+                        return Err(GatewayError::PermissionDenied(format!("a tenant reads its own decisions, not tenant `{asked}`'s")));
+                    }
+                    (Some(own), _) => Some(own),
+                    (None, asked) => asked,
+                };
+                let decisions = state.router.decisions(limit, tenant, pool).await.map_err(mailbox)?;
                 Ok(serde_json::to_value(decisions).expect("decisions serialise"))
             }
             "scaling" => {
@@ -747,7 +816,7 @@ async fn decisions(request: HttpRequest, state: web::Data<AdminState>) -> HttpRe
                     return Err(GatewayError::PermissionDenied("scaling decisions are the operator's: use the admin token".into()));
                 }
                 let mut all = Vec::new();
-                for (pool, actor) in &state.autoscalers {
+                for (pool, actor) in state.autoscalers.iter().filter(|(id, _)| pool.as_ref().is_none_or(|p| p == id)) {
                     for decision in actor.send(autoscaler::GetScaleDecisions { limit }).await.map_err(mailbox)? {
                         all.push(PoolScaleDecision { pool: pool.clone(), decision });
                     }

@@ -205,7 +205,16 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             tracing::info!(message = "Lambda elastic tier ready.", pool = %id, function = %pool.elastic.lambda_function);
             wiring.backend = Arc::new(slogate_actors::elastic::WithElastic::new(wiring.backend, tier));
         }
-        if pool.provider.dry_run {
+        let shadow_of = pool.shadow_of();
+        if let Some(baseline) = shadow_of {
+            tracing::warn!(
+                message = "Shadow mode: the baseline places every query; the policy, its autoscaler and its tuner only record what they would do.",
+                pool = %id,
+                baseline = baseline.name(),
+                policy = %pool.policy,
+            );
+        }
+        if pool.provider.dry_run || shadow_of.is_some() {
             tracing::warn!(message = "Dry run: the pool's provider creates and releases nothing.", pool = %id);
             wiring.provider = Arc::new(slogate_actors::provider::DryRun::new(wiring.provider, clock));
         }
@@ -214,6 +223,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             provisioned,
             director_queue_per_16_rpu: Some(pool.elastic.director_queue_per_16_rpu),
             templates_max: Some(file.limits.templates_per_pool_max),
+            shadow_of,
         };
         crate::eval::policy_by_name(&pool.policy).map_err(|e| Error::Config(format!("pool[{i}].policy: {e}")))?;
         policies.insert(pool.name.clone(), (pool.policy.clone(), terms.clone()));
