@@ -990,3 +990,103 @@ async fn shadow_mode_never_changes_where_a_query_runs_and_records_what_slogate_w
     node.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Debian's Chromium (`SLOGATE_CHROMIUM` names another): `.ci/run`
+/// installs it.
+fn chromium() -> std::path::PathBuf {
+    let path = std::env::var_os("SLOGATE_CHROMIUM").map_or_else(|| std::path::PathBuf::from("/usr/bin/chromium"), std::path::PathBuf::from);
+    assert!(path.exists(), "{} is missing: install Debian's chromium (apt-get install chromium; .ci/run does) or set SLOGATE_CHROMIUM", path.display());
+    path
+}
+
+/// Runs headless Chromium on `url` with `args` (its page gets `budget_ms`
+/// of virtual time; every connection but loopback is off) off the node's
+/// thread, and returns its standard output.
+async fn headless(url: String, budget_ms: u32, args: Vec<String>) -> String {
+    let chromium = chromium();
+    let profile = scratch(&format!("chromium-{}", args.len()));
+    tokio::task::spawn_blocking(move || {
+        let output = std::process::Command::new(chromium)
+            .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg(format!("--virtual-time-budget={budget_ms}"))
+            .args(args)
+            .arg(url)
+            .output()
+            .expect("chromium runs");
+        std::fs::remove_dir_all(&profile).ok();
+        assert!(output.status.success(), "chromium failed: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).expect("the DOM is UTF-8")
+    })
+    .await
+    .unwrap()
+}
+
+#[actix_rt::test]
+async fn the_dashboard_shows_pools_live_charts_and_explained_decisions_in_a_real_browser() {
+    let dir = scratch("dashboard");
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 200.0\nadmin_token = \"s3cret\"\n\
+         [[pool]]\nname = \"dashboards\"\npolicy = \"slogate\"\nclusters = [16, 32]\n\
+         [[pool]]\nname = \"adhoc\"\npolicy = \"slogate\"\nmode = \"shadow\"\nbaseline = \"round-robin\"\nclusters = [4, 16]\n",
+        dir.display()
+    );
+    let node = node::start(load(&text)).await.unwrap();
+    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    // Load while the browser reads: 8 clients, at most 150 queries each.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = (0..8u32)
+        .map(|worker| {
+            let (mut client, stop) = (client.clone(), stop.clone());
+            tokio::spawn(async move {
+                for i in 0..150u32 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    let mut submitted = request(&format!("w{worker}-{i}"), 1 + (worker * 7 + i) % 30, 30_000);
+                    submitted.pool = if worker % 2 == 0 { "dashboards" } else { "adhoc" }.into();
+                    let _ = client.submit(submitted).await;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+
+    let url = format!("http://{}/ui", node.admin_addr);
+    let dom = headless(url.clone(), 10_000, vec!["--dump-dom".into()]).await;
+    // Pools listed, with their clusters.
+    for pool in ["dashboards", "adhoc"] {
+        assert!(dom.contains(&format!("data-pool=\"{pool}\"")), "pool {pool} listed: {dom}");
+    }
+    assert!(dom.contains("round-robin (shadow: slogate)"), "the shadow pool's policy shown");
+    // A chart drawn with points.
+    let chart = dom.split("id=\"chart-vr\"").nth(1).expect("the VR chart is there");
+    let points: usize = chart.split("data-points=\"").nth(1).and_then(|rest| rest.split('"').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(points >= 1 && chart.contains("<canvas"), "the VR chart is drawn with points: {}", &chart[..chart.len().min(600)]);
+    // A routing decision's explanation, and the shadow comparison.
+    let decisions = dom.split("id=\"decisions\"").nth(1).expect("the decision log is there");
+    assert!(decisions.contains("vs SLO") && decisions.contains("runner-up"), "a decision's explanation shown: {}", &decisions[..decisions.len().min(2000)]);
+    assert!(dom.contains("slogate in its shadow") && dom.contains("as slogate predicted it"), "the shadow comparison shown");
+    assert!(!dom.contains("Cannot read the admin API"), "the page read the API");
+    // Without the token the page offers no change.
+    assert!(dom.contains("disabled=\"\" title=\"Sign in with the admin token to change the pool\""), "mutations need the token");
+    assert!(!dom.contains("s3cret"), "the token is nowhere in the page");
+
+    // The screenshot, a CI artifact at 1280×800.
+    let artifacts = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join("dashboard-1280x800.png");
+    std::fs::remove_file(&shot).ok();
+    headless(url, 10_000, vec!["--window-size=1280,800".into(), format!("--screenshot={}", shot.display())]).await;
+    let bytes = std::fs::read(&shot).expect("the screenshot is written");
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "a PNG");
+    assert_eq!((u32::from_be_bytes(bytes[16..20].try_into().unwrap()), u32::from_be_bytes(bytes[20..24].try_into().unwrap())), (1280, 800));
+    println!("screenshot: {}", shot.display());
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for task in load {
+        task.await.unwrap();
+    }
+    node.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}

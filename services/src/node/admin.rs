@@ -51,6 +51,8 @@ pub struct AdminState {
     pub intake: super::grpc::Intake,
     /// The deployment, when this node is one of several.
     pub fleet: Option<Arc<super::fleet::Fleet>>,
+    /// The node's clock.
+    pub clock: slogate_actors::clock::VirtualClock,
 }
 
 /// The largest request body the admin API reads, bytes.
@@ -108,6 +110,12 @@ pub const ROUTES: &[AdminRoute] = &[
     AdminRoute { path: "/v1/actors", method: "GET", handler: || web::get().to(actors) },
     AdminRoute { path: "/v1/decisions", method: "GET", handler: || web::get().to(decisions) },
     AdminRoute { path: "/v1/fleet", method: "GET", handler: || web::get().to(fleet) },
+    AdminRoute { path: "/v1/node", method: "GET", handler: || web::get().to(node) },
+    AdminRoute { path: "/ui", method: "GET", handler: || web::get().to(super::ui::page) },
+    AdminRoute { path: "/ui/app.js", method: "GET", handler: || web::get().to(super::ui::script) },
+    AdminRoute { path: "/ui/style.css", method: "GET", handler: || web::get().to(super::ui::style) },
+    AdminRoute { path: "/ui/uPlot.iife.min.js", method: "GET", handler: || web::get().to(super::ui::chart_script) },
+    AdminRoute { path: "/ui/uPlot.min.css", method: "GET", handler: || web::get().to(super::ui::chart_style) },
 ];
 
 /// The OpenAPI 3.1 description of [`ROUTES`], their bodies and errors.
@@ -284,6 +292,27 @@ async fn readyz(state: web::Data<AdminState>) -> HttpResponse {
     } else {
         error_response(&GatewayError::ShuttingDown)
     }
+}
+
+/// `GET /v1/node`: this node: its version, readiness, clock (virtual
+/// seconds since start, and how many pass per real second), whether reads
+/// need the token, and its pools.
+async fn node(request: HttpRequest, state: web::Data<AdminState>) -> HttpResponse {
+    if let Err(e) = authorised(&request, &state, false) {
+        return error_response(&e);
+    }
+    let node_id = state.fleet.as_ref().map(|f| f.node_id.clone()).unwrap_or_default();
+    let pools: Vec<&str> = state.backends.iter().map(|b| b.pool.0.as_str()).collect();
+    HttpResponse::Ok().json(serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "node_id": node_id,
+        "ready": state.ready.load(Ordering::Relaxed),
+        "virtual_now_s": state.clock.now().as_secs_f64(),
+        "calendar_now_s": state.clock.calendar_now_s(),
+        "time_compression": state.clock.compression(),
+        "reads_require_token": state.reads_require_token,
+        "pools": pools,
+    }))
 }
 
 /// A pool as the admin API shows it.
@@ -604,11 +633,10 @@ async fn fleet(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespon
 
 /// `GET /v1/pools/{pool}/shadow`: a shadow-mode pool's comparison. The
 /// acting policy's placements as they ran (realised VR, the pool's bill)
-/// and as slogate predicted them, against slogate's predictions for its
-/// own choices; slogate's estimated bill is the actual bill with the
-/// marginal cost slogate predicted for the actual placements swapped for
-/// the one it predicted for its own. The spinups slogate's autoscaler or
-/// tuner asked for are in `would_provision` (the provider is a dry run).
+/// and as slogate predicted them (VR, and the cost its billing model says
+/// they add), against slogate's predictions for its own choices, on the
+/// same model. The spinups and releases slogate's autoscaler or tuner
+/// asked for are in `would_provision` (the provider is a dry run).
 async fn shadow(request: HttpRequest, state: web::Data<AdminState>, path: web::Path<String>) -> HttpResponse {
     let pool = PoolId(path.into_inner());
     let result = async {
@@ -621,8 +649,6 @@ async fn shadow(request: HttpRequest, state: web::Data<AdminState>, path: web::P
             Some(backends) => backends.provider.state().await.map_err(backend_unavailable)?.recent,
             None => Vec::new(),
         };
-        let estimated_billed_usd =
-            (view.total_billed_usd - report.actual_predicted.marginal_cost_usd + report.shadow_predicted.marginal_cost_usd).max(0.0);
         Ok::<_, GatewayError>(serde_json::json!({
             "pool": pool.0,
             "mode": "shadow",
@@ -640,7 +666,6 @@ async fn shadow(request: HttpRequest, state: web::Data<AdminState>, path: web::P
             },
             "slogate": {
                 "predicted": report.shadow_predicted,
-                "estimated_billed_usd": estimated_billed_usd,
             },
             "would_provision": would_provision,
             "recent": report.recent,

@@ -35,6 +35,7 @@ pub mod grpc;
 pub mod takeover;
 pub mod tenants;
 pub mod transport;
+pub mod ui;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -141,6 +142,12 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         _ => VirtualClock::start(file.node.time_compression),
     };
     let mailbox = file.limits.mailbox_capacity;
+    // Both listeners first: an address in use fails the start before any
+    // actor or store is up.
+    let std_listener = std::net::TcpListener::bind(config.grpc_addr).map_err(|e| io(&format!("cannot bind gRPC on {}", config.grpc_addr), e))?;
+    std_listener.set_nonblocking(true).map_err(|e| io("gRPC listener", e))?;
+    let admin_listener =
+        std::net::TcpListener::bind(config.admin_addr).map_err(|e| io(&format!("cannot bind the admin API on {}", config.admin_addr), e))?;
 
     std::fs::create_dir_all(&config.data_dir).map_err(|e| io(&format!("cannot create data dir {}", config.data_dir.display()), e))?;
     let store_options = slogate_actors::reservoir::StoreOptions { cache_bytes: file.reservoir.cache_mb << 20, repair: config.repair };
@@ -342,9 +349,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         });
     }
 
-    // gRPC's listener is bound now: a fleet advertises its address.
-    let std_listener = std::net::TcpListener::bind(config.grpc_addr).map_err(|e| io(&format!("cannot bind gRPC on {}", config.grpc_addr), e))?;
-    std_listener.set_nonblocking(true).map_err(|e| io("gRPC listener", e))?;
+    // gRPC's listener was bound first: a fleet advertises its address.
     let grpc_addr = std_listener.local_addr().map_err(|e| io("gRPC address", e))?;
     // Several nodes: this one routes (and scales and tunes) the pools it
     // owns and forwards the rest; the Node service takes what the others
@@ -554,6 +559,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         tenants,
         intake,
         fleet: fleet.clone(),
+        clock,
     };
     {
         let admin_state = admin_state.clone();
@@ -569,8 +575,8 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     .workers(1)
     .disable_signals();
     let server = match &tls {
-        Some((cert, key)) => server.bind_rustls_0_23(config.admin_addr, admin_tls(cert, key)?),
-        None => server.bind(config.admin_addr),
+        Some((cert, key)) => server.listen_rustls_0_23(admin_listener, admin_tls(cert, key)?),
+        None => server.listen(admin_listener),
     }
     .map_err(|e| io(&format!("cannot bind the admin API on {}", config.admin_addr), e))?;
     let admin_addr = server.addrs()[0];
