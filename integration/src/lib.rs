@@ -18,9 +18,11 @@
 //! - [`moto`]: moto's server (EC2, STS, provisioned Redshift, Lambda).
 //! - [`canned_http`]: a server that answers every request the same way,
 //!   or never: throttles, 5xx and timeouts moto cannot produce.
+//! - [`browser`]: headless Chromium, for the console's DOM and screenshots.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod browser;
 pub mod canned_http;
 pub mod moto;
 pub mod serverless_stand_in;

@@ -369,6 +369,15 @@ async fn a_static_member_list_splits_the_pools_and_forwards_between_two_nodes() 
     };
     assert_eq!(forwarded, elsewhere, "each query sent to the node that does not own its pool was forwarded once");
     assert!(elsewhere > 0);
+    // The console shows the fleet: both members and every pool's owner.
+    let url = format!("http://{}/ui", admins[0]);
+    let dom = tokio::task::spawn_blocking(move || slogate_integration::browser::dom(&url, 3_000)).await.unwrap();
+    let fleet = dom.split("id=\"fleet\"").nth(1).expect("the fleet view is there");
+    assert!(!dom.contains("<section id=\"fleet-section\" hidden"), "the fleet view is shown");
+    assert!(fleet.contains("s0 (this node)") && fleet.contains("<td>s1</td>"), "both members listed: {fleet}");
+    for (pool, owner) in &owners {
+        assert!(fleet.contains(&format!("<td>{pool}</td><td>{owner}</td>")), "{pool}'s owner {owner} shown: {fleet}");
+    }
     // Any node shows a pool's actors from its owner.
     for admin in &admins {
         for (pool, owner) in &owners {

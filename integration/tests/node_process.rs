@@ -1,7 +1,7 @@
 //! `slogate serve` as a process: submissions, admin reads, bad input,
 //! SIGKILL and restart with the reservoir intact, and graceful SIGTERM.
 
-use slogate_integration::{NodeProcess, http, http_get, json};
+use slogate_integration::{NodeProcess, browser, http, http_get, json};
 use slogate_proto::v1::gateway_client::GatewayClient;
 use slogate_proto::v1::submit_request::Query;
 use slogate_proto::v1::{QueryStatus, SubmitRequest};
@@ -95,5 +95,79 @@ async fn node_survives_sigkill_with_its_reservoir_and_stops_cleanly_on_sigterm()
     // 6. SIGTERM drains and exits cleanly.
     let lines = tokio::task::spawn_blocking(move || node.terminate()).await.unwrap();
     assert!(lines.iter().any(|l| l.contains("Stopped.") && l.contains("in_flight_left=0")), "{lines:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_pools_live_charts_and_explained_decisions_in_a_real_browser() {
+    let dir = std::env::temp_dir().join(format!("slogate-it-console-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("node.toml");
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 200.0\nadmin_token = \"t0ken\"\n\
+         [[pool]]\nname = \"dashboards\"\npolicy = \"slogate\"\nclusters = [16, 32]\n\
+         [[pool]]\nname = \"adhoc\"\npolicy = \"slogate\"\nmode = \"shadow\"\nbaseline = \"round-robin\"\nclusters = [4, 16]\n",
+        dir.join("data").display()
+    );
+    std::fs::write(&config, text).unwrap();
+    let node = NodeProcess::start(&config);
+    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    // Load while the browser reads: 8 clients, at most 150 queries each.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = (0..8u32)
+        .map(|worker| {
+            let (mut client, stop) = (client.clone(), stop.clone());
+            tokio::spawn(async move {
+                for i in 0..150u32 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    let mut submitted = request(&format!("w{worker}-{i}"), 1 + (worker * 7 + i) % 30, 30_000);
+                    submitted.pool = if worker % 2 == 0 { "dashboards" } else { "adhoc" }.into();
+                    let _ = client.submit(submitted).await;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+
+    let url = format!("http://{}/ui", node.admin_addr);
+    let page = url.clone();
+    let dom = tokio::task::spawn_blocking(move || browser::dom(&page, 10_000)).await.unwrap();
+    // Pools listed, with their clusters.
+    for pool in ["dashboards", "adhoc"] {
+        assert!(dom.contains(&format!("data-pool=\"{pool}\"")), "pool {pool} listed: {dom}");
+    }
+    assert!(dom.contains("round-robin (shadow: slogate)"), "the shadow pool's policy shown");
+    // A chart drawn with points.
+    let chart = dom.split("id=\"chart-vr\"").nth(1).expect("the VR chart is there");
+    let points: usize = chart.split("data-points=\"").nth(1).and_then(|rest| rest.split('"').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(points >= 1 && chart.contains("<canvas"), "the VR chart is drawn with points: {}", &chart[..chart.len().min(600)]);
+    // A routing decision's explanation and runner-up, and the shadow
+    // comparison.
+    let decisions = dom.split("id=\"decisions\"").nth(1).expect("the decision log is there");
+    assert!(decisions.contains("vs SLO") && decisions.contains("runner-up"), "a decision's explanation shown: {}", &decisions[..decisions.len().min(2000)]);
+    assert!(dom.contains("slogate in its shadow") && dom.contains("as slogate predicted it"), "the shadow comparison shown");
+    assert!(!dom.contains("Cannot read the admin API"), "the page read the API");
+    // Without the token the page offers no change, and no token is in it.
+    assert!(dom.contains("disabled=\"\" title=\"Sign in with the admin token to change the pool\""), "mutations need the token");
+    assert!(!dom.contains("t0ken"), "the token is nowhere in the page");
+    // One node: no fleet to show.
+    assert!(dom.contains("<section id=\"fleet-section\" hidden=\"\">"), "no fleet view for one node");
+
+    // The screenshot, a CI artifact at 1280×800.
+    let artifacts = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join("dashboard-1280x800.png");
+    let path = shot.clone();
+    tokio::task::spawn_blocking(move || browser::screenshot(&url, 10_000, (1280, 800), &path)).await.unwrap();
+    println!("screenshot: {}", shot.display());
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for task in load {
+        task.await.unwrap();
+    }
+    node.terminate();
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -415,10 +415,16 @@
     const members = Object.entries(fleet.members || {});
     $('fleet-section').hidden = fleet.mode === 'single' && members.length === 0;
     if ($('fleet-section').hidden) return;
+    const reports = fleet.reports || {};
     const owners = Object.entries(fleet.owners || {}).map(([pool, owner]) => [pool, owner || '(none)', owner === fleet.node_id ? 'this node' : '']);
     $('fleet').replaceChildren(
-      el('p', { class: 'muted' }, 'This node: ' + (fleet.node_id || '(unnamed)') + ' · mode ' + fleet.mode),
-      table(['member', 'report'], members.map(([id, report]) => [id, el('span', { class: 'explanation' }, typeof report === 'string' ? report : JSON.stringify(report).slice(0, 240))])),
+      el('p', { class: 'muted' }, 'This node: ' + (fleet.node_id || '(unnamed)') + ' · ' + fleet.mode + ' · deployment ' + (fleet.deployment || '–')
+        + ' · coordinator ' + (fleet.coordinator_reachable ? 'reachable' : 'unreachable') + ' · lease ' + secs(fleet.lease_left_s) + ' left'),
+      table(['member', 'address', 'pools owned', 'lease left', 'forwarded', 'received'], members.map(([id, addr]) => {
+        const report = reports[id] || {};
+        if (report.error) return [id + (id === fleet.node_id ? ' (this node)' : ''), addr, el('span', { class: 'state-unhealthy' }, report.error), '', '', ''];
+        return [id + (id === fleet.node_id ? ' (this node)' : ''), addr, (report.pools_owned || []).join(', ') || '–', secs(report.lease_left_s), String(report.forwarded ?? '–'), String(report.received ?? '–')];
+      }), [3, 4, 5]),
       table(['pool', 'owner', ''], owners));
   }
 
