@@ -43,7 +43,7 @@ use slogate_core::model::{
     TemplateId,
 };
 use slogate_core::fingerprint::SqlCatalog;
-use slogate_core::reservoir::ExecutionRecord;
+use slogate_core::reservoir::{ExecutionRecord, Timeline};
 use slogate_core::route::{PlanningRouter, Routing, RoutingPolicy};
 use slogate_core::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -1503,6 +1503,10 @@ impl RouterShard {
                         latency,
                         censored: !completed,
                         ran_alone: !flight.overlapped,
+                        timeline: Some(Timeline {
+                            lane: format!("{}/{cluster}", message.pool),
+                            arrival_s: self.clock.calendar_now_s() - (self.clock.now() - flight.arrival).as_secs_f64(),
+                        }),
                         queued: report.started.map_or(slogate_core::time::Duration::ZERO, |started| started.saturating_duration_since(report.dispatched)),
                     };
                     execution = Some(record.clone());

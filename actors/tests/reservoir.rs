@@ -23,6 +23,7 @@ fn record(id: u64) -> ExecutionRecord {
         censored: false,
         queued: Duration::from_millis(id * 100),
         ran_alone: id % 2 == 0,
+        timeline: None,
     }
 }
 

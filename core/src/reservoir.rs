@@ -25,6 +25,8 @@
 //! - (E) An hour keeps at most `templates_per_hour_max` template rows, plus
 //!   one [`OTHER_TEMPLATES`] row for the arrivals of any templates beyond
 //!   them, so (A) still holds whatever templates clients send.
+//! - (F) [`overlaps`] finds exactly the pairs of executions on one lane
+//!   whose runs intersect, each listed from both sides in arrival order.
 
 use std::collections::BTreeMap;
 
@@ -151,6 +153,56 @@ pub struct ExecutionRecord {
     /// its finish. Logs written before it was recorded read `false`.
     #[serde(default)]
     pub ran_alone: bool,
+    /// Where and when it ran on the log's timeline, to rebuild which
+    /// executions overlapped (what a sequence model learns from). `None` in
+    /// logs written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
+}
+
+/// An execution's place on its log's timeline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Timeline {
+    /// The cluster it ran on, named uniquely within the log (`pool/c3`):
+    /// executions overlap only within one lane.
+    pub lane: String,
+    /// When it arrived, seconds on the log's clock (a node's calendar; a
+    /// training run's own clock, runs apart).
+    pub arrival_s: f64,
+}
+
+/// For each execution of `log`, the executions that overlapped it on its
+/// lane (ran at some time between its arrival and its end), in arrival
+/// order; empty for executions without a timeline. O(n log n) plus the
+/// overlaps found.
+pub fn overlaps(log: &[ExecutionRecord]) -> Vec<Vec<usize>> {
+    let mut by_lane: std::collections::BTreeMap<&str, Vec<usize>> = std::collections::BTreeMap::new();
+    for (index, record) in log.iter().enumerate() {
+        if let Some(timeline) = &record.timeline {
+            by_lane.entry(timeline.lane.as_str()).or_default().push(index);
+        }
+    }
+    let span = |i: usize| {
+        let arrival = log[i].timeline.as_ref().map_or(0.0, |t| t.arrival_s);
+        (arrival, arrival + log[i].latency.as_secs_f64())
+    };
+    let mut found = vec![Vec::new(); log.len()];
+    for lane in by_lane.values_mut() {
+        lane.sort_by(|&a, &b| span(a).0.total_cmp(&span(b).0).then(a.cmp(&b)));
+        // Each pair once: the earlier arrival meets every later one that
+        // arrives before it ends.
+        for (position, &earlier) in lane.iter().enumerate() {
+            let (_, end) = span(earlier);
+            for &later in lane[position + 1..].iter().take_while(|&&later| span(later).0 < end) {
+                found[earlier].push(later);
+                found[later].push(earlier);
+            }
+        }
+    }
+    for neighbours in &mut found {
+        neighbours.sort_by(|&a, &b| span(a).0.total_cmp(&span(b).0).then(a.cmp(&b)));
+    }
+    found
 }
 
 impl ExecutionRecord {
@@ -387,7 +439,43 @@ mod tests {
         }
     }
 
+    fn timed(lane: u8, arrival_s: f64, latency_s: f64) -> ExecutionRecord {
+        ExecutionRecord {
+            query: crate::model::QueryId(0),
+            template: TemplateId(1),
+            cluster: crate::model::ClusterId(0),
+            size: crate::model::Rpu(16),
+            neighbours_at_dispatch: 0,
+            latency: crate::time::Duration::from_secs_f64(latency_s),
+            censored: false,
+            queued: crate::time::Duration::ZERO,
+            ran_alone: false,
+            timeline: Some(Timeline { lane: format!("p/c{lane}"), arrival_s }),
+        }
+    }
+
     proptest! {
+        #[test]
+        fn overlaps_are_exactly_the_intersecting_runs_on_one_lane(runs in prop::collection::vec((0u8..3, 0u32..200, 1u32..60), 0..80)) {
+            let log: Vec<ExecutionRecord> = runs.iter().map(|&(lane, at, took)| timed(lane, f64::from(at), f64::from(took))).collect();
+            let found = overlaps(&log);
+            for (i, a) in log.iter().enumerate() {
+                let (a_start, a_end) = (a.timeline.as_ref().unwrap().arrival_s, a.timeline.as_ref().unwrap().arrival_s + a.latency.as_secs_f64());
+                let mut expected: Vec<usize> = (0..log.len())
+                    .filter(|&j| {
+                        let b = &log[j];
+                        let (b_start, b_end) = (b.timeline.as_ref().unwrap().arrival_s, b.timeline.as_ref().unwrap().arrival_s + b.latency.as_secs_f64());
+                        j != i && a.timeline.as_ref().unwrap().lane == b.timeline.as_ref().unwrap().lane && a_start < b_end && b_start < a_end
+                    })
+                    .collect();
+                let mut got = found[i].clone();
+                prop_assert!(got.windows(2).all(|w| log[w[0]].timeline.as_ref().unwrap().arrival_s <= log[w[1]].timeline.as_ref().unwrap().arrival_s));
+                got.sort_unstable();
+                expected.sort_unstable();
+                prop_assert_eq!(got, expected, "execution {}", i);
+            }
+        }
+
         #[test]
         fn counts_are_exact_and_samples_and_templates_bounded(arrivals in prop::collection::vec((0i64..20_000, 1u32..6), 0..400), bound in 1u32..64, templates_max in 1u32..8) {
             let mut reservoir = Reservoir::new(ReservoirConfig { arrival_samples_per_hour_max: bound, seed: 3, templates_per_hour_max: templates_max });

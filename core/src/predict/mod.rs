@@ -24,6 +24,7 @@
 //! (Iconq+) overrides it and keeps its hidden state in its own cache.
 
 pub mod concurrency;
+pub mod iconq;
 pub mod isolated;
 pub mod stage;
 

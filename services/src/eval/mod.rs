@@ -36,7 +36,7 @@ use slogate_core::route::slo::SloRouter;
 use slogate_core::route::reserve::ReserveConfig;
 use slogate_core::route::shadow::Shadowed;
 use slogate_core::route::{BaselinePolicy, Routing, RoutingPolicy};
-use slogate_core::reservoir::ExecutionRecord;
+use slogate_core::reservoir::{ExecutionRecord, Timeline};
 use slogate_core::sim::Simulation;
 use slogate_core::stats::percentile;
 use slogate_core::time::Instant;
@@ -141,6 +141,7 @@ pub fn execution_log(queries: Vec<Query>, sizes: &[u32], seed: u64) -> Vec<Execu
             censored: record.outcome != slogate_core::sim::QueryOutcome::Completed,
             queued: record.started.map_or(slogate_core::time::Duration::ZERO, |started| started.saturating_duration_since(record.arrival)),
             ran_alone: !overlapped,
+            timeline: Some(Timeline { lane: format!("run{seed}/{cluster}"), arrival_s: record.arrival.as_secs_f64() }),
         });
     }
     log

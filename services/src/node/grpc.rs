@@ -410,6 +410,8 @@ fn execution_record(message: &slogate_proto::v1::Execution) -> slogate_core::res
         censored: message.censored,
         queued: Duration::from_micros(message.queued_us),
         ran_alone: message.ran_alone,
+        // The owner logged it with its timeline; the copy counts it.
+        timeline: None,
     }
 }
 

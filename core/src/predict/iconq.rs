@@ -1,0 +1,527 @@
+//! Iconq+ (AutoSLO §4): a concurrency-aware latency model that reads a
+//! query's neighbours as a sequence, with an LSTM, instead of counting
+//! them.
+//!
+//! For a target query `q` on a cluster of size `s`, each neighbour `n` (a
+//! query whose run overlaps `q`'s) gives an **interaction vector**
+//! ([`interaction`], [`FEATURE_NAMES`]): both queries' isolated estimates at
+//! `s` (`ℓ̂_q`, `ℓ̂_n`, from an estimator trained on executions that ran
+//! alone), when `n` arrived relative to `q`, how long `n` had run and was
+//! predicted still to run when `q` arrived, and §4.2's size features (the
+//! size, its log, its inverse, `ℓ̂·s` for each, and `(ℓ̂_q+ℓ̂_n)/s`).
+//! Neighbours that arrived before `q` feed one LSTM and those that arrived
+//! after feed another, both in chronological order (§4.4), so that a new
+//! arrival advances a running query's "after" state by one step: an
+//! incremental prediction is O(1) per running query, O(neighbours) per
+//! arrival. A dense head reads both final hidden states and `q`'s own
+//! features ([`target_features`]) and gives `ln(latency / ℓ̂_q)`: the model
+//! predicts in log space, relative to the isolated estimate.
+//!
+//! The weights ([`IconqWeights`]) are trained elsewhere (the `slogate-learn`
+//! crate, with candle) on [`examples`] built from an execution log; the
+//! LSTM here uses PyTorch's (and candle's) gate order, i, f, g, o.
+//! [`examples`] also samples censored rows (§4.3): a query that was still
+//! running when a later neighbour arrived took at least that long with
+//! only the neighbours before it, so the prefix is a lower bound; timeouts
+//! are lower bounds too.
+//!
+//! # Properties
+//!
+//! - (A) Incremental and full inference agree: advancing the "after" state
+//!   one arrival at a time gives the prediction a full pass over the same
+//!   neighbours gives (to float rounding).
+//! - (B) Predictions are positive and finite for any finite inputs.
+//! - (C) [`examples`] is deterministic in its seed, and a censored example's
+//!   label never exceeds its execution's latency.
+
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng, rngs::SmallRng};
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Rpu, TemplateId};
+use crate::predict::isolated::{IsolatedConfig, IsolatedEstimator};
+use crate::reservoir::ExecutionRecord;
+use crate::time::Duration;
+
+/// The version of the feature schema below: a model trained on another
+/// is refused.
+pub const FEATURE_SCHEMA_VERSION: u32 = 1;
+
+/// Features of one interaction vector.
+pub const FEATURES: usize = 11;
+
+/// Their names, in order.
+pub const FEATURE_NAMES: [&str; FEATURES] = [
+    "ln_isolated_target_s",
+    "ln_isolated_neighbour_s",
+    "signed_ln_arrival_gap_s",
+    "ln_neighbour_elapsed_at_target_arrival_s",
+    "ln_neighbour_remaining_at_target_arrival_s",
+    "size_over_32",
+    "log2_size_over_5",
+    "32_over_size",
+    "ln_isolated_target_x_size",
+    "ln_isolated_neighbour_x_size",
+    "ln_pair_isolated_over_size",
+];
+
+/// Features of the target query itself.
+pub const TARGET_FEATURES: usize = 5;
+
+/// One query as the features see it: its isolated estimate on the cluster
+/// and its arrival.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Member {
+    /// Its isolated latency estimate at the cluster's size, seconds.
+    pub isolated_s: f64,
+    /// Its arrival, seconds on any clock both members share.
+    pub arrival_s: f64,
+}
+
+fn ln_seconds(seconds: f64) -> f64 {
+    seconds.max(1e-3).ln()
+}
+
+fn size_features(size: Rpu) -> (f64, f64, f64) {
+    let s = f64::from(size.0.max(1));
+    (s / 32.0, s.log2() / 5.0, 32.0 / s)
+}
+
+/// The interaction vector of `neighbour` for `target` on a cluster of
+/// `size`.
+pub fn interaction(target: Member, neighbour: Member, size: Rpu) -> [f32; FEATURES] {
+    let (size_scaled, log_size, inverse_size) = size_features(size);
+    let s = f64::from(size.0.max(1));
+    let gap = neighbour.arrival_s - target.arrival_s;
+    // When the target arrived, how long the neighbour had run and how long
+    // it was predicted still to run (zero for a later neighbour).
+    let elapsed = (target.arrival_s - neighbour.arrival_s).max(0.0);
+    let remaining = if gap < 0.0 { (neighbour.isolated_s - elapsed).max(0.0) } else { neighbour.isolated_s };
+    [
+        ln_seconds(target.isolated_s),
+        ln_seconds(neighbour.isolated_s),
+        gap.signum() * gap.abs().ln_1p(),
+        elapsed.ln_1p(),
+        remaining.ln_1p(),
+        size_scaled,
+        log_size,
+        inverse_size,
+        ln_seconds(target.isolated_s * s),
+        ln_seconds(neighbour.isolated_s * s),
+        ln_seconds((target.isolated_s + neighbour.isolated_s) / s),
+    ]
+    .map(|x| x as f32)
+}
+
+/// The target's own features on a cluster of `size`.
+pub fn target_features(isolated_s: f64, size: Rpu) -> [f32; TARGET_FEATURES] {
+    let (size_scaled, log_size, inverse_size) = size_features(size);
+    [ln_seconds(isolated_s), size_scaled, log_size, inverse_size, ln_seconds(isolated_s * f64::from(size.0.max(1)))].map(|x| x as f32)
+}
+
+/// An LSTM layer's weights, PyTorch's layout and gate order (i, f, g, o):
+/// `w_ih` is `4H × I` and `w_hh` `4H × H`, row-major.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Lstm {
+    /// Input width `I`.
+    pub input: usize,
+    /// Hidden width `H`.
+    pub hidden: usize,
+    /// Input weights.
+    pub w_ih: Vec<f32>,
+    /// Recurrent weights.
+    pub w_hh: Vec<f32>,
+    /// Input bias, `4H`.
+    pub b_ih: Vec<f32>,
+    /// Recurrent bias, `4H`.
+    pub b_hh: Vec<f32>,
+}
+
+/// An LSTM's state: hidden then cell, `2H` values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LstmState(pub Vec<f32>);
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+impl Lstm {
+    /// The zero state a sequence starts from.
+    pub fn initial(&self) -> LstmState {
+        LstmState(vec![0.0; 2 * self.hidden])
+    }
+
+    /// Whether the shapes agree.
+    pub fn is_consistent(&self) -> bool {
+        let gates = 4 * self.hidden;
+        self.w_ih.len() == gates * self.input && self.w_hh.len() == gates * self.hidden && self.b_ih.len() == gates && self.b_hh.len() == gates
+    }
+
+    /// One step: the state after reading `x` (`I` values) in `state`.
+    pub fn step(&self, state: &LstmState, x: &[f32]) -> LstmState {
+        let (h, c) = state.0.split_at(self.hidden);
+        let gates: Vec<f32> = (0..4 * self.hidden)
+            .map(|row| {
+                let input: f32 = self.w_ih[row * self.input..(row + 1) * self.input].iter().zip(x).map(|(w, v)| w * v).sum();
+                let recurrent: f32 = self.w_hh[row * self.hidden..(row + 1) * self.hidden].iter().zip(h).map(|(w, v)| w * v).sum();
+                input + recurrent + self.b_ih[row] + self.b_hh[row]
+            })
+            .collect();
+        let hidden = self.hidden;
+        let mut next = vec![0.0; 2 * hidden];
+        for k in 0..hidden {
+            let i = sigmoid(gates[k]);
+            let f = sigmoid(gates[hidden + k]);
+            let g = gates[2 * hidden + k].tanh();
+            let o = sigmoid(gates[3 * hidden + k]);
+            let cell = f * c[k] + i * g;
+            next[hidden + k] = cell;
+            next[k] = o * cell.tanh();
+        }
+        LstmState(next)
+    }
+
+    /// The hidden part of a state.
+    pub fn hidden_of<'a>(&self, state: &'a LstmState) -> &'a [f32] {
+        &state.0[..self.hidden]
+    }
+}
+
+/// A dense layer to one output: `w · x + b`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Dense {
+    /// Weights, one per input.
+    pub w: Vec<f32>,
+    /// Bias.
+    pub b: f32,
+}
+
+/// A hidden dense layer with ReLU: `relu(W x + b)`, `W` row-major.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Hidden {
+    /// Output width.
+    pub width: usize,
+    /// Weights, `width × inputs`.
+    pub w: Vec<f32>,
+    /// Biases, `width`.
+    pub b: Vec<f32>,
+}
+
+/// Iconq+'s weights. See the module docs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IconqWeights {
+    /// [`FEATURE_SCHEMA_VERSION`] it was trained on.
+    pub schema_version: u32,
+    /// The LSTM over the neighbours that arrived before the target.
+    pub before: Lstm,
+    /// The LSTM over those that arrived after it.
+    pub after: Lstm,
+    /// The head's hidden layer, over `[h_before, h_after, target features]`.
+    pub hidden: Hidden,
+    /// The head's output: `ln(latency / ℓ̂_q)`.
+    pub out: Dense,
+}
+
+impl IconqWeights {
+    /// Checks the shapes and the schema; says what is wrong.
+    pub fn check(&self) -> Result<(), String> {
+        if self.schema_version != FEATURE_SCHEMA_VERSION {
+            return Err(format!("the model was trained on feature schema {}, this build reads {FEATURE_SCHEMA_VERSION}", self.schema_version));
+        }
+        for (name, lstm) in [("before", &self.before), ("after", &self.after)] {
+            if lstm.input != FEATURES || !lstm.is_consistent() {
+                return Err(format!("the {name} LSTM's shapes are wrong (input {}, hidden {})", lstm.input, lstm.hidden));
+            }
+        }
+        let head_inputs = self.before.hidden + self.after.hidden + TARGET_FEATURES;
+        if self.hidden.w.len() != self.hidden.width * head_inputs || self.hidden.b.len() != self.hidden.width || self.out.w.len() != self.hidden.width {
+            return Err("the head's shapes are wrong".into());
+        }
+        Ok(())
+    }
+
+    /// `ln(latency / ℓ̂_q)` from the two states and the target's features.
+    pub fn head(&self, before: &LstmState, after: &LstmState, target: &[f32; TARGET_FEATURES]) -> f32 {
+        let inputs: Vec<f32> =
+            self.before.hidden_of(before).iter().chain(self.after.hidden_of(after)).chain(target.iter()).copied().collect();
+        let width = inputs.len();
+        let hidden: Vec<f32> = (0..self.hidden.width)
+            .map(|row| (self.hidden.w[row * width..(row + 1) * width].iter().zip(&inputs).map(|(w, x)| w * x).sum::<f32>() + self.hidden.b[row]).max(0.0))
+            .collect();
+        self.out.w.iter().zip(&hidden).map(|(w, x)| w * x).sum::<f32>() + self.out.b
+    }
+
+    /// The predicted latency, seconds, from a full pass over the
+    /// neighbours before and after the target (each chronological).
+    pub fn predict_s(&self, isolated_s: f64, size: Rpu, before: &[[f32; FEATURES]], after: &[[f32; FEATURES]]) -> f64 {
+        let memory = self.memory(before, after);
+        self.predict_from(&memory, isolated_s, size)
+    }
+
+    /// The states after reading the neighbours.
+    pub fn memory(&self, before: &[[f32; FEATURES]], after: &[[f32; FEATURES]]) -> Memory {
+        let before = before.iter().fold(self.before.initial(), |state, x| self.before.step(&state, x));
+        let after = after.iter().fold(self.after.initial(), |state, x| self.after.step(&state, x));
+        Memory { before, after }
+    }
+
+    /// The predicted latency, seconds, from the states.
+    pub fn predict_from(&self, memory: &Memory, isolated_s: f64, size: Rpu) -> f64 {
+        let residual = f64::from(self.head(&memory.before, &memory.after, &target_features(isolated_s, size)));
+        isolated_s.max(1e-3) * residual.clamp(-20.0, 20.0).exp()
+    }
+}
+
+/// What the model has read of one query's neighbours.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Memory {
+    /// After the neighbours that arrived before it.
+    pub before: LstmState,
+    /// After those that arrived after it, so far.
+    pub after: LstmState,
+}
+
+/// One training row: a target's features, its neighbours' interaction
+/// vectors before and after it, and its latency's log (a lower bound when
+/// censored).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Example {
+    /// The target's features.
+    pub target: [f32; TARGET_FEATURES],
+    /// `ln ℓ̂_q`: the label is relative to it.
+    pub ln_isolated_s: f32,
+    /// Interaction vectors of the neighbours that arrived before it.
+    pub before: Vec<[f32; FEATURES]>,
+    /// Those of the neighbours that arrived after it (a prefix, for a
+    /// sampled censored row).
+    pub after: Vec<[f32; FEATURES]>,
+    /// `ln` of its latency in seconds.
+    pub ln_latency_s: f32,
+    /// Whether the label is only a lower bound.
+    pub censored: bool,
+    /// The cluster size, for reports.
+    pub size: Rpu,
+}
+
+/// The isolated estimator the features read, trained on a log (its
+/// isolated and lightly loaded executions; see [`IsolatedEstimator`]).
+pub fn isolated_estimator(log: &[ExecutionRecord]) -> IsolatedEstimator {
+    let mut estimator = IsolatedEstimator::new(IsolatedConfig::default());
+    for record in log {
+        estimator.observe(&record.observation());
+    }
+    estimator.refit_size_exponent();
+    estimator
+}
+
+/// Training rows from `log` (executions without a timeline are skipped):
+/// one per execution with every neighbour it had, and, with probability
+/// `censored_share` per later neighbour, a censored row that stops before
+/// that neighbour, labelled with the time it arrived. Deterministic in
+/// `seed`.
+pub fn examples(log: &[ExecutionRecord], isolated: &IsolatedEstimator, censored_share: f64, seed: u64) -> Vec<Example> {
+    let neighbours = crate::reservoir::overlaps(log);
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut rows = Vec::new();
+    for (index, record) in log.iter().enumerate() {
+        let Some(timeline) = &record.timeline else { continue };
+        let size = record.size;
+        let member = |r: &ExecutionRecord| Member {
+            isolated_s: isolated.estimate(r.template, size).as_secs_f64(),
+            arrival_s: r.timeline.as_ref().map_or(0.0, |t| t.arrival_s),
+        };
+        let target = member(record);
+        let (mut before, mut after) = (Vec::new(), Vec::new());
+        for &other in &neighbours[index] {
+            let them = member(&log[other]);
+            let vector = interaction(target, them, size);
+            if them.arrival_s < target.arrival_s || (them.arrival_s == target.arrival_s && other < index) {
+                before.push(vector);
+            } else {
+                after.push((them.arrival_s, vector));
+            }
+        }
+        let base = Example {
+            target: target_features(target.isolated_s, size),
+            ln_isolated_s: ln_seconds(target.isolated_s) as f32,
+            before,
+            after: Vec::new(),
+            ln_latency_s: ln_seconds(record.latency.as_secs_f64()) as f32,
+            censored: record.censored,
+            size,
+        };
+        for (k, &(arrived_s, _)) in after.iter().enumerate() {
+            let ran_s = arrived_s - timeline.arrival_s;
+            if ran_s > 0.0 && rng.random_bool(censored_share.clamp(0.0, 1.0)) {
+                rows.push(Example {
+                    after: after[..k].iter().map(|(_, v)| *v).collect(),
+                    ln_latency_s: ln_seconds(ran_s.min(record.latency.as_secs_f64())) as f32,
+                    censored: true,
+                    ..base.clone()
+                });
+            }
+        }
+        rows.push(Example { after: after.into_iter().map(|(_, v)| v).collect(), ..base });
+    }
+    rows
+}
+
+/// A trained model with the isolated estimator its features read: what a
+/// predictor needs at inference.
+#[derive(Clone, Debug)]
+pub struct IconqModel {
+    /// The weights.
+    pub weights: Arc<IconqWeights>,
+    /// The isolated estimates.
+    pub isolated: Arc<IsolatedEstimator>,
+}
+
+impl IconqModel {
+    /// The isolated estimate of `template` at `size`, seconds.
+    pub fn isolated_s(&self, template: TemplateId, size: Rpu) -> f64 {
+        self.isolated.estimate(template, size).as_secs_f64()
+    }
+
+    /// The predicted latency of one logged execution from its neighbours
+    /// in the log (the Q-error evaluations use it).
+    pub fn predict_logged(&self, log: &[ExecutionRecord], neighbours: &[usize], index: usize) -> Duration {
+        let record = &log[index];
+        let size = record.size;
+        let member = |r: &ExecutionRecord| Member { isolated_s: self.isolated_s(r.template, size), arrival_s: r.timeline.as_ref().map_or(0.0, |t| t.arrival_s) };
+        let target = member(record);
+        let (mut before, mut after) = (Vec::new(), Vec::new());
+        for &other in neighbours {
+            let them = member(&log[other]);
+            let vector = interaction(target, them, size);
+            if them.arrival_s < target.arrival_s || (them.arrival_s == target.arrival_s && other < index) { before.push(vector) } else { after.push(vector) }
+        }
+        Duration::from_secs_f64(self.weights.predict_s(target.isolated_s, size, &before, &after))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Weights drawn from a seeded RNG, small enough to stay in tanh's
+    /// linear-ish range.
+    pub(crate) fn random_weights(hidden: usize, seed: u64) -> IconqWeights {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut draw = |n: usize| (0..n).map(|_| rng.random_range(-0.3f32..0.3)).collect::<Vec<f32>>();
+        let lstm = |draw: &mut dyn FnMut(usize) -> Vec<f32>| Lstm {
+            input: FEATURES,
+            hidden,
+            w_ih: draw(4 * hidden * FEATURES),
+            w_hh: draw(4 * hidden * hidden),
+            b_ih: draw(4 * hidden),
+            b_hh: draw(4 * hidden),
+        };
+        let before = lstm(&mut draw);
+        let after = lstm(&mut draw);
+        let width = 8;
+        let head_inputs = 2 * hidden + TARGET_FEATURES;
+        IconqWeights {
+            schema_version: FEATURE_SCHEMA_VERSION,
+            before,
+            after,
+            hidden: Hidden { width, w: draw(width * head_inputs), b: draw(width) },
+            out: Dense { w: draw(width), b: 0.1 },
+        }
+    }
+
+    #[test]
+    fn one_lstm_step_matches_the_gate_equations_by_hand() {
+        // One hidden unit, one input: i = σ(1), f = σ(0), g = tanh(0.5),
+        // o = σ(−1), from c = 0.2.
+        let lstm = Lstm { input: 1, hidden: 1, w_ih: vec![1.0, 0.0, 0.5, -1.0], w_hh: vec![0.0; 4], b_ih: vec![0.0; 4], b_hh: vec![0.0; 4] };
+        let next = lstm.step(&LstmState(vec![0.0, 0.2]), &[1.0]);
+        let cell = sigmoid(0.0) * 0.2 + sigmoid(1.0) * 0.5f32.tanh();
+        assert!((next.0[1] - cell).abs() < 1e-6);
+        assert!((next.0[0] - sigmoid(-1.0) * cell.tanh()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_model_with_the_wrong_schema_or_shapes_is_refused_saying_why() {
+        let mut weights = random_weights(4, 1);
+        assert_eq!(weights.check(), Ok(()));
+        weights.schema_version = 99;
+        assert!(weights.check().unwrap_err().contains("feature schema 99"));
+        let mut weights = random_weights(4, 1);
+        weights.after.w_hh.pop();
+        assert!(weights.check().unwrap_err().contains("after LSTM"));
+    }
+
+    fn timed(lane: &str, template: u32, arrival_s: f64, latency_s: f64, censored: bool) -> ExecutionRecord {
+        ExecutionRecord {
+            query: crate::model::QueryId(0),
+            template: TemplateId(template),
+            cluster: crate::model::ClusterId(0),
+            size: Rpu(16),
+            neighbours_at_dispatch: 0,
+            latency: Duration::from_secs_f64(latency_s),
+            censored,
+            queued: Duration::ZERO,
+            ran_alone: false,
+            timeline: Some(crate::reservoir::Timeline { lane: lane.into(), arrival_s }),
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn incremental_inference_matches_a_full_pass(
+            arrivals in prop::collection::vec((0.0f64..100.0, 0.1f64..60.0), 1..12),
+            seed in 0u64..1_000,
+        ) {
+            let weights = random_weights(6, seed);
+            let target = Member { isolated_s: 5.0, arrival_s: 50.0 };
+            let vectors: Vec<[f32; FEATURES]> = arrivals.iter().map(|&(at, took)| interaction(target, Member { isolated_s: took, arrival_s: at }, Rpu(16))).collect();
+            let full = weights.predict_s(target.isolated_s, Rpu(16), &[], &vectors);
+            let mut memory = weights.memory(&[], &[]);
+            for vector in &vectors {
+                memory.after = weights.after.step(&memory.after, vector);
+            }
+            let incremental = weights.predict_from(&memory, target.isolated_s, Rpu(16));
+            prop_assert!((full - incremental).abs() <= 1e-9 * full.abs().max(1.0), "{} vs {}", full, incremental);
+            prop_assert!(full.is_finite() && full > 0.0);
+        }
+
+        #[test]
+        fn examples_are_deterministic_and_censored_labels_are_lower_bounds(
+            runs in prop::collection::vec((0u32..5, 0.0f64..300.0, 0.5f64..80.0, any::<bool>()), 1..40),
+            seed in 0u64..1_000,
+        ) {
+            let log: Vec<ExecutionRecord> = runs.iter().map(|&(t, at, took, timed_out)| timed("p/c0", 1 + t, at, took, timed_out)).collect();
+            let isolated = isolated_estimator(&log);
+            let rows = examples(&log, &isolated, 0.5, seed);
+            prop_assert_eq!(&rows, &examples(&log, &isolated, 0.5, seed));
+            // Without sampling: one row per execution, labelled with it.
+            let full = examples(&log, &isolated, 0.0, seed);
+            prop_assert_eq!(full.len(), log.len());
+            for (row, record) in full.iter().zip(&log) {
+                prop_assert_eq!(row.ln_latency_s, ln_seconds(record.latency.as_secs_f64()) as f32);
+                prop_assert_eq!(row.censored, record.censored);
+            }
+            // Sampled rows are censored, and each follows its execution's
+            // full row's label from below: rows come per execution, the
+            // samples first.
+            let sampled = examples(&log, &isolated, 1.0, seed);
+            let mut next_full = full.iter().peekable();
+            let mut pending: Vec<f32> = Vec::new();
+            for row in &sampled {
+                if next_full.peek().is_some_and(|f| *f == row) {
+                    let label = next_full.next().map(|f| f.ln_latency_s).unwrap_or_default();
+                    prop_assert!(pending.iter().all(|&p| p <= label + 1e-6), "{:?} above {}", pending, label);
+                    pending.clear();
+                } else {
+                    prop_assert!(row.censored);
+                    pending.push(row.ln_latency_s);
+                }
+            }
+            prop_assert!(pending.is_empty() && next_full.next().is_none());
+            prop_assert!(sampled.iter().all(|r| r.before.iter().chain(&r.after).all(|v| v.iter().all(|x| x.is_finite()))));
+        }
+    }
+}
