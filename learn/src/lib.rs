@@ -32,7 +32,7 @@ use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use serde::{Deserialize, Serialize};
-use slogate_core::predict::iconq::{Dense, Example, FEATURE_SCHEMA_VERSION, FEATURES, Hidden, IconqWeights, Lstm, TARGET_FEATURES};
+use slogate_core::predict::iconq::{Dense, Example, FEATURE_SCHEMA_VERSION, FEATURES, Hidden, IconqWeights, Lstm, TARGET_FEATURES, clip};
 
 /// The crate's error.
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +73,7 @@ pub struct TrainConfig {
 
 impl Default for TrainConfig {
     fn default() -> Self {
-        TrainConfig { lstm_hidden: 16, head_hidden: 16, steps: 600, batch: 64, learning_rate: 0.01, seed: 1, held_out_share: 0.2, neighbours_max: 32 }
+        TrainConfig { lstm_hidden: 32, head_hidden: 32, steps: 2000, batch: 128, learning_rate: 0.005, seed: 1, held_out_share: 0.2, neighbours_max: 32 }
     }
 }
 
@@ -108,13 +108,12 @@ pub struct TrainReport {
 }
 
 /// The Q-error percentiles of a model on `rows` (exact labels only).
-pub fn score(weights: &IconqWeights, rows: &[Example], neighbours_max: usize) -> QErrors {
+pub fn score(weights: &IconqWeights, rows: &[Example]) -> QErrors {
     let mut errors: Vec<f64> = rows
         .iter()
         .filter(|row| !row.censored)
         .map(|row| {
-            let (before, after) = clipped(row, neighbours_max);
-            let memory = weights.memory(before, after);
+            let memory = weights.memory(&row.before, &row.after);
             let predicted = f64::from(weights.head(&memory.before, &memory.after, &row.target)) + f64::from(row.ln_isolated_s);
             (predicted - f64::from(row.ln_latency_s)).abs().exp()
         })
@@ -124,10 +123,9 @@ pub fn score(weights: &IconqWeights, rows: &[Example], neighbours_max: usize) ->
     QErrors { rows: errors.len(), p50: at(0.5), p90: at(0.9), p95: at(0.95) }
 }
 
-/// The neighbours a row is read with: the last `max` before the target and
-/// the first `max` after it (the nearest to its arrival).
+/// The neighbours a row is read with ([`clip`]).
 pub fn clipped(row: &Example, max: usize) -> (&[[f32; FEATURES]], &[[f32; FEATURES]]) {
-    (&row.before[row.before.len().saturating_sub(max)..], &row.after[..row.after.len().min(max)])
+    clip(&row.before, &row.after, max)
 }
 
 struct LstmVars {
@@ -244,7 +242,7 @@ impl Model {
         Ok(out.squeeze(D::Minus1)?)
     }
 
-    fn weights(&self) -> Result<IconqWeights> {
+    fn weights(&self, neighbours_max: usize) -> Result<IconqWeights> {
         let flat = |var: &Var| -> Result<Vec<f32>> { Ok(var.as_tensor().flatten_all()?.to_vec1::<f32>()?) };
         let lstm = |vars: &LstmVars| -> Result<Lstm> {
             Ok(Lstm { input: FEATURES, hidden: vars.hidden, w_ih: flat(&vars.w_ih)?, w_hh: flat(&vars.w_hh)?, b_ih: flat(&vars.b_ih)?, b_hh: flat(&vars.b_hh)? })
@@ -256,6 +254,7 @@ impl Model {
             after: lstm(&self.after)?,
             hidden: Hidden { width: hidden_b.len(), w: flat(&self.hidden_w)?, b: hidden_b },
             out: Dense { w: flat(&self.out_w)?, b: flat(&self.out_b)?[0] },
+            neighbours_max,
         })
     }
 }
@@ -303,14 +302,14 @@ pub fn train(rows: &[Example], config: &TrainConfig) -> Result<(IconqWeights, Tr
         }
         recent_losses.push_back(f64::from(loss.to_scalar::<f32>()?));
     }
-    let weights = model.weights()?;
+    let weights = model.weights(config.neighbours_max)?;
     let held_out_rows: Vec<Example> = held_out.iter().map(|&i| rows[i].clone()).collect();
     let report = TrainReport {
         train_rows: training.len(),
         train_censored: training.iter().filter(|&&i| rows[i].censored).count(),
         held_out_rows: held_out.len(),
         final_loss: recent_losses.iter().sum::<f64>() / recent_losses.len().max(1) as f64,
-        held_out: score(&weights, &held_out_rows, config.neighbours_max),
+        held_out: score(&weights, &held_out_rows),
         config: config.clone(),
     };
     Ok((weights, report))
@@ -378,12 +377,11 @@ mod tests {
         let device = Device::Cpu;
         let mut rng = SmallRng::seed_from_u64(9);
         let model = Model::new(&config, &mut rng, &device).unwrap();
-        let weights = model.weights().unwrap();
+        let weights = model.weights(config.neighbours_max).unwrap();
         let batch: Vec<&Example> = rows.iter().collect();
         let candle: Vec<f32> = model.forward(&batch, config.neighbours_max, &device).unwrap().to_vec1().unwrap();
         for (row, from_candle) in rows.iter().zip(candle) {
-            let (before, after) = clipped(row, config.neighbours_max);
-            let memory = weights.memory(before, after);
+            let memory = weights.memory(&row.before, &row.after);
             let native = weights.head(&memory.before, &memory.after, &row.target);
             assert!((native - from_candle).abs() < 1e-5, "{native} vs {from_candle}");
         }

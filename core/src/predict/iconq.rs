@@ -221,6 +221,15 @@ pub struct IconqWeights {
     pub hidden: Hidden,
     /// The head's output: `ln(latency / ℓ̂_q)`.
     pub out: Dense,
+    /// Neighbours read per side, at most: the last ones before the target
+    /// and the first ones after it (the nearest to its arrival).
+    pub neighbours_max: usize,
+}
+
+/// The neighbours a model reads of `before` and `after` (see
+/// [`IconqWeights::neighbours_max`]).
+pub fn clip<'a, T>(before: &'a [T], after: &'a [T], max: usize) -> (&'a [T], &'a [T]) {
+    (&before[before.len().saturating_sub(max)..], &after[..after.len().min(max)])
 }
 
 impl IconqWeights {
@@ -259,8 +268,10 @@ impl IconqWeights {
         self.predict_from(&memory, isolated_s, size)
     }
 
-    /// The states after reading the neighbours.
+    /// The states after reading the neighbours (clipped to
+    /// [`IconqWeights::neighbours_max`] a side).
     pub fn memory(&self, before: &[[f32; FEATURES]], after: &[[f32; FEATURES]]) -> Memory {
+        let (before, after) = clip(before, after, self.neighbours_max);
         let before = before.iter().fold(self.before.initial(), |state, x| self.before.step(&state, x));
         let after = after.iter().fold(self.after.initial(), |state, x| self.after.step(&state, x));
         Memory { before, after }
@@ -429,6 +440,7 @@ mod tests {
             after,
             hidden: Hidden { width, w: draw(width * head_inputs), b: draw(width) },
             out: Dense { w: draw(width), b: 0.1 },
+            neighbours_max: 64,
         }
     }
 

@@ -133,6 +133,8 @@ pub fn run_simulated(seed: u64) -> Vec<BucketResult> {
     }
     aware.fit();
     let mut results = Vec::new();
+    #[cfg(feature = "learn")]
+    results.extend(iconq_simulated(&sizes, seed));
     for (name, predictor) in [(stage.name().to_owned(), &stage as &dyn LatencyPredictor), (aware.name().to_owned(), &aware)] {
         for rpu in sizes {
             for (lo, hi, bucket) in super::calibrate::BUCKETS {
@@ -149,6 +151,51 @@ pub fn run_simulated(seed: u64) -> Vec<BucketResult> {
     }
     results
 }
+
+/// Iconq+ trained (with slogate-learn) on the training run's execution log
+/// and scored on the held-out run's completed executions, by size and
+/// queries running at arrival, two ways: `iconq+ post hoc` reads every
+/// neighbour the execution had (Figure 7a's setting), `iconq+ at arrival`
+/// only those running when it arrived (what a router knows when it places
+/// it, as the other predictors here).
+#[cfg(feature = "learn")]
+fn iconq_simulated(sizes: &[u32], seed: u64) -> Vec<BucketResult> {
+    use slogate_core::predict::iconq::{IconqModel, examples, isolated_estimator};
+    let train_log = super::training_executions(sizes, seed);
+    let test_log = super::training_executions(sizes, seed + 1);
+    let isolated = isolated_estimator(&train_log);
+    let rows = examples(&train_log, &isolated, ICONQ_CENSORED_SHARE, seed);
+    let config = slogate_learn::TrainConfig { seed, ..slogate_learn::TrainConfig::default() };
+    let Ok((weights, _)) = slogate_learn::train(&rows, &config) else { return Vec::new() };
+    let model = IconqModel { weights: std::sync::Arc::new(weights), isolated: std::sync::Arc::new(isolated) };
+    let neighbours = slogate_core::reservoir::overlaps(&test_log);
+    let arrival = |i: usize| test_log[i].timeline.as_ref().map_or(0.0, |t| t.arrival_s);
+    let mut results = Vec::new();
+    for (name, at_arrival) in [("iconq+ post hoc", false), ("iconq+ at arrival", true)] {
+        for &rpu in sizes {
+            for (lo, hi, bucket) in super::calibrate::BUCKETS {
+                let mut errors: Vec<f64> = (0..test_log.len())
+                    .filter(|&i| {
+                        let r = &test_log[i];
+                        !r.censored && r.size.0 == rpu && (lo..=hi).contains(&r.neighbours_at_dispatch)
+                    })
+                    .map(|i| {
+                        let read: Vec<usize> = neighbours[i].iter().copied().filter(|&n| !at_arrival || arrival(n) < arrival(i)).collect();
+                        q_error(model.predict_logged(&test_log, &read, i), test_log[i].latency)
+                    })
+                    .collect();
+                if !errors.is_empty() {
+                    results.push(BucketResult { predictor: name.into(), rpu, bucket: bucket.into(), rows: errors.len(), q_error: summary(&mut errors) });
+                }
+            }
+        }
+    }
+    results
+}
+
+/// The share of later neighbours that give a sampled censored row (§4.3).
+#[cfg(feature = "learn")]
+const ICONQ_CENSORED_SHARE: f64 = 0.05;
 
 impl super::seeds::SeedFigures for Vec<BucketResult> {
     /// Per predictor, size and bucket: the Q-error's p50 and p95.
