@@ -107,9 +107,16 @@ pub struct TrainReport {
     pub config: TrainConfig,
 }
 
+/// The percentiles of `errors` (Q-errors).
+pub fn q_errors(mut errors: Vec<f64>) -> QErrors {
+    errors.sort_by(f64::total_cmp);
+    let at = |q: f64| if errors.is_empty() { f64::NAN } else { errors[((errors.len() - 1) as f64 * q).round() as usize] };
+    QErrors { rows: errors.len(), p50: at(0.5), p90: at(0.9), p95: at(0.95) }
+}
+
 /// The Q-error percentiles of a model on `rows` (exact labels only).
 pub fn score(weights: &IconqWeights, rows: &[Example]) -> QErrors {
-    let mut errors: Vec<f64> = rows
+    let errors: Vec<f64> = rows
         .iter()
         .filter(|row| !row.censored)
         .map(|row| {
@@ -118,9 +125,7 @@ pub fn score(weights: &IconqWeights, rows: &[Example]) -> QErrors {
             (predicted - f64::from(row.ln_latency_s)).abs().exp()
         })
         .collect();
-    errors.sort_by(f64::total_cmp);
-    let at = |q: f64| if errors.is_empty() { f64::NAN } else { errors[((errors.len() - 1) as f64 * q).round() as usize] };
-    QErrors { rows: errors.len(), p50: at(0.5), p90: at(0.9), p95: at(0.95) }
+    q_errors(errors)
 }
 
 /// The neighbours a row is read with ([`clip`]).
@@ -274,21 +279,31 @@ fn loss(predicted: &Tensor, rows: &[&Example], device: &Device) -> Result<Tensor
     Ok(exact.mul(&exact_share)?.add(&below.mul(&censored)?)?.mean_all()?)
 }
 
-/// Trains on `rows` (a seeded share held out to score the model). See the
-/// crate docs.
+/// The executions held out of `rows`: a seeded share of them, every row
+/// of an execution (its censored samples too) on the same side.
+pub fn held_out_executions(rows: &[Example], config: &TrainConfig) -> std::collections::BTreeSet<usize> {
+    let mut executions: Vec<usize> = rows.iter().map(|r| r.execution).collect();
+    executions.sort_unstable();
+    executions.dedup();
+    let mut rng = SmallRng::seed_from_u64(config.seed ^ 0x5EED_0F_4E1D);
+    executions.shuffle(&mut rng);
+    let count = ((executions.len() as f64) * config.held_out_share.clamp(0.0, 0.9)).round() as usize;
+    executions[..count].iter().copied().collect()
+}
+
+/// Trains on `rows`, holding out [`held_out_executions`] to score the
+/// model. See the crate docs.
 pub fn train(rows: &[Example], config: &TrainConfig) -> Result<(IconqWeights, TrainReport)> {
     if rows.is_empty() {
         return Err(Error::NoRows("the log has no executions with a timeline".into()));
     }
+    let held_out_set = held_out_executions(rows, config);
+    let (held_out, training): (Vec<usize>, Vec<usize>) = (0..rows.len()).partition(|&i| held_out_set.contains(&rows[i].execution));
+    if training.is_empty() {
+        return Err(Error::NoRows(format!("{} rows leave none to train on after holding out {} executions", rows.len(), held_out_set.len())));
+    }
     let device = Device::Cpu;
     let mut rng = SmallRng::seed_from_u64(config.seed);
-    let mut order: Vec<usize> = (0..rows.len()).collect();
-    order.shuffle(&mut rng);
-    let held_out_count = ((rows.len() as f64) * config.held_out_share.clamp(0.0, 0.9)).round() as usize;
-    let (held_out, training) = order.split_at(held_out_count);
-    if training.is_empty() {
-        return Err(Error::NoRows(format!("{} rows leave none to train on after holding out {held_out_count}", rows.len())));
-    }
     let model = Model::new(config, &mut rng, &device)?;
     let mut optimiser = AdamW::new(model.vars(), ParamsAdamW { lr: config.learning_rate, weight_decay: 1e-4, ..ParamsAdamW::default() })?;
     let mut recent_losses = std::collections::VecDeque::new();
@@ -326,7 +341,7 @@ mod tests {
     fn synthetic(count: usize, seed: u64) -> Vec<Example> {
         let mut rng = SmallRng::seed_from_u64(seed);
         (0..count)
-            .map(|_| {
+            .map(|n| {
                 let isolated_s: f64 = rng.random_range(1.0..30.0);
                 let size = Rpu([4, 8, 16, 32][rng.random_range(0..4)]);
                 let target = Member { isolated_s, arrival_s: 100.0 };
@@ -346,6 +361,7 @@ mod tests {
                     ln_latency_s: latency.ln() as f32,
                     censored: false,
                     size,
+                    execution: n,
                 }
             })
             .collect()

@@ -39,6 +39,30 @@ enum Command {
     /// Tune a pool offline (AutoSLO's policy tuner) from a stopped node's
     /// reservoir or a trace, and write the configuration as TOML.
     Tune(TuneArgs),
+    /// Train the learned latency model (Iconq+) from an execution log and
+    /// write it with its metadata (a build with the `learn` feature).
+    TrainPredictor(TrainPredictorArgs),
+}
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("executions").required(true).args(["log", "simulate"])))]
+struct TrainPredictorArgs {
+    /// A stopped node's data directory (its execution log), or a JSON-lines
+    /// file of execution records.
+    #[arg(long)]
+    log: Option<PathBuf>,
+    /// Train on the emulator's training run with this seed instead.
+    #[arg(long)]
+    simulate: Option<u64>,
+    /// The directory to write `model.json` and `metadata.json` to.
+    #[arg(long)]
+    out: PathBuf,
+    /// Seeds the model, the held-out split and the censored samples.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Optimiser steps (default: the trainer's).
+    #[arg(long)]
+    steps: Option<usize>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -241,6 +265,7 @@ pub fn main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> i32 
         Command::Serve(args) => run_serve(&args),
         Command::Demo(args) => run_demo(&args),
         Command::Tune(args) => run_tune(&args),
+        Command::TrainPredictor(args) => run_train_predictor(&args),
     };
     match result {
         Ok(()) => 0,
@@ -249,6 +274,42 @@ pub fn main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> i32 
             e.exit_code()
         }
     }
+}
+
+#[cfg(feature = "learn")]
+fn run_train_predictor(args: &TrainPredictorArgs) -> Result<()> {
+    use crate::train::{LogSource, TrainRequest};
+    let source = match (&args.log, args.simulate) {
+        (Some(path), _) => LogSource::Path(path.clone()),
+        (None, Some(seed)) => LogSource::Simulated(seed),
+        (None, None) => unreachable!("clap requires --log or --simulate"),
+    };
+    eprintln!("training Iconq+ (seed {})…", args.seed);
+    let metadata = crate::train::run(&TrainRequest { source, out: args.out.clone(), seed: args.seed, steps: args.steps })?;
+    let (held, aware) = (&metadata.training.held_out, &metadata.concurrency_aware_held_out);
+    print(&format!(
+        "wrote {}/model.json and metadata.json\n\
+         executions {} ({} with a timeline); training rows {} (censored {}), held-out rows {}\n\
+         held-out Q-error p50/p90/p95: iconq+ {:.2}/{:.2}/{:.2} (every neighbour), concurrency-aware {:.2}/{:.2}/{:.2} (queries running at arrival), same executions\n",
+        args.out.display(),
+        metadata.executions,
+        metadata.executions_with_timeline,
+        metadata.training.train_rows,
+        metadata.training.train_censored,
+        metadata.training.held_out_rows,
+        held.p50,
+        held.p90,
+        held.p95,
+        aware.p50,
+        aware.p90,
+        aware.p95,
+    ));
+    Ok(())
+}
+
+#[cfg(not(feature = "learn"))]
+fn run_train_predictor(_args: &TrainPredictorArgs) -> Result<()> {
+    Err(Error::Config("this slogate was built without the trainer: build it with `--features learn` (cargo build --release --features learn)".into()))
 }
 
 fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {

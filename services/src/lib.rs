@@ -21,6 +21,8 @@
 //!   PostgreSQL servers with TPC-DS.
 //! - [`node`]: `slogate serve`, a gateway node: actors, gRPC, admin API.
 //! - [`cli`]: the command line (argument parsing, exit codes).
+//! - `train` (feature `learn`): `slogate train-predictor`, Iconq+ from an
+//!   execution log, with slogate-learn.
 //!
 //! # Example
 //!
@@ -41,6 +43,8 @@ pub mod config;
 pub mod demo;
 pub mod eval;
 pub mod node;
+#[cfg(feature = "learn")]
+pub mod train;
 pub mod tune;
 
 /// Errors of the `slogate` binary. [`Error::exit_code`] maps each to the

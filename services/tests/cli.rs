@@ -203,3 +203,42 @@ fn explain_prints_each_policys_first_decisions() {
     assert_eq!(stdout.lines().filter(|l| l.starts_with("    q") && l.contains("predicted")).count(), 2, "{stdout}");
     assert_eq!(stdout.lines().filter(|l| l.starts_with("    q") && l.contains("round-robin over")).count(), 2, "{stdout}");
 }
+
+#[cfg(feature = "learn")]
+#[test]
+fn train_predictor_writes_the_model_and_its_metadata_and_the_same_seed_gives_the_same_model() {
+    let dir = scratch("train-predictor");
+    let run = |out: &str| {
+        let out = slogate(&["train-predictor", "--simulate", "3", "--seed", "7", "--steps", "15", "--out", dir.join(out).to_str().unwrap()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let stdout = run("a");
+    assert!(stdout.contains("held-out Q-error p50/p90/p95: iconq+"), "{stdout}");
+    run("b");
+    let model = |name: &str| std::fs::read_to_string(dir.join(name).join("model.json")).unwrap();
+    assert_eq!(model("a"), model("b"), "the same log and seed give the same model");
+    let weights: slogate_core::predict::iconq::IconqWeights = serde_json::from_str(&model("a")).unwrap();
+    weights.check().unwrap();
+    let metadata: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("a").join("metadata.json")).unwrap()).unwrap();
+    assert_eq!(metadata["feature_schema_version"], slogate_core::predict::iconq::FEATURE_SCHEMA_VERSION);
+    assert_eq!(metadata["features"].as_array().unwrap().len(), slogate_core::predict::iconq::FEATURES);
+    assert_eq!(metadata["seed"], 7);
+    assert!(metadata["training"]["held_out"]["rows"].as_u64().unwrap() > 0, "{metadata}");
+    assert!(metadata["concurrency_aware_held_out"]["p50"].as_f64().unwrap() >= 1.0, "{metadata}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn train_predictor_refuses_a_log_it_cannot_read_naming_the_line() {
+    let dir = scratch("train-bad-log");
+    let log = dir.join("log.jsonl");
+    std::fs::write(&log, "{\"not\": \"a record\"}\n").unwrap();
+    let out = slogate(&["train-predictor", "--log", log.to_str().unwrap(), "--out", dir.join("m").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    // Without the trainer the build says how to get it; with it, the
+    // bad line is named.
+    assert!(stderr.contains("log.jsonl:1: not an execution record") || stderr.contains("--features learn"), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}

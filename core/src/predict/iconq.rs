@@ -313,6 +313,8 @@ pub struct Example {
     pub censored: bool,
     /// The cluster size, for reports.
     pub size: Rpu,
+    /// The execution's index in the log it came from.
+    pub execution: usize,
 }
 
 /// The isolated estimator the features read, trained on a log (its
@@ -361,6 +363,7 @@ pub fn examples(log: &[ExecutionRecord], isolated: &IsolatedEstimator, censored_
             ln_latency_s: ln_seconds(record.latency.as_secs_f64()) as f32,
             censored: record.censored,
             size,
+            execution: index,
         };
         for (k, &(arrived_s, _)) in after.iter().enumerate() {
             let ran_s = arrived_s - timeline.arrival_s;

@@ -1,0 +1,163 @@
+//! `slogate train-predictor`: trains Iconq+ (the learned, concurrency-aware
+//! latency model, `slogate_core::predict::iconq`) from an execution log
+//! and writes it to a directory:
+//!
+//! - `model.json`: the weights core's native inference reads;
+//! - `metadata.json`: the feature schema (its version and the features'
+//!   names), what it learned from, the seed and configuration, and its
+//!   Q-error on held-out rows next to the concurrency-aware predictor's on
+//!   the same executions.
+//!
+//! The log is a stopped node's data directory (its reservoir's execution
+//! log), a JSON-lines file of execution records, or `--simulate SEED`: the
+//! emulator's training run (BaseWorkload at λ 0.05, 0.1 and 0.2 on 4, 8,
+//! 16 and 32 RPU). Only executions logged with their timeline (lane and
+//! arrival) can be read as sequences; the others are counted and skipped.
+//! The same log, seed and configuration give the same model.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use slogate_core::reservoir::ExecutionRecord;
+
+use crate::{Error, Result};
+
+/// What to train from and where to write.
+#[derive(Clone, Debug)]
+pub struct TrainRequest {
+    /// Where the executions come from.
+    pub source: LogSource,
+    /// The output directory.
+    pub out: PathBuf,
+    /// Seeds the model, the held-out split and the censored samples.
+    pub seed: u64,
+    /// Optimiser steps (default: the trainer's).
+    pub steps: Option<usize>,
+}
+
+/// An execution log.
+#[derive(Clone, Debug)]
+pub enum LogSource {
+    /// A stopped node's data directory (or its reservoir folder), or a
+    /// JSON-lines file of execution records.
+    Path(PathBuf),
+    /// The emulator's training run with this seed.
+    Simulated(u64),
+}
+
+/// The share of later neighbours that give a sampled censored row (§4.3).
+pub const CENSORED_SHARE: f64 = 0.05;
+
+/// Reads the executions of `source`.
+pub fn read_log(source: &LogSource) -> Result<Vec<ExecutionRecord>> {
+    match source {
+        LogSource::Simulated(seed) => Ok(crate::eval::training_executions(&[4, 8, 16, 32], *seed)),
+        LogSource::Path(path) if path.is_dir() => {
+            use slogate_actors::reservoir::{ReservoirStore, SledStore};
+            let folder = crate::tune::reservoir_folder(path);
+            let store = SledStore::open(&folder)
+                .map_err(|e| Error::Node(format!("cannot open the reservoir in {} (is the node still running?): {e}", folder.display())))?;
+            store.recent_executions(EXECUTIONS_MAX).map_err(|e| Error::Node(e.to_string()))
+        }
+        LogSource::Path(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+            text.lines()
+                .enumerate()
+                .filter(|(_, line)| !line.trim().is_empty())
+                .map(|(n, line)| {
+                    serde_json::from_str(line).map_err(|e| Error::Config(format!("{}:{}: not an execution record: {e}", path.display(), n + 1)))
+                })
+                .collect()
+        }
+    }
+}
+
+/// The most executions read from a reservoir.
+const EXECUTIONS_MAX: usize = 200_000;
+
+/// `metadata.json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Metadata {
+    /// The feature schema's version.
+    pub feature_schema_version: u32,
+    /// The interaction vector's features, in order.
+    pub features: Vec<&'static str>,
+    /// Executions in the log.
+    pub executions: usize,
+    /// Of which logged with a timeline (the others are skipped).
+    pub executions_with_timeline: usize,
+    /// The seed.
+    pub seed: u64,
+    /// The share of later neighbours that gave a censored row.
+    pub censored_share: f64,
+    /// The training report (rows, loss, held-out Q-error, configuration).
+    pub training: slogate_learn::TrainReport,
+    /// The concurrency-aware predictor, fitted on the training executions,
+    /// on the held-out ones (predicting from the queries running at
+    /// arrival, as it does; the learned model reads every neighbour).
+    pub concurrency_aware_held_out: slogate_learn::QErrors,
+    /// Where the ONNX graph stands.
+    pub onnx: &'static str,
+}
+
+/// Trains and writes the model; returns its metadata.
+pub fn run(request: &TrainRequest) -> Result<Metadata> {
+    use slogate_core::predict::iconq::{FEATURE_NAMES, FEATURE_SCHEMA_VERSION, examples, isolated_estimator};
+    let log = read_log(&request.source)?;
+    let with_timeline = log.iter().filter(|r| r.timeline.is_some()).count();
+    if with_timeline == 0 {
+        return Err(Error::Config(format!(
+            "the log has {} executions and none with a timeline (lane and arrival): logs written before this version cannot be read as sequences",
+            log.len()
+        )));
+    }
+    let isolated = isolated_estimator(&log);
+    let rows = examples(&log, &isolated, CENSORED_SHARE, request.seed);
+    let defaults = slogate_learn::TrainConfig::default();
+    let config = slogate_learn::TrainConfig { seed: request.seed, steps: request.steps.unwrap_or(defaults.steps), ..defaults };
+    let (weights, training) = slogate_learn::train(&rows, &config).map_err(|e| Error::Node(e.to_string()))?;
+    let held_out = slogate_learn::held_out_executions(&rows, &config);
+    let metadata = Metadata {
+        feature_schema_version: FEATURE_SCHEMA_VERSION,
+        features: FEATURE_NAMES.to_vec(),
+        executions: log.len(),
+        executions_with_timeline: with_timeline,
+        seed: request.seed,
+        censored_share: CENSORED_SHARE,
+        concurrency_aware_held_out: concurrency_aware_on(&log, &held_out),
+        training,
+        onnx: "not written yet: model.json holds the weights core's native inference reads",
+    };
+    std::fs::create_dir_all(&request.out).map_err(|e| output(&request.out, e))?;
+    write(&request.out.join("model.json"), &weights)?;
+    write(&request.out.join("metadata.json"), &metadata)?;
+    Ok(metadata)
+}
+
+/// The concurrency-aware predictor, fitted on the training executions,
+/// on the held-out ones (uncensored): the bar the learned model is read
+/// against, on the same executions.
+fn concurrency_aware_on(log: &[ExecutionRecord], held_out: &std::collections::BTreeSet<usize>) -> slogate_learn::QErrors {
+    use slogate_core::predict::{ConcurrencyAware, LatencyPredictor, q_error};
+    let mut aware = ConcurrencyAware::new(slogate_core::predict::concurrency::ConcurrencyConfig::default());
+    for (_, record) in log.iter().enumerate().filter(|(i, _)| !held_out.contains(i)) {
+        aware.observe(&record.observation());
+    }
+    aware.fit();
+    let errors: Vec<f64> = held_out
+        .iter()
+        .map(|&i| &log[i])
+        .filter(|r| !r.censored)
+        .map(|r| q_error(aware.predict(r.template, r.size, r.neighbours_at_dispatch), r.latency))
+        .collect();
+    slogate_learn::q_errors(errors)
+}
+
+fn write(path: &Path, value: &impl Serialize) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).expect("models serialise");
+    std::fs::write(path, text + "\n").map_err(|e| output(path, e))
+}
+
+fn output(path: &Path, source: std::io::Error) -> Error {
+    Error::Output { path: path.display().to_string(), source }
+}
