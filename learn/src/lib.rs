@@ -285,7 +285,7 @@ pub fn held_out_executions(rows: &[Example], config: &TrainConfig) -> std::colle
     let mut executions: Vec<usize> = rows.iter().map(|r| r.execution).collect();
     executions.sort_unstable();
     executions.dedup();
-    let mut rng = SmallRng::seed_from_u64(config.seed ^ 0x5EED_0F_4E1D);
+    let mut rng = SmallRng::seed_from_u64(config.seed ^ 0x005E_ED0F_4E1D);
     executions.shuffle(&mut rng);
     let count = ((executions.len() as f64) * config.held_out_share.clamp(0.0, 0.9)).round() as usize;
     executions[..count].iter().copied().collect()
