@@ -32,7 +32,7 @@ use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use serde::{Deserialize, Serialize};
-use slogate_core::predict::iconq::{Dense, Example, FEATURE_SCHEMA_VERSION, FEATURES, Hidden, IconqWeights, Lstm, TARGET_FEATURES, clip};
+use slogate_core::predict::iconq::{CONTEXT_FEATURES, Dense, Example, FEATURE_SCHEMA_VERSION, FEATURES, Hidden, IconqWeights, Lstm, Reads, TARGET_FEATURES, clip, context_features};
 
 /// The crate's error.
 #[derive(Debug, thiserror::Error)]
@@ -101,8 +101,11 @@ pub struct TrainReport {
     pub held_out_rows: usize,
     /// The loss over the last 50 steps, mean.
     pub final_loss: f64,
-    /// Q-error on the held-out rows with exact labels.
+    /// Q-error on the held-out executions, reading every neighbour.
     pub held_out: QErrors,
+    /// The same, reading only the neighbours running at arrival (what a
+    /// router knows when it places the query).
+    pub held_out_at_arrival: QErrors,
     /// The configuration.
     pub config: TrainConfig,
 }
@@ -121,7 +124,7 @@ pub fn score(weights: &IconqWeights, rows: &[Example]) -> QErrors {
         .filter(|row| !row.censored)
         .map(|row| {
             let memory = weights.memory(&row.before, &row.after);
-            let predicted = f64::from(weights.head(&memory.before, &memory.after, &row.target)) + f64::from(row.ln_isolated_s);
+            let predicted = f64::from(weights.head(&memory, &row.target, row.reads == Reads::Every)) + f64::from(row.ln_base_s);
             (predicted - f64::from(row.ln_latency_s)).abs().exp()
         })
         .collect();
@@ -170,7 +173,7 @@ impl Model {
         };
         let before = lstm(rng)?;
         let after = lstm(rng)?;
-        let inputs = 2 * h + TARGET_FEATURES;
+        let inputs = 2 * h + TARGET_FEATURES + CONTEXT_FEATURES;
         let width = config.head_hidden;
         let bound = 1.0 / (inputs as f32).sqrt();
         Ok(Model {
@@ -241,7 +244,9 @@ impl Model {
         let h_after = Model::run(&self.after, &after, batch, device)?;
         let target: Vec<f32> = rows.iter().flat_map(|r| r.target).collect();
         let target = Tensor::from_vec(target, (batch, TARGET_FEATURES), device)?;
-        let inputs = Tensor::cat(&[&h_before, &h_after, &target], 1)?;
+        let counts: Vec<f32> = rows.iter().flat_map(|r| context_features(r.before.len(), r.after.len(), r.reads == Reads::Every)).collect();
+        let counts = Tensor::from_vec(counts, (batch, CONTEXT_FEATURES), device)?;
+        let inputs = Tensor::cat(&[&h_before, &h_after, &target, &counts], 1)?;
         let hidden = inputs.matmul(&self.hidden_w.as_tensor().t()?)?.broadcast_add(self.hidden_b.as_tensor())?.relu()?;
         let out = hidden.matmul(&self.out_w.as_tensor().t()?)?.broadcast_add(self.out_b.as_tensor())?;
         Ok(out.squeeze(D::Minus1)?)
@@ -267,7 +272,7 @@ impl Model {
 /// The loss of a batch: |error| in log space for exact labels, the part
 /// below the bound for censored ones.
 fn loss(predicted: &Tensor, rows: &[&Example], device: &Device) -> Result<Tensor> {
-    let labels: Vec<f32> = rows.iter().map(|r| r.ln_latency_s - r.ln_isolated_s).collect();
+    let labels: Vec<f32> = rows.iter().map(|r| r.ln_latency_s - r.ln_base_s).collect();
     let censored: Vec<f32> = rows.iter().map(|r| f32::from(u8::from(r.censored))).collect();
     let labels = Tensor::from_vec(labels, rows.len(), device)?;
     let censored = Tensor::from_vec(censored, rows.len(), device)?;
@@ -282,7 +287,13 @@ fn loss(predicted: &Tensor, rows: &[&Example], device: &Device) -> Result<Tensor
 /// The executions held out of `rows`: a seeded share of them, every row
 /// of an execution (its censored samples too) on the same side.
 pub fn held_out_executions(rows: &[Example], config: &TrainConfig) -> std::collections::BTreeSet<usize> {
-    let mut executions: Vec<usize> = rows.iter().map(|r| r.execution).collect();
+    held_out_of(rows.iter().map(|r| r.execution), config)
+}
+
+/// The executions held out of those indexed `executions` (the same set
+/// [`held_out_executions`] picks of their rows).
+pub fn held_out_of(executions: impl Iterator<Item = usize>, config: &TrainConfig) -> std::collections::BTreeSet<usize> {
+    let mut executions: Vec<usize> = executions.collect();
     executions.sort_unstable();
     executions.dedup();
     let mut rng = SmallRng::seed_from_u64(config.seed ^ 0x005E_ED0F_4E1D);
@@ -324,7 +335,8 @@ pub fn train(rows: &[Example], config: &TrainConfig) -> Result<(IconqWeights, Tr
         train_censored: training.iter().filter(|&&i| rows[i].censored).count(),
         held_out_rows: held_out.len(),
         final_loss: recent_losses.iter().sum::<f64>() / recent_losses.len().max(1) as f64,
-        held_out: score(&weights, &held_out_rows),
+        held_out: score(&weights, &held_out_rows.iter().filter(|r| r.reads == Reads::Every).cloned().collect::<Vec<_>>()),
+        held_out_at_arrival: score(&weights, &held_out_rows.iter().filter(|r| r.reads == Reads::Every).map(|r| Example { after: Vec::new(), reads: Reads::AtArrival, ..r.clone() }).collect::<Vec<_>>()),
         config: config.clone(),
     };
     Ok((weights, report))
@@ -355,13 +367,14 @@ mod tests {
                 let latency = isolated_s * (1.0 + 0.5 * nb as f64 + 0.25 * na as f64);
                 Example {
                     target: target_features(isolated_s, size),
-                    ln_isolated_s: isolated_s.ln() as f32,
+                    ln_base_s: isolated_s.ln() as f32,
                     before,
                     after,
                     ln_latency_s: latency.ln() as f32,
                     censored: false,
                     size,
                     execution: n,
+                    reads: slogate_core::predict::iconq::Reads::Every,
                 }
             })
             .collect()
@@ -370,12 +383,12 @@ mod tests {
     #[test]
     fn training_learns_a_neighbour_rule_that_the_isolated_estimate_misses() {
         let rows = synthetic(600, 3);
-        let config = TrainConfig { steps: 300, ..TrainConfig::default() };
+        let config = TrainConfig { steps: 300, lstm_hidden: 16, head_hidden: 16, batch: 64, learning_rate: 0.01, ..TrainConfig::default() };
         let (weights, report) = train(&rows, &config).unwrap();
         weights.check().unwrap();
         // The isolated estimate alone: Q-error (1 + 0.5 b + 0.25 a), a
         // median of about 2 on these rows.
-        let mut isolated: Vec<f64> = rows.iter().map(|r| f64::from(r.ln_latency_s - r.ln_isolated_s).exp()).collect();
+        let mut isolated: Vec<f64> = rows.iter().map(|r| f64::from(r.ln_latency_s - r.ln_base_s).exp()).collect();
         isolated.sort_by(f64::total_cmp);
         let isolated_p50 = isolated[isolated.len() / 2];
         assert!(report.held_out.p50 < 1.25 && report.held_out.p50 < isolated_p50 / 1.5, "{report:?} vs the isolated estimate's median {isolated_p50}");
@@ -384,7 +397,7 @@ mod tests {
     #[test]
     fn the_same_rows_and_seed_give_the_same_weights_and_candle_agrees_with_core() {
         let rows = synthetic(120, 5);
-        let config = TrainConfig { steps: 20, batch: 16, ..TrainConfig::default() };
+        let config = TrainConfig { steps: 20, batch: 16, lstm_hidden: 8, head_hidden: 8, ..TrainConfig::default() };
         let (first, _) = train(&rows, &config).unwrap();
         let (second, _) = train(&rows, &config).unwrap();
         assert_eq!(first, second);
@@ -398,7 +411,7 @@ mod tests {
         let candle: Vec<f32> = model.forward(&batch, config.neighbours_max, &device).unwrap().to_vec1().unwrap();
         for (row, from_candle) in rows.iter().zip(candle) {
             let memory = weights.memory(&row.before, &row.after);
-            let native = weights.head(&memory.before, &memory.after, &row.target);
+            let native = weights.head(&memory, &row.target, row.reads == Reads::Every);
             assert!((native - from_candle).abs() < 1e-5, "{native} vs {from_candle}");
         }
     }
@@ -409,9 +422,9 @@ mod tests {
         // it up; one far below costs nothing.
         let mut rows = synthetic(2, 7);
         rows[0].censored = true;
-        rows[0].ln_latency_s = rows[0].ln_isolated_s + 10.0;
+        rows[0].ln_latency_s = rows[0].ln_base_s + 10.0;
         rows[1].censored = true;
-        rows[1].ln_latency_s = rows[1].ln_isolated_s - 10.0;
+        rows[1].ln_latency_s = rows[1].ln_base_s - 10.0;
         let device = Device::Cpu;
         let mut rng = SmallRng::seed_from_u64(1);
         let model = Model::new(&TrainConfig::default(), &mut rng, &device).unwrap();

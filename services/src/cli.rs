@@ -290,7 +290,7 @@ fn run_train_predictor(args: &TrainPredictorArgs) -> Result<()> {
     print(&format!(
         "wrote {}/model.json and metadata.json\n\
          executions {} ({} with a timeline); training rows {} (censored {}), held-out rows {}\n\
-         held-out Q-error p50/p90/p95: iconq+ {:.2}/{:.2}/{:.2} (every neighbour), concurrency-aware {:.2}/{:.2}/{:.2} (queries running at arrival), same executions\n",
+         held-out Q-error p50/p90/p95, same executions: iconq+ {:.2}/{:.2}/{:.2} reading every neighbour, {:.2}/{:.2}/{:.2} reading those running at arrival; concurrency-aware {:.2}/{:.2}/{:.2} (queries running at arrival)\n",
         args.out.display(),
         metadata.executions,
         metadata.executions_with_timeline,
@@ -300,6 +300,9 @@ fn run_train_predictor(args: &TrainPredictorArgs) -> Result<()> {
         held.p50,
         held.p90,
         held.p95,
+        metadata.training.held_out_at_arrival.p50,
+        metadata.training.held_out_at_arrival.p90,
+        metadata.training.held_out_at_arrival.p95,
         aware.p50,
         aware.p90,
         aware.p95,

@@ -18,6 +18,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+use slogate_core::predict::iconq::RowSampling;
 use slogate_core::reservoir::ExecutionRecord;
 
 use crate::{Error, Result};
@@ -44,9 +45,6 @@ pub enum LogSource {
     /// The emulator's training run with this seed.
     Simulated(u64),
 }
-
-/// The share of later neighbours that give a sampled censored row (§4.3).
-pub const CENSORED_SHARE: f64 = 0.05;
 
 /// Reads the executions of `source`.
 pub fn read_log(source: &LogSource) -> Result<Vec<ExecutionRecord>> {
@@ -88,8 +86,8 @@ pub struct Metadata {
     pub executions_with_timeline: usize,
     /// The seed.
     pub seed: u64,
-    /// The share of later neighbours that gave a censored row.
-    pub censored_share: f64,
+    /// The rows made of each execution.
+    pub sampling: RowSampling,
     /// The training report (rows, loss, held-out Q-error, configuration).
     pub training: slogate_learn::TrainReport,
     /// The concurrency-aware predictor, fitted on the training executions,
@@ -111,20 +109,25 @@ pub fn run(request: &TrainRequest) -> Result<Metadata> {
             log.len()
         )));
     }
-    let isolated = isolated_estimator(&log);
-    let rows = examples(&log, &isolated, CENSORED_SHARE, request.seed);
     let defaults = slogate_learn::TrainConfig::default();
     let config = slogate_learn::TrainConfig { seed: request.seed, steps: request.steps.unwrap_or(defaults.steps), ..defaults };
+    // The held-out executions teach nothing: not the model, its base or
+    // the isolated estimates.
+    let held_out = slogate_learn::held_out_of((0..log.len()).filter(|&i| log[i].timeline.is_some()), &config);
+    let training_log = || log.iter().enumerate().filter(|(i, _)| !held_out.contains(i)).map(|(_, r)| r);
+    let isolated = isolated_estimator(&training_log().cloned().collect::<Vec<_>>());
+    let base = crate::eval::predictor::fitted_concurrency_aware(training_log());
+    let sampling = RowSampling { seed: request.seed, ..RowSampling::default() };
+    let rows = examples(&log, &isolated, &base, &sampling);
     let (weights, training) = slogate_learn::train(&rows, &config).map_err(|e| Error::Node(e.to_string()))?;
-    let held_out = slogate_learn::held_out_executions(&rows, &config);
     let metadata = Metadata {
         feature_schema_version: FEATURE_SCHEMA_VERSION,
         features: FEATURE_NAMES.to_vec(),
         executions: log.len(),
         executions_with_timeline: with_timeline,
         seed: request.seed,
-        censored_share: CENSORED_SHARE,
-        concurrency_aware_held_out: concurrency_aware_on(&log, &held_out),
+        sampling,
+        concurrency_aware_held_out: concurrency_aware_on(&log, &held_out, &base),
         training,
         onnx: "not written yet: model.json holds the weights core's native inference reads",
     };
@@ -137,13 +140,8 @@ pub fn run(request: &TrainRequest) -> Result<Metadata> {
 /// The concurrency-aware predictor, fitted on the training executions,
 /// on the held-out ones (uncensored): the bar the learned model is read
 /// against, on the same executions.
-fn concurrency_aware_on(log: &[ExecutionRecord], held_out: &std::collections::BTreeSet<usize>) -> slogate_learn::QErrors {
-    use slogate_core::predict::{ConcurrencyAware, LatencyPredictor, q_error};
-    let mut aware = ConcurrencyAware::new(slogate_core::predict::concurrency::ConcurrencyConfig::default());
-    for (_, record) in log.iter().enumerate().filter(|(i, _)| !held_out.contains(i)) {
-        aware.observe(&record.observation());
-    }
-    aware.fit();
+fn concurrency_aware_on(log: &[ExecutionRecord], held_out: &std::collections::BTreeSet<usize>, aware: &slogate_core::predict::ConcurrencyAware) -> slogate_learn::QErrors {
+    use slogate_core::predict::{LatencyPredictor, q_error};
     let errors: Vec<f64> = held_out
         .iter()
         .map(|&i| &log[i])

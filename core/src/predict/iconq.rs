@@ -40,6 +40,7 @@ use rand::{Rng, SeedableRng, rngs::SmallRng};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Rpu, TemplateId};
+use crate::predict::LatencyPredictor;
 use crate::predict::isolated::{IsolatedConfig, IsolatedEstimator};
 use crate::reservoir::ExecutionRecord;
 use crate::time::Duration;
@@ -68,6 +69,21 @@ pub const FEATURE_NAMES: [&str; FEATURES] = [
 
 /// Features of the target query itself.
 pub const TARGET_FEATURES: usize = 5;
+
+/// Features of what was read: `ln(1 + before)` and `ln(1 + after)`
+/// neighbours, unclipped (the LSTMs read at most
+/// [`IconqWeights::neighbours_max`] a side; the counts say how many there
+/// were), and whether the neighbours after the target are all there are
+/// (1: the query ended, as when scoring a finished execution; 0: more may
+/// come, as when a router places it or it is still running, and the model
+/// predicts its final latency from what it knows so far).
+pub const CONTEXT_FEATURES: usize = 3;
+
+/// The context features of `before` and `after` neighbours, the latter
+/// `complete` or not.
+pub fn context_features(before: usize, after: usize, complete: bool) -> [f32; CONTEXT_FEATURES] {
+    [(before as f64).ln_1p() as f32, (after as f64).ln_1p() as f32, f32::from(u8::from(complete))]
+}
 
 /// One query as the features see it: its isolated estimate on the cluster
 /// and its arrival.
@@ -243,17 +259,26 @@ impl IconqWeights {
                 return Err(format!("the {name} LSTM's shapes are wrong (input {}, hidden {})", lstm.input, lstm.hidden));
             }
         }
-        let head_inputs = self.before.hidden + self.after.hidden + TARGET_FEATURES;
+        let head_inputs = self.before.hidden + self.after.hidden + TARGET_FEATURES + CONTEXT_FEATURES;
         if self.hidden.w.len() != self.hidden.width * head_inputs || self.hidden.b.len() != self.hidden.width || self.out.w.len() != self.hidden.width {
             return Err("the head's shapes are wrong".into());
         }
         Ok(())
     }
 
-    /// `ln(latency / ℓ̂_q)` from the two states and the target's features.
-    pub fn head(&self, before: &LstmState, after: &LstmState, target: &[f32; TARGET_FEATURES]) -> f32 {
-        let inputs: Vec<f32> =
-            self.before.hidden_of(before).iter().chain(self.after.hidden_of(after)).chain(target.iter()).copied().collect();
+    /// `ln(latency / ℓ̂_q)` from what the model read (`complete`: every
+    /// later neighbour) and the target's features.
+    pub fn head(&self, memory: &Memory, target: &[f32; TARGET_FEATURES], complete: bool) -> f32 {
+        let counts = context_features(memory.before_count, memory.after_count, complete);
+        let inputs: Vec<f32> = self
+            .before
+            .hidden_of(&memory.before)
+            .iter()
+            .chain(self.after.hidden_of(&memory.after))
+            .chain(target.iter())
+            .chain(counts.iter())
+            .copied()
+            .collect();
         let width = inputs.len();
         let hidden: Vec<f32> = (0..self.hidden.width)
             .map(|row| (self.hidden.w[row * width..(row + 1) * width].iter().zip(&inputs).map(|(w, x)| w * x).sum::<f32>() + self.hidden.b[row]).max(0.0))
@@ -262,26 +287,52 @@ impl IconqWeights {
     }
 
     /// The predicted latency, seconds, from a full pass over the
-    /// neighbours before and after the target (each chronological).
-    pub fn predict_s(&self, isolated_s: f64, size: Rpu, before: &[[f32; FEATURES]], after: &[[f32; FEATURES]]) -> f64 {
+    /// neighbours before and after the target (each chronological;
+    /// `complete`: no more will come).
+    pub fn predict_s(&self, query: Estimates, size: Rpu, before: &[[f32; FEATURES]], after: &[[f32; FEATURES]], complete: bool) -> f64 {
         let memory = self.memory(before, after);
-        self.predict_from(&memory, isolated_s, size)
+        self.predict_from(&memory, query, size, complete)
     }
 
     /// The states after reading the neighbours (clipped to
     /// [`IconqWeights::neighbours_max`] a side).
     pub fn memory(&self, before: &[[f32; FEATURES]], after: &[[f32; FEATURES]]) -> Memory {
+        let (before_count, after_count) = (before.len(), after.len());
         let (before, after) = clip(before, after, self.neighbours_max);
         let before = before.iter().fold(self.before.initial(), |state, x| self.before.step(&state, x));
         let after = after.iter().fold(self.after.initial(), |state, x| self.after.step(&state, x));
-        Memory { before, after }
+        Memory { before, after, before_count, after_count }
+    }
+
+    /// `memory` after one more neighbour arrived (read while fewer than
+    /// [`IconqWeights::neighbours_max`] have, counted always): an
+    /// incremental prediction's O(1) update.
+    pub fn read_later(&self, memory: &Memory, neighbour: &[f32; FEATURES]) -> Memory {
+        let after = if memory.after_count < self.neighbours_max { self.after.step(&memory.after, neighbour) } else { memory.after.clone() };
+        Memory { after, after_count: memory.after_count + 1, ..memory.clone() }
     }
 
     /// The predicted latency, seconds, from the states.
-    pub fn predict_from(&self, memory: &Memory, isolated_s: f64, size: Rpu) -> f64 {
-        let residual = f64::from(self.head(&memory.before, &memory.after, &target_features(isolated_s, size)));
-        isolated_s.max(1e-3) * residual.clamp(-20.0, 20.0).exp()
+    pub fn predict_from(&self, memory: &Memory, query: Estimates, size: Rpu, complete: bool) -> f64 {
+        let residual = f64::from(self.head(memory, &target_features(query.isolated_s, size), complete));
+        query.base_s.max(1e-3) * residual.clamp(-20.0, 20.0).exp()
     }
+}
+
+/// What the model starts from for one query on a cluster: its isolated
+/// estimate (a feature) and the base prediction it refines (the
+/// concurrency-aware predictor's, from the queries running at arrival).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Estimates {
+    /// The isolated estimate, seconds.
+    pub isolated_s: f64,
+    /// The base prediction, seconds.
+    pub base_s: f64,
+}
+
+impl IconqWeights {
+    /// The estimates' features' floor: a prediction is never below 1 ms.
+    pub const FLOOR_S: f64 = 1e-3;
 }
 
 /// What the model has read of one query's neighbours.
@@ -291,6 +342,10 @@ pub struct Memory {
     pub before: LstmState,
     /// After those that arrived after it, so far.
     pub after: LstmState,
+    /// How many arrived before it.
+    pub before_count: usize,
+    /// How many arrived after it, so far.
+    pub after_count: usize,
 }
 
 /// One training row: a target's features, its neighbours' interaction
@@ -300,8 +355,9 @@ pub struct Memory {
 pub struct Example {
     /// The target's features.
     pub target: [f32; TARGET_FEATURES],
-    /// `ln ℓ̂_q`: the label is relative to it.
-    pub ln_isolated_s: f32,
+    /// `ln` of the base prediction (the concurrency-aware predictor's, from
+    /// the queries running at arrival): the model predicts relative to it.
+    pub ln_base_s: f32,
     /// Interaction vectors of the neighbours that arrived before it.
     pub before: Vec<[f32; FEATURES]>,
     /// Those of the neighbours that arrived after it (a prefix, for a
@@ -315,6 +371,20 @@ pub struct Example {
     pub size: Rpu,
     /// The execution's index in the log it came from.
     pub execution: usize,
+    /// Which of its neighbours the row reads.
+    pub reads: Reads,
+}
+
+/// Which neighbours a training row reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reads {
+    /// Every neighbour the execution had (the label is its latency).
+    Every,
+    /// Those running when it arrived (the label is its final latency).
+    AtArrival,
+    /// Those before a later neighbour (the label is a lower bound).
+    Prefix,
 }
 
 /// The isolated estimator the features read, trained on a log (its
@@ -328,14 +398,34 @@ pub fn isolated_estimator(log: &[ExecutionRecord]) -> IsolatedEstimator {
     estimator
 }
 
+/// Which rows [`examples`] makes of each execution.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RowSampling {
+    /// The chance, per later neighbour, of a censored row that stops before
+    /// it, labelled with the time it arrived (§4.3).
+    pub censored_share: f64,
+    /// Also a row as the router sees the query when it places it: only the
+    /// neighbours running at its arrival, labelled with its final latency
+    /// (what later arrivals will add is learned from the log's load).
+    pub arrival_rows: bool,
+    /// Seeds the sampling.
+    pub seed: u64,
+}
+
+impl Default for RowSampling {
+    fn default() -> Self {
+        RowSampling { censored_share: 0.05, arrival_rows: true, seed: 1 }
+    }
+}
+
 /// Training rows from `log` (executions without a timeline are skipped):
-/// one per execution with every neighbour it had, and, with probability
-/// `censored_share` per later neighbour, a censored row that stops before
-/// that neighbour, labelled with the time it arrived. Deterministic in
-/// `seed`.
-pub fn examples(log: &[ExecutionRecord], isolated: &IsolatedEstimator, censored_share: f64, seed: u64) -> Vec<Example> {
+/// one per execution with every neighbour it had, and those `sampling`
+/// asks for. Deterministic in its seed.
+pub fn examples(log: &[ExecutionRecord], isolated: &IsolatedEstimator, base: &dyn LatencyPredictor, sampling: &RowSampling) -> Vec<Example> {
+    let censored_share = sampling.censored_share;
     let neighbours = crate::reservoir::overlaps(log);
-    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut rng = SmallRng::seed_from_u64(sampling.seed);
     let mut rows = Vec::new();
     for (index, record) in log.iter().enumerate() {
         let Some(timeline) = &record.timeline else { continue };
@@ -357,13 +447,14 @@ pub fn examples(log: &[ExecutionRecord], isolated: &IsolatedEstimator, censored_
         }
         let base = Example {
             target: target_features(target.isolated_s, size),
-            ln_isolated_s: ln_seconds(target.isolated_s) as f32,
+            ln_base_s: ln_seconds(base.predict(record.template, size, record.neighbours_at_dispatch).as_secs_f64()) as f32,
             before,
             after: Vec::new(),
             ln_latency_s: ln_seconds(record.latency.as_secs_f64()) as f32,
             censored: record.censored,
             size,
             execution: index,
+            reads: Reads::Every,
         };
         for (k, &(arrived_s, _)) in after.iter().enumerate() {
             let ran_s = arrived_s - timeline.arrival_s;
@@ -372,23 +463,29 @@ pub fn examples(log: &[ExecutionRecord], isolated: &IsolatedEstimator, censored_
                     after: after[..k].iter().map(|(_, v)| *v).collect(),
                     ln_latency_s: ln_seconds(ran_s.min(record.latency.as_secs_f64())) as f32,
                     censored: true,
+                    reads: Reads::Prefix,
                     ..base.clone()
                 });
             }
+        }
+        if sampling.arrival_rows && !after.is_empty() {
+            rows.push(Example { after: Vec::new(), reads: Reads::AtArrival, ..base.clone() });
         }
         rows.push(Example { after: after.into_iter().map(|(_, v)| v).collect(), ..base });
     }
     rows
 }
 
-/// A trained model with the isolated estimator its features read: what a
-/// predictor needs at inference.
-#[derive(Clone, Debug)]
+/// A trained model with the isolated estimator its features read and the
+/// base predictor it refines: what a predictor needs at inference.
+#[derive(Clone)]
 pub struct IconqModel {
     /// The weights.
     pub weights: Arc<IconqWeights>,
     /// The isolated estimates.
     pub isolated: Arc<IsolatedEstimator>,
+    /// The base predictor.
+    pub base: Arc<dyn LatencyPredictor + Send + Sync>,
 }
 
 impl IconqModel {
@@ -397,9 +494,10 @@ impl IconqModel {
         self.isolated.estimate(template, size).as_secs_f64()
     }
 
-    /// The predicted latency of one logged execution from its neighbours
-    /// in the log (the Q-error evaluations use it).
-    pub fn predict_logged(&self, log: &[ExecutionRecord], neighbours: &[usize], index: usize) -> Duration {
+    /// The predicted latency of one logged execution from `neighbours` of
+    /// it in the log (`complete`: all of them; the Q-error evaluations use
+    /// it).
+    pub fn predict_logged(&self, log: &[ExecutionRecord], neighbours: &[usize], index: usize, complete: bool) -> Duration {
         let record = &log[index];
         let size = record.size;
         let member = |r: &ExecutionRecord| Member { isolated_s: self.isolated_s(r.template, size), arrival_s: r.timeline.as_ref().map_or(0.0, |t| t.arrival_s) };
@@ -410,7 +508,8 @@ impl IconqModel {
             let vector = interaction(target, them, size);
             if them.arrival_s < target.arrival_s || (them.arrival_s == target.arrival_s && other < index) { before.push(vector) } else { after.push(vector) }
         }
-        Duration::from_secs_f64(self.weights.predict_s(target.isolated_s, size, &before, &after))
+        let base_s = self.base.predict(record.template, size, record.neighbours_at_dispatch).as_secs_f64();
+        Duration::from_secs_f64(self.weights.predict_s(Estimates { isolated_s: target.isolated_s, base_s }, size, &before, &after, complete))
     }
 }
 
@@ -436,7 +535,7 @@ mod tests {
         let before = lstm(&mut draw);
         let after = lstm(&mut draw);
         let width = 8;
-        let head_inputs = 2 * hidden + TARGET_FEATURES;
+        let head_inputs = 2 * hidden + TARGET_FEATURES + CONTEXT_FEATURES;
         IconqWeights {
             schema_version: FEATURE_SCHEMA_VERSION,
             before,
@@ -493,12 +592,13 @@ mod tests {
             let weights = random_weights(6, seed);
             let target = Member { isolated_s: 5.0, arrival_s: 50.0 };
             let vectors: Vec<[f32; FEATURES]> = arrivals.iter().map(|&(at, took)| interaction(target, Member { isolated_s: took, arrival_s: at }, Rpu(16))).collect();
-            let full = weights.predict_s(target.isolated_s, Rpu(16), &[], &vectors);
+            let estimates = Estimates { isolated_s: target.isolated_s, base_s: 7.0 };
+            let full = weights.predict_s(estimates, Rpu(16), &[], &vectors, false);
             let mut memory = weights.memory(&[], &[]);
             for vector in &vectors {
-                memory.after = weights.after.step(&memory.after, vector);
+                memory = weights.read_later(&memory, vector);
             }
-            let incremental = weights.predict_from(&memory, target.isolated_s, Rpu(16));
+            let incremental = weights.predict_from(&memory, estimates, Rpu(16), false);
             prop_assert!((full - incremental).abs() <= 1e-9 * full.abs().max(1.0), "{} vs {}", full, incremental);
             prop_assert!(full.is_finite() && full > 0.0);
         }
@@ -510,10 +610,12 @@ mod tests {
         ) {
             let log: Vec<ExecutionRecord> = runs.iter().map(|&(t, at, took, timed_out)| timed("p/c0", 1 + t, at, took, timed_out)).collect();
             let isolated = isolated_estimator(&log);
-            let rows = examples(&log, &isolated, 0.5, seed);
-            prop_assert_eq!(&rows, &examples(&log, &isolated, 0.5, seed));
+            let base = crate::predict::StageLike::new(IsolatedConfig::default());
+            let sampling = |censored_share: f64| RowSampling { censored_share, arrival_rows: false, seed };
+            let rows = examples(&log, &isolated, &base, &sampling(0.5));
+            prop_assert_eq!(&rows, &examples(&log, &isolated, &base, &sampling(0.5)));
             // Without sampling: one row per execution, labelled with it.
-            let full = examples(&log, &isolated, 0.0, seed);
+            let full = examples(&log, &isolated, &base, &sampling(0.0));
             prop_assert_eq!(full.len(), log.len());
             for (row, record) in full.iter().zip(&log) {
                 prop_assert_eq!(row.ln_latency_s, ln_seconds(record.latency.as_secs_f64()) as f32);
@@ -522,7 +624,7 @@ mod tests {
             // Sampled rows are censored, and each follows its execution's
             // full row's label from below: rows come per execution, the
             // samples first.
-            let sampled = examples(&log, &isolated, 1.0, seed);
+            let sampled = examples(&log, &isolated, &base, &sampling(1.0));
             let mut next_full = full.iter().peekable();
             let mut pending: Vec<f32> = Vec::new();
             for row in &sampled {

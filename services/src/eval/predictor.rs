@@ -160,14 +160,15 @@ pub fn run_simulated(seed: u64) -> Vec<BucketResult> {
 /// it, as the other predictors here).
 #[cfg(feature = "learn")]
 fn iconq_simulated(sizes: &[u32], seed: u64) -> Vec<BucketResult> {
-    use slogate_core::predict::iconq::{IconqModel, examples, isolated_estimator};
+    use slogate_core::predict::iconq::{IconqModel, RowSampling, examples, isolated_estimator};
     let train_log = super::training_executions(sizes, seed);
     let test_log = super::training_executions(sizes, seed + 1);
     let isolated = isolated_estimator(&train_log);
-    let rows = examples(&train_log, &isolated, ICONQ_CENSORED_SHARE, seed);
+    let base = std::sync::Arc::new(fitted_concurrency_aware(train_log.iter()));
+    let rows = examples(&train_log, &isolated, base.as_ref(), &RowSampling { seed, ..RowSampling::default() });
     let config = slogate_learn::TrainConfig { seed, ..slogate_learn::TrainConfig::default() };
     let Ok((weights, _)) = slogate_learn::train(&rows, &config) else { return Vec::new() };
-    let model = IconqModel { weights: std::sync::Arc::new(weights), isolated: std::sync::Arc::new(isolated) };
+    let model = IconqModel { weights: std::sync::Arc::new(weights), isolated: std::sync::Arc::new(isolated), base };
     let neighbours = slogate_core::reservoir::overlaps(&test_log);
     let arrival = |i: usize| test_log[i].timeline.as_ref().map_or(0.0, |t| t.arrival_s);
     let mut results = Vec::new();
@@ -181,7 +182,7 @@ fn iconq_simulated(sizes: &[u32], seed: u64) -> Vec<BucketResult> {
                     })
                     .map(|i| {
                         let read: Vec<usize> = neighbours[i].iter().copied().filter(|&n| !at_arrival || arrival(n) < arrival(i)).collect();
-                        q_error(model.predict_logged(&test_log, &read, i), test_log[i].latency)
+                        q_error(model.predict_logged(&test_log, &read, i, !at_arrival), test_log[i].latency)
                     })
                     .collect();
                 if !errors.is_empty() {
@@ -193,9 +194,15 @@ fn iconq_simulated(sizes: &[u32], seed: u64) -> Vec<BucketResult> {
     results
 }
 
-/// The share of later neighbours that give a sampled censored row (§4.3).
-#[cfg(feature = "learn")]
-const ICONQ_CENSORED_SHARE: f64 = 0.05;
+/// The concurrency-aware predictor fitted on `log`: Iconq+'s base.
+pub fn fitted_concurrency_aware<'a>(log: impl Iterator<Item = &'a slogate_core::reservoir::ExecutionRecord>) -> ConcurrencyAware {
+    let mut aware = ConcurrencyAware::new(ConcurrencyConfig::default());
+    for record in log {
+        aware.observe(&record.observation());
+    }
+    aware.fit();
+    aware
+}
 
 impl super::seeds::SeedFigures for Vec<BucketResult> {
     /// Per predictor, size and bucket: the Q-error's p50 and p95.
