@@ -214,7 +214,7 @@ fn train_predictor_writes_the_model_and_its_metadata_and_the_same_seed_gives_the
         String::from_utf8(out.stdout).unwrap()
     };
     let stdout = run("a");
-    assert!(stdout.contains("held-out Q-error p50/p90/p95: iconq+"), "{stdout}");
+    assert!(stdout.contains("held-out Q-error p50/p90/p95") && stdout.contains("concurrency-aware"), "{stdout}");
     run("b");
     let model = |name: &str| std::fs::read_to_string(dir.join(name).join("model.json")).unwrap();
     assert_eq!(model("a"), model("b"), "the same log and seed give the same model");
