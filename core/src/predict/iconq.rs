@@ -47,6 +47,10 @@
 //! - (B) Predictions are positive and finite for any finite inputs.
 //! - (C) [`examples`] is deterministic in its seed, and a censored example's
 //!   label never exceeds its execution's latency.
+//! - (D) [`IconqPredictor`]'s placements predict positive latencies and
+//!   never lower a running query's prediction (the monotonicity guard),
+//!   and each query's memory is what a full pass over its neighbours so
+//!   far reads (A, through the router's interface).
 
 use std::sync::Arc;
 
@@ -527,6 +531,122 @@ impl IconqModel {
     }
 }
 
+/// Iconq+ as a [`LatencyPredictor`] for the router and the planner: a
+/// placement reads the queries running on the cluster as the new query's
+/// earlier neighbours, and advances each running query's memory by the new
+/// arrival, O(1) each ([`IconqWeights::read_later`]). Predictions are
+/// judged as the router needs them: the final latency from what is known
+/// so far (the later neighbours not complete). Everything else (the base
+/// prediction, the isolated estimates the features read, the count-based
+/// `predict`, the refits) is the concurrency-aware predictor's, which
+/// keeps learning online.
+#[derive(Clone)]
+pub struct IconqPredictor {
+    base: crate::predict::ConcurrencyAware,
+    weights: Arc<IconqWeights>,
+}
+
+impl IconqPredictor {
+    /// The model `weights` over `base`.
+    ///
+    /// # Errors
+    ///
+    /// If the weights fail [`IconqWeights::check`].
+    pub fn new(base: crate::predict::ConcurrencyAware, weights: Arc<IconqWeights>) -> Result<Self, String> {
+        weights.check()?;
+        Ok(IconqPredictor { base, weights })
+    }
+
+    /// The base predictor.
+    pub fn base_mut(&mut self) -> &mut crate::predict::ConcurrencyAware {
+        &mut self.base
+    }
+
+    fn estimates(&self, template: TemplateId, size: Rpu, running_at_arrival: u32) -> Estimates {
+        Estimates {
+            isolated_s: self.base.isolated(template, size).as_secs_f64(),
+            base_s: self.base.predict(template, size, running_at_arrival).as_secs_f64(),
+        }
+    }
+}
+
+impl LatencyPredictor for IconqPredictor {
+    fn name(&self) -> &str {
+        "iconq"
+    }
+
+    fn observe(&mut self, observation: &crate::predict::Observation) {
+        self.base.observe(observation);
+    }
+
+    fn isolated(&self, template: TemplateId, size: Rpu) -> Duration {
+        self.base.isolated(template, size)
+    }
+
+    fn template_observations(&self, template: TemplateId) -> u64 {
+        self.base.template_observations(template)
+    }
+
+    fn predict(&self, template: TemplateId, size: Rpu, neighbours: u32) -> Duration {
+        self.base.predict(template, size, neighbours)
+    }
+
+    fn defer_fits(&mut self) {
+        self.base.defer_fits();
+    }
+
+    fn take_fit_job(&mut self) -> Option<crate::predict::FitJob> {
+        self.base.take_fit_job()
+    }
+
+    fn install_fit(&mut self, fit: crate::predict::Fit) {
+        self.base.install_fit(fit);
+    }
+
+    fn predict_placement(&self, now: crate::time::Instant, query: &crate::model::Query, size: Rpu, running: &[crate::predict::QueryState]) -> crate::predict::Placement {
+        let member = |template: TemplateId, arrival: crate::time::Instant| Member {
+            isolated_s: self.base.isolated(template, size).as_secs_f64(),
+            arrival_s: arrival.as_secs_f64(),
+        };
+        let newcomer = member(query.template, query.arrival);
+        let mut earlier: Vec<&crate::predict::QueryState> = running.iter().collect();
+        earlier.sort_by_key(|r| (r.arrival, r.query));
+        let before: Vec<[f32; FEATURES]> = earlier.iter().map(|r| interaction(newcomer, member(r.template, r.arrival), size)).collect();
+        let memory = self.weights.memory(&before, &[]);
+        let count = running.len() as u32;
+        let predicted = Duration::from_secs_f64(self.weights.predict_from(&memory, self.estimates(query.template, size, count), size, false));
+        let updated = running
+            .iter()
+            .map(|r| {
+                let target = member(r.template, r.arrival);
+                // A query placed by another predictor has no memory: it
+                // starts from what it can be told now.
+                let memory = r.memory.as_deref().cloned().unwrap_or_else(|| self.weights.memory(&[], &[]));
+                let memory = self.weights.read_later(&memory, &interaction(target, newcomer, size));
+                let fresh = self.weights.predict_from(&memory, self.estimates(r.template, size, r.neighbours_at_dispatch), size, false);
+                crate::predict::QueryState {
+                    neighbours: r.neighbours + 1,
+                    predicted: crate::predict::guard(r.predicted, Duration::from_secs_f64(fresh), now - r.arrival),
+                    memory: Some(Arc::new(memory)),
+                    ..r.clone()
+                }
+            })
+            .collect();
+        crate::predict::Placement {
+            query: crate::predict::QueryState {
+                query: query.id,
+                template: query.template,
+                arrival: query.arrival,
+                neighbours_at_dispatch: count,
+                neighbours: count,
+                predicted,
+                memory: Some(Arc::new(memory)),
+            },
+            running: updated,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -597,7 +717,68 @@ mod tests {
         }
     }
 
+    fn arriving(id: u64, template: u32, at_s: f64) -> crate::model::Query {
+        crate::model::Query {
+            id: crate::model::QueryId(id),
+            pool: crate::model::PoolId::default(),
+            template: TemplateId(template),
+            slo: crate::model::Slo { latency: Duration::from_secs_f64(60.0) },
+            arrival: crate::time::Instant::from_secs_f64(at_s),
+        }
+    }
+
+    #[test]
+    fn weights_that_fail_their_check_are_refused_by_the_predictor() {
+        let mut weights = random_weights(4, 2);
+        weights.hidden.b.pop();
+        let base = crate::predict::ConcurrencyAware::new(crate::predict::concurrency::ConcurrencyConfig::default());
+        assert!(IconqPredictor::new(base, Arc::new(weights)).err().unwrap().contains("head"));
+    }
+
     proptest! {
+        #[test]
+        fn placements_carry_each_query_s_memory_as_a_full_pass_would_read_it(
+            arrivals in prop::collection::vec((1u32..20, 0.0f64..5.0), 1..10),
+            seed in 0u64..500,
+        ) {
+            let weights = Arc::new(random_weights(6, seed));
+            let base = crate::predict::ConcurrencyAware::new(crate::predict::concurrency::ConcurrencyConfig::default());
+            let predictor = IconqPredictor::new(base, weights.clone()).unwrap();
+            let size = Rpu(16);
+            // Queries placed one after another on one cluster, none ending.
+            let mut running: Vec<crate::predict::QueryState> = Vec::new();
+            let mut at_s = 0.0;
+            let mut queries = Vec::new();
+            for (i, &(template, gap)) in arrivals.iter().enumerate() {
+                at_s += gap;
+                let query = arriving(i as u64, template, at_s);
+                let now = query.arrival;
+                let placement = predictor.predict_placement(now, &query, size, &running);
+                // (D) Positive, finite, and never lowered.
+                prop_assert!(placement.query.predicted > Duration::ZERO);
+                for (before, after) in running.iter().zip(&placement.running) {
+                    prop_assert!(after.predicted >= before.predicted);
+                }
+                running = placement.running;
+                running.push(placement.query);
+                queries.push(query);
+            }
+            // (A) Each query's memory is what a full pass over its
+            // neighbours before and after it reads.
+            let member = |q: &crate::model::Query| Member { isolated_s: predictor.isolated(q.template, size).as_secs_f64(), arrival_s: q.arrival.as_secs_f64() };
+            for (i, state) in running.iter().enumerate() {
+                let target = member(&queries[i]);
+                let before: Vec<[f32; FEATURES]> = queries[..i].iter().map(|q| interaction(target, member(q), size)).collect();
+                let after: Vec<[f32; FEATURES]> = queries[i + 1..].iter().map(|q| interaction(target, member(q), size)).collect();
+                let full = weights.memory(&before, &after);
+                let incremental = state.memory.as_deref().expect("the predictor keeps a memory");
+                prop_assert_eq!((incremental.before_count, incremental.after_count), (full.before_count, full.after_count));
+                for (a, b) in incremental.before.0.iter().chain(&incremental.after.0).zip(full.before.0.iter().chain(&full.after.0)) {
+                    prop_assert!((a - b).abs() < 1e-5, "query {}: {} vs {}", i, a, b);
+                }
+            }
+        }
+
         #[test]
         fn incremental_inference_matches_a_full_pass(
             arrivals in prop::collection::vec((0.0f64..100.0, 0.1f64..60.0), 1..12),

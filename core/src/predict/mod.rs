@@ -69,6 +69,11 @@ pub struct QueryState {
     pub neighbours: u32,
     /// Its guarded predicted latency.
     pub predicted: Duration,
+    /// What a sequence model has read of its neighbours, for predictors
+    /// that update incrementally ([`iconq::IconqPredictor`]); `None` for
+    /// the others. Not serialised: a state read back starts over.
+    #[serde(skip)]
+    pub memory: Option<std::sync::Arc<iconq::Memory>>,
 }
 
 /// A counterfactual placement's predictions.
@@ -146,6 +151,7 @@ pub trait LatencyPredictor {
                 neighbours_at_dispatch: count,
                 neighbours: count,
                 predicted,
+                memory: None,
             },
             running: updated,
         }
@@ -174,6 +180,7 @@ mod tests {
             neighbours_at_dispatch: neighbours,
             neighbours,
             predicted: Duration::from_secs_f64(predicted_s),
+            memory: None,
         }
     }
 
