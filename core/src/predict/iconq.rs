@@ -180,6 +180,12 @@ fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
+/// `tanh` through `exp`: `2σ(2x) − 1`, within 1e-6 of libm's `tanhf`,
+/// which goes through `expm1` and took a third of an LSTM step's time.
+fn tanh(x: f32) -> f32 {
+    2.0 / (1.0 + (-2.0 * x).exp()) - 1.0
+}
+
 /// `a · b` over eight lanes (so that the compiler can use SIMD: a plain
 /// sum must keep its order), then the lanes and the tail.
 fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -221,11 +227,11 @@ impl Lstm {
         for k in 0..hidden {
             let i = sigmoid(gates[k]);
             let f = sigmoid(gates[hidden + k]);
-            let g = gates[2 * hidden + k].tanh();
+            let g = tanh(gates[2 * hidden + k]);
             let o = sigmoid(gates[3 * hidden + k]);
             let cell = f * c[k] + i * g;
             next[hidden + k] = cell;
-            next[k] = o * cell.tanh();
+            next[k] = o * tanh(cell);
         }
         LstmState(next)
     }
@@ -692,6 +698,15 @@ mod tests {
             out: Dense { w: draw(width), b: 0.1 },
             neighbours_max: 64,
         }
+    }
+
+    #[test]
+    fn the_exp_based_tanh_stays_within_a_millionth_of_libm_s() {
+        for i in -20_000..=20_000 {
+            let x = i as f32 * 1e-3;
+            assert!((tanh(x) - x.tanh()).abs() < 1e-6, "{x}: {} vs {}", tanh(x), x.tanh());
+        }
+        assert_eq!((tanh(1e4), tanh(-1e4)), (1.0, -1.0));
     }
 
     #[test]
