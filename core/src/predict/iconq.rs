@@ -347,7 +347,7 @@ impl IconqWeights {
     /// incremental prediction's O(1) update.
     pub fn read_later(&self, memory: &Memory, neighbour: &[f32; FEATURES]) -> Memory {
         let after = if memory.after_count < self.neighbours_max { self.after.step(&memory.after, neighbour) } else { memory.after.clone() };
-        Memory { after, after_count: memory.after_count + 1, ..memory.clone() }
+        Memory { before: memory.before.clone(), after, before_count: memory.before_count, after_count: memory.after_count + 1 }
     }
 
     /// The predicted latency, seconds, from the states.
@@ -641,8 +641,11 @@ impl LatencyPredictor for IconqPredictor {
                 let target = member(r.template, r.arrival);
                 // A query placed by another predictor has no memory: it
                 // starts from what it can be told now.
-                let memory = r.memory.as_deref().cloned().unwrap_or_else(|| self.weights.memory(&[], &[]));
-                let memory = self.weights.read_later(&memory, &interaction(target, newcomer, size));
+                let later = interaction(target, newcomer, size);
+                let memory = match r.memory.as_deref() {
+                    Some(memory) => self.weights.read_later(memory, &later),
+                    None => self.weights.read_later(&self.weights.memory(&[], &[]), &later),
+                };
                 let fresh = self.weights.predict_from(&memory, self.estimates(r.template, size, r.neighbours_at_dispatch), size, false);
                 crate::predict::QueryState {
                     neighbours: r.neighbours + 1,
