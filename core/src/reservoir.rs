@@ -173,8 +173,8 @@ pub struct Timeline {
 
 /// For each execution of `log`, the executions that overlapped it on its
 /// lane (ran at some time between its arrival and its end), in arrival
-/// order; empty for executions without a timeline. O(n log n) plus the
-/// overlaps found.
+/// order; empty for executions without a timeline
+/// ([`crate::stats::overlapping`] per lane).
 pub fn overlaps(log: &[ExecutionRecord]) -> Vec<Vec<usize>> {
     let mut by_lane: std::collections::BTreeMap<&str, Vec<usize>> = std::collections::BTreeMap::new();
     for (index, record) in log.iter().enumerate() {
@@ -182,25 +182,18 @@ pub fn overlaps(log: &[ExecutionRecord]) -> Vec<Vec<usize>> {
             by_lane.entry(timeline.lane.as_str()).or_default().push(index);
         }
     }
-    let span = |i: usize| {
-        let arrival = log[i].timeline.as_ref().map_or(0.0, |t| t.arrival_s);
-        (arrival, arrival + log[i].latency.as_secs_f64())
-    };
     let mut found = vec![Vec::new(); log.len()];
-    for lane in by_lane.values_mut() {
-        lane.sort_by(|&a, &b| span(a).0.total_cmp(&span(b).0).then(a.cmp(&b)));
-        // Each pair once: the earlier arrival meets every later one that
-        // arrives before it ends.
-        for (position, &earlier) in lane.iter().enumerate() {
-            let (_, end) = span(earlier);
-            for &later in lane[position + 1..].iter().take_while(|&&later| span(later).0 < end) {
-                found[earlier].push(later);
-                found[later].push(earlier);
-            }
+    for lane in by_lane.values() {
+        let spans: Vec<(f64, f64)> = lane
+            .iter()
+            .map(|&i| {
+                let arrival = log[i].timeline.as_ref().map_or(0.0, |t| t.arrival_s);
+                (arrival, arrival + log[i].latency.as_secs_f64())
+            })
+            .collect();
+        for (local, others) in crate::stats::overlapping(&spans).into_iter().enumerate() {
+            found[lane[local]] = others.into_iter().map(|other| lane[other]).collect();
         }
-    }
-    for neighbours in &mut found {
-        neighbours.sort_by(|&a, &b| span(a).0.total_cmp(&span(b).0).then(a.cmp(&b)));
     }
     found
 }

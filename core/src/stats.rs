@@ -41,26 +41,36 @@ pub fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// Each execution's number of overlapping neighbours, counted as the data
-/// counts them: client-side intervals that intersect.
-pub fn count_overlapping_neighbours(intervals: &[(Instant, Instant)]) -> Vec<u32> {
+/// For each interval, the others that intersect it (`a.start < b.end` and
+/// `b.start < a.end`), each listed in start order (ties by index): one
+/// sweep over the intervals sorted by start, O(n log n) plus the pairs
+/// found.
+pub fn overlapping<T: PartialOrd + Copy>(intervals: &[(T, T)]) -> Vec<Vec<usize>> {
     let mut order: Vec<usize> = (0..intervals.len()).collect();
-    order.sort_by_key(|&i| intervals[i].0);
-    let mut counts = vec![0u32; intervals.len()];
+    order.sort_by(|&a, &b| intervals[a].0.partial_cmp(&intervals[b].0).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(&b)));
+    let mut found = vec![Vec::new(); intervals.len()];
     for (pos, &i) in order.iter().enumerate() {
         let (start_i, end_i) = intervals[i];
         for &j in &order[pos + 1..] {
             let (start_j, end_j) = intervals[j];
-            if start_j >= end_i {
+            if !(start_j < end_i) {
                 break;
             }
             if end_j > start_i {
-                counts[i] += 1;
-                counts[j] += 1;
+                // Earlier intervals reach `j` before `i` adds its later
+                // ones, so each list stays in start order.
+                found[i].push(j);
+                found[j].push(i);
             }
         }
     }
-    counts
+    found
+}
+
+/// Each execution's number of overlapping neighbours, counted as the data
+/// counts them: client-side intervals that intersect.
+pub fn count_overlapping_neighbours(intervals: &[(Instant, Instant)]) -> Vec<u32> {
+    overlapping(intervals).iter().map(|others| others.len() as u32).collect()
 }
 
 /// The lognormal noise factor of one query: a pure function of the seed and

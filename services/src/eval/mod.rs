@@ -121,28 +121,31 @@ pub fn execution_log(queries: Vec<Query>, sizes: &[u32], seed: u64) -> Vec<Execu
         Some(slogate_core::model::Target::Cluster(c)) => Some(c),
         _ => None,
     };
-    let mut log = Vec::with_capacity(records.len());
-    for (index, record) in records.iter().enumerate() {
-        let Some(cluster) = cluster_of(record) else { continue };
-        let (mut neighbours, mut overlapped) = (0u32, false);
-        for (other_index, other) in records.iter().enumerate() {
-            if other_index != index && cluster_of(other) == Some(cluster) && other.arrival < record.finished && other.finished > record.arrival {
-                overlapped = true;
-                neighbours += u32::from(other.arrival < record.arrival);
-            }
-        }
-        log.push(ExecutionRecord {
-            query: record.query,
-            template: record.template,
-            cluster,
-            size: Rpu(sizes.get(cluster.0 as usize).copied().unwrap_or(sizes[0])),
-            neighbours_at_dispatch: neighbours,
-            latency: record.latency(),
-            censored: record.outcome != slogate_core::sim::QueryOutcome::Completed,
-            queued: record.started.map_or(slogate_core::time::Duration::ZERO, |started| started.saturating_duration_since(record.arrival)),
-            ran_alone: !overlapped,
-            timeline: Some(Timeline { lane: format!("run{seed}/{cluster}"), arrival_s: record.arrival.as_secs_f64() }),
-        });
+    let mut log: Vec<ExecutionRecord> = records
+        .iter()
+        .filter_map(|record| {
+            let cluster = cluster_of(record)?;
+            Some(ExecutionRecord {
+                query: record.query,
+                template: record.template,
+                cluster,
+                size: Rpu(sizes.get(cluster.0 as usize).copied().unwrap_or(sizes[0])),
+                neighbours_at_dispatch: 0,
+                latency: record.latency(),
+                censored: record.outcome != slogate_core::sim::QueryOutcome::Completed,
+                queued: record.started.map_or(slogate_core::time::Duration::ZERO, |started| started.saturating_duration_since(record.arrival)),
+                ran_alone: false,
+                timeline: Some(Timeline { lane: format!("run{seed}/{cluster}"), arrival_s: record.arrival.as_secs_f64() }),
+            })
+        })
+        .collect();
+    // Who overlapped whom on each cluster: the ones that arrived first
+    // were running at arrival.
+    let arrival = |r: &ExecutionRecord| r.timeline.as_ref().map_or(0.0, |t| t.arrival_s);
+    for (index, others) in slogate_core::reservoir::overlaps(&log).into_iter().enumerate() {
+        let earlier = others.iter().filter(|&&other| arrival(&log[other]) < arrival(&log[index])).count();
+        log[index].neighbours_at_dispatch = earlier as u32;
+        log[index].ran_alone = others.is_empty();
     }
     log
 }
