@@ -53,7 +53,8 @@ pub fn overlapping<T: PartialOrd + Copy>(intervals: &[(T, T)]) -> Vec<Vec<usize>
         let (start_i, end_i) = intervals[i];
         for &j in &order[pos + 1..] {
             let (start_j, end_j) = intervals[j];
-            if !(start_j < end_i) {
+            // Sorted by start: none after `j` starts before `i` ends.
+            if start_j.partial_cmp(&end_i) != Some(std::cmp::Ordering::Less) {
                 break;
             }
             if end_j > start_i {
