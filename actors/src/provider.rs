@@ -213,6 +213,13 @@ pub trait Provider: Send + Sync {
 
     /// The observable state.
     fn state(&self) -> LocalFuture<Result<ProviderState, ExecuteError>>;
+
+    /// Whether its requests change anything: false for a dry run, whose
+    /// requests are only recorded (the router then leaves a cluster it was
+    /// asked to release as it is, instead of draining it meanwhile).
+    fn acts(&self) -> bool {
+        true
+    }
 }
 
 fn provider_not_answering(_: MailboxError) -> ExecuteError {
@@ -294,6 +301,10 @@ impl Provider for DryRun {
         let result = format!("would release {cluster} of pool `{pool}`");
         let error = self.refuse(LifecycleRecord { at_s: self.clock.now().as_secs_f64(), pool, action: "spin_down", cluster: Some(cluster), size: None, result });
         Box::pin(std::future::ready(Err(error)))
+    }
+
+    fn acts(&self) -> bool {
+        false
     }
 
     fn state(&self) -> LocalFuture<Result<ProviderState, ExecuteError>> {

@@ -1092,9 +1092,9 @@ impl Handler<ReleaseCluster> for RouterShard {
         if view.state == ClusterState::Ready && ready == 1 && !message.force {
             return Box::pin(fut::ready(Err(Error::LastReadyCluster { pool: message.pool.0, cluster: message.cluster.to_string() })));
         }
-        // In shadow mode the baseline keeps every cluster it routes to: the
-        // (dry-run) provider only records the release it was asked for.
-        if pool.policy.shadow_report().is_some() {
+        // A dry run (every shadow-mode pool's provider) only records the
+        // release: the cluster keeps serving, never draining meanwhile.
+        if !pool.provider.acts() {
             let released = pool.provider.spin_down(message.pool, message.cluster);
             return Box::pin(async move { released.await.map_err(backend_error) }.into_actor(self));
         }

@@ -398,6 +398,13 @@ async fn a_dry_run_provider_shows_what_the_autoscaler_would_create_and_creates_n
     let provider = &actors["providers"]["default"];
     assert_eq!(provider["kind"], "dry-run", "{provider}");
     assert!(provider["recent"].as_array().unwrap().iter().any(|r| r["action"] == "spin_up" && r["result"].as_str().unwrap().starts_with("would create")), "{provider}");
+    // A release is recorded too, and the cluster keeps serving.
+    let (status, body) = admin(addr, "DELETE", "/v1/pools/default/clusters/c0?force=true", Some("s3cret"), "").await;
+    assert_ne!(status, 200, "{body}");
+    assert!(body.contains("dry run: would release c0"), "{body}");
+    let (_, body) = admin_get(addr, "/v1/pools/default").await;
+    let pool: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(pool["clusters"][0]["state"], "ready", "{pool}");
     node.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }
