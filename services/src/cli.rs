@@ -336,7 +336,7 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
         }
         return match seeds_of(args, 1)? {
             Seeds::One(seed) => {
-                let results = crate::eval::predictor::run_simulated(seed);
+                let results = crate::eval::predictor::run_simulated(seed)?;
                 print(&crate::eval::predictor::render_simulated(&results));
                 match &args.json {
                     Some(path) => write_json(path, &serde_json::json!({ "results": results })),
@@ -344,7 +344,7 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
                 }
             }
             Seeds::Many(seeds) => {
-                let report = seeds::run_seeds("predictor-sim", &seeds, |seed| Ok(crate::eval::predictor::run_simulated(seed)))?;
+                let report = seeds::run_seeds("predictor-sim", &seeds, crate::eval::predictor::run_simulated)?;
                 emit(args, &seeds::render(&report), &report)
             }
         };

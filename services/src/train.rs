@@ -15,7 +15,9 @@
 //! arrival) can be read as sequences; the others are counted and skipped.
 //! The same log, seed and configuration give the same model.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 use slogate_core::predict::iconq::RowSampling;
@@ -98,9 +100,38 @@ pub struct Metadata {
     pub onnx: &'static str,
 }
 
+/// Iconq+ fitted on `log`, and how it scored.
+pub struct Fitted {
+    /// The model: its weights, the isolated estimates and the base.
+    pub model: slogate_core::predict::iconq::IconqModel,
+    /// The training report.
+    pub report: slogate_learn::TrainReport,
+    /// The executions held out (indices into the log).
+    pub held_out: BTreeSet<usize>,
+}
+
+/// Fits Iconq+ on `log`. The held-out executions (`config`'s seeded share)
+/// teach nothing: not the model, its concurrency-aware base or the
+/// isolated estimates its features read; they only score it.
+pub fn fit(log: &[ExecutionRecord], config: &slogate_learn::TrainConfig, sampling: &RowSampling) -> Result<Fitted> {
+    use slogate_core::predict::iconq::{IconqModel, examples, isolated_estimator};
+    let held_out = slogate_learn::held_out_of((0..log.len()).filter(|&i| log[i].timeline.is_some()), config);
+    let training: Vec<ExecutionRecord> = log.iter().enumerate().filter(|(i, _)| !held_out.contains(i)).map(|(_, r)| r.clone()).collect();
+    let isolated = isolated_estimator(&training);
+    let mut base = slogate_core::predict::ConcurrencyAware::new(slogate_core::predict::concurrency::ConcurrencyConfig::default());
+    for record in &training {
+        slogate_core::predict::LatencyPredictor::observe(&mut base, &record.observation());
+    }
+    base.fit();
+    let rows = examples(log, &isolated, &base, sampling);
+    let (weights, report) = slogate_learn::train(&rows, config).map_err(|e| Error::Node(e.to_string()))?;
+    let model = IconqModel { weights: Arc::new(weights), isolated: Arc::new(isolated), base: Arc::new(base) };
+    Ok(Fitted { model, report, held_out })
+}
+
 /// Trains and writes the model; returns its metadata.
 pub fn run(request: &TrainRequest) -> Result<Metadata> {
-    use slogate_core::predict::iconq::{FEATURE_NAMES, FEATURE_SCHEMA_VERSION, examples, isolated_estimator};
+    use slogate_core::predict::iconq::{FEATURE_NAMES, FEATURE_SCHEMA_VERSION};
     let log = read_log(&request.source)?;
     let with_timeline = log.iter().filter(|r| r.timeline.is_some()).count();
     if with_timeline == 0 {
@@ -111,15 +142,8 @@ pub fn run(request: &TrainRequest) -> Result<Metadata> {
     }
     let defaults = slogate_learn::TrainConfig::default();
     let config = slogate_learn::TrainConfig { seed: request.seed, steps: request.steps.unwrap_or(defaults.steps), ..defaults };
-    // The held-out executions teach nothing: not the model, its base or
-    // the isolated estimates.
-    let held_out = slogate_learn::held_out_of((0..log.len()).filter(|&i| log[i].timeline.is_some()), &config);
-    let training_log = || log.iter().enumerate().filter(|(i, _)| !held_out.contains(i)).map(|(_, r)| r);
-    let isolated = isolated_estimator(&training_log().cloned().collect::<Vec<_>>());
-    let base = crate::eval::predictor::fitted_concurrency_aware(training_log());
     let sampling = RowSampling { seed: request.seed, ..RowSampling::default() };
-    let rows = examples(&log, &isolated, &base, &sampling);
-    let (weights, training) = slogate_learn::train(&rows, &config).map_err(|e| Error::Node(e.to_string()))?;
+    let fitted = fit(&log, &config, &sampling)?;
     let metadata = Metadata {
         feature_schema_version: FEATURE_SCHEMA_VERSION,
         features: FEATURE_NAMES.to_vec(),
@@ -127,26 +151,26 @@ pub fn run(request: &TrainRequest) -> Result<Metadata> {
         executions_with_timeline: with_timeline,
         seed: request.seed,
         sampling,
-        concurrency_aware_held_out: concurrency_aware_on(&log, &held_out, &base),
-        training,
+        concurrency_aware_held_out: base_on(&log, &fitted),
+        training: fitted.report.clone(),
         onnx: "not written yet: model.json holds the weights core's native inference reads",
     };
     std::fs::create_dir_all(&request.out).map_err(|e| output(&request.out, e))?;
-    write(&request.out.join("model.json"), &weights)?;
+    write(&request.out.join("model.json"), fitted.model.weights.as_ref())?;
     write(&request.out.join("metadata.json"), &metadata)?;
     Ok(metadata)
 }
 
-/// The concurrency-aware predictor, fitted on the training executions,
-/// on the held-out ones (uncensored): the bar the learned model is read
-/// against, on the same executions.
-fn concurrency_aware_on(log: &[ExecutionRecord], held_out: &std::collections::BTreeSet<usize>, aware: &slogate_core::predict::ConcurrencyAware) -> slogate_learn::QErrors {
-    use slogate_core::predict::{LatencyPredictor, q_error};
-    let errors: Vec<f64> = held_out
+/// The concurrency-aware base, fitted on the training executions, on the
+/// held-out ones (uncensored): the bar the learned model is read against,
+/// on the same executions.
+fn base_on(log: &[ExecutionRecord], fitted: &Fitted) -> slogate_learn::QErrors {
+    let errors: Vec<f64> = fitted
+        .held_out
         .iter()
         .map(|&i| &log[i])
         .filter(|r| !r.censored)
-        .map(|r| q_error(aware.predict(r.template, r.size, r.neighbours_at_dispatch), r.latency))
+        .map(|r| slogate_core::predict::q_error(fitted.model.base.predict(r.template, r.size, r.neighbours_at_dispatch), r.latency))
         .collect();
     slogate_learn::q_errors(errors)
 }

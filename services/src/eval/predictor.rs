@@ -121,7 +121,7 @@ pub struct BucketResult {
 /// predictors learn from a training run (seed `seed`) on 4, 8, 16 and 32
 /// RPU and predict the completed queries of a different run (seed
 /// `seed + 1`), by size and by queries running at arrival.
-pub fn run_simulated(seed: u64) -> Vec<BucketResult> {
+pub fn run_simulated(seed: u64) -> Result<Vec<BucketResult>> {
     let sizes = [4, 8, 16, 32];
     let train = super::training_observations(&sizes, seed);
     let test: Vec<Observation> = super::training_observations(&sizes, seed + 1).into_iter().filter(|o| !o.censored).collect();
@@ -134,7 +134,7 @@ pub fn run_simulated(seed: u64) -> Vec<BucketResult> {
     aware.fit();
     let mut results = Vec::new();
     #[cfg(feature = "learn")]
-    results.extend(iconq_simulated(&sizes, seed));
+    results.extend(iconq_simulated(&sizes, seed)?);
     for (name, predictor) in [(stage.name().to_owned(), &stage as &dyn LatencyPredictor), (aware.name().to_owned(), &aware)] {
         for rpu in sizes {
             for (lo, hi, bucket) in super::calibrate::BUCKETS {
@@ -149,7 +149,7 @@ pub fn run_simulated(seed: u64) -> Vec<BucketResult> {
             }
         }
     }
-    results
+    Ok(results)
 }
 
 /// Iconq+ trained (with slogate-learn) on the training run's execution log
@@ -159,16 +159,12 @@ pub fn run_simulated(seed: u64) -> Vec<BucketResult> {
 /// only those running when it arrived (what a router knows when it places
 /// it, as the other predictors here).
 #[cfg(feature = "learn")]
-fn iconq_simulated(sizes: &[u32], seed: u64) -> Vec<BucketResult> {
-    use slogate_core::predict::iconq::{IconqModel, RowSampling, examples, isolated_estimator};
+fn iconq_simulated(sizes: &[u32], seed: u64) -> Result<Vec<BucketResult>> {
+    use slogate_core::predict::iconq::RowSampling;
     let train_log = super::training_executions(sizes, seed);
     let test_log = super::training_executions(sizes, seed + 1);
-    let isolated = isolated_estimator(&train_log);
-    let base = std::sync::Arc::new(fitted_concurrency_aware(train_log.iter()));
-    let rows = examples(&train_log, &isolated, base.as_ref(), &RowSampling { seed, ..RowSampling::default() });
     let config = slogate_learn::TrainConfig { seed, ..slogate_learn::TrainConfig::default() };
-    let Ok((weights, _)) = slogate_learn::train(&rows, &config) else { return Vec::new() };
-    let model = IconqModel { weights: std::sync::Arc::new(weights), isolated: std::sync::Arc::new(isolated), base };
+    let model = crate::train::fit(&train_log, &config, &RowSampling { seed, ..RowSampling::default() })?.model;
     let neighbours = slogate_core::reservoir::overlaps(&test_log);
     let arrival = |i: usize| test_log[i].timeline.as_ref().map_or(0.0, |t| t.arrival_s);
     let mut results = Vec::new();
@@ -191,17 +187,7 @@ fn iconq_simulated(sizes: &[u32], seed: u64) -> Vec<BucketResult> {
             }
         }
     }
-    results
-}
-
-/// The concurrency-aware predictor fitted on `log`: Iconq+'s base.
-pub fn fitted_concurrency_aware<'a>(log: impl Iterator<Item = &'a slogate_core::reservoir::ExecutionRecord>) -> ConcurrencyAware {
-    let mut aware = ConcurrencyAware::new(ConcurrencyConfig::default());
-    for record in log {
-        aware.observe(&record.observation());
-    }
-    aware.fit();
-    aware
+    Ok(results)
 }
 
 impl super::seeds::SeedFigures for Vec<BucketResult> {
