@@ -468,21 +468,7 @@ pub fn examples(log: &[ExecutionRecord], isolated: &IsolatedEstimator, base: &dy
     for (index, record) in log.iter().enumerate() {
         let Some(timeline) = &record.timeline else { continue };
         let size = record.size;
-        let member = |r: &ExecutionRecord| Member {
-            isolated_s: isolated.estimate(r.template, size).as_secs_f64(),
-            arrival_s: r.timeline.as_ref().map_or(0.0, |t| t.arrival_s),
-        };
-        let target = member(record);
-        let (mut before, mut after) = (Vec::new(), Vec::new());
-        for &other in &neighbours[index] {
-            let them = member(&log[other]);
-            let vector = interaction(target, them, size);
-            if them.arrival_s < target.arrival_s || (them.arrival_s == target.arrival_s && other < index) {
-                before.push(vector);
-            } else {
-                after.push((them.arrival_s, vector));
-            }
-        }
+        let (target, before, after) = logged_sequences(log, &neighbours[index], index, isolated);
         let base = Example {
             target: target_features(target.isolated_s, size),
             ln_base_s: ln_seconds(base.predict(record.template, size, record.neighbours_at_dispatch).as_secs_f64()) as f32,
@@ -514,6 +500,28 @@ pub fn examples(log: &[ExecutionRecord], isolated: &IsolatedEstimator, base: &dy
     rows
 }
 
+/// Execution `index` of `log` as the model reads it: the target, and the
+/// interaction vectors of `neighbours` (indices into the log) that
+/// arrived before it (in the log's order on a tie) and after it, the
+/// latter with their arrivals.
+#[allow(clippy::type_complexity)]
+fn logged_sequences(log: &[ExecutionRecord], neighbours: &[usize], index: usize, isolated: &IsolatedEstimator) -> (Member, Vec<[f32; FEATURES]>, Vec<(f64, [f32; FEATURES])>) {
+    let size = log[index].size;
+    let member = |r: &ExecutionRecord| Member { isolated_s: isolated.estimate(r.template, size).as_secs_f64(), arrival_s: r.timeline.as_ref().map_or(0.0, |t| t.arrival_s) };
+    let target = member(&log[index]);
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    for &other in neighbours {
+        let them = member(&log[other]);
+        let vector = interaction(target, them, size);
+        if them.arrival_s < target.arrival_s || (them.arrival_s == target.arrival_s && other < index) {
+            before.push(vector);
+        } else {
+            after.push((them.arrival_s, vector));
+        }
+    }
+    (target, before, after)
+}
+
 /// A trained model with the isolated estimator its features read and the
 /// base predictor it refines: what a predictor needs at inference.
 #[derive(Clone)]
@@ -527,25 +535,14 @@ pub struct IconqModel {
 }
 
 impl IconqModel {
-    /// The isolated estimate of `template` at `size`, seconds.
-    pub fn isolated_s(&self, template: TemplateId, size: Rpu) -> f64 {
-        self.isolated.estimate(template, size).as_secs_f64()
-    }
-
     /// The predicted latency of one logged execution from `neighbours` of
     /// it in the log (`complete`: all of them; the Q-error evaluations use
     /// it).
     pub fn predict_logged(&self, log: &[ExecutionRecord], neighbours: &[usize], index: usize, complete: bool) -> Duration {
         let record = &log[index];
         let size = record.size;
-        let member = |r: &ExecutionRecord| Member { isolated_s: self.isolated_s(r.template, size), arrival_s: r.timeline.as_ref().map_or(0.0, |t| t.arrival_s) };
-        let target = member(record);
-        let (mut before, mut after) = (Vec::new(), Vec::new());
-        for &other in neighbours {
-            let them = member(&log[other]);
-            let vector = interaction(target, them, size);
-            if them.arrival_s < target.arrival_s || (them.arrival_s == target.arrival_s && other < index) { before.push(vector) } else { after.push(vector) }
-        }
+        let (target, before, after) = logged_sequences(log, neighbours, index, &self.isolated);
+        let after: Vec<[f32; FEATURES]> = after.into_iter().map(|(_, v)| v).collect();
         let base_s = self.base.predict(record.template, size, record.neighbours_at_dispatch).as_secs_f64();
         Duration::from_secs_f64(self.weights.predict_s(Estimates { isolated_s: target.isolated_s, base_s }, size, &before, &after, complete))
     }
