@@ -113,7 +113,7 @@ pub struct TrainReport {
 /// The percentiles of `errors` (Q-errors).
 pub fn q_errors(mut errors: Vec<f64>) -> QErrors {
     errors.sort_by(f64::total_cmp);
-    let at = |q: f64| if errors.is_empty() { f64::NAN } else { errors[((errors.len() - 1) as f64 * q).round() as usize] };
+    let at = |q: f64| slogate_core::stats::percentile(&errors, q);
     QErrors { rows: errors.len(), p50: at(0.5), p90: at(0.9), p95: at(0.95) }
 }
 
