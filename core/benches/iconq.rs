@@ -21,15 +21,17 @@
 
 use std::sync::Arc;
 
+mod common;
+
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use slogate_core::billing::BillingConfig;
 use slogate_core::model::{ClusterId, ClusterState, ClusterView, Pool, PoolId, Query, QueryId, Rpu, Slo, Target, TemplateId};
-use slogate_core::predict::concurrency::{ConcurrencyAware, ConcurrencyConfig};
+use slogate_core::predict::concurrency::ConcurrencyAware;
 use slogate_core::predict::iconq::{
     CONTEXT_FEATURES, Dense, FEATURE_SCHEMA_VERSION, FEATURES, Hidden, IconqPredictor, IconqWeights, Lstm, Member, TARGET_FEATURES, interaction,
 };
-use slogate_core::predict::{LatencyPredictor, Observation, QueryState};
+use slogate_core::predict::{LatencyPredictor, QueryState};
 use slogate_core::route::RoutingPolicy;
 use slogate_core::route::slo::SloRouter;
 use slogate_core::time::{Duration, Instant};
@@ -54,21 +56,9 @@ fn weights() -> Arc<IconqWeights> {
     })
 }
 
+/// The base predictor: the planner benchmarks' learned one.
 fn base() -> ConcurrencyAware {
-    let mut p = ConcurrencyAware::new(ConcurrencyConfig::default());
-    for t in 1..=99u32 {
-        for n in [0u32, 1, 2, 4, 8, 16, 32, 64] {
-            p.observe(&Observation {
-                template: TemplateId(t),
-                size: Rpu(16),
-                neighbours: n,
-                latency: Duration::from_secs_f64(f64::from(t % 17 + 1) * (1.0 + f64::from(n))),
-                censored: false,
-            });
-        }
-    }
-    p.fit();
-    p
+    common::router().predictor_mut().clone()
 }
 
 fn query(id: u64) -> Query {
