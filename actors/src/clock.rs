@@ -40,7 +40,12 @@ impl VirtualClock {
     /// node's days pass at its compression; at compression 1 with the
     /// default start it is the wall clock.
     pub fn calendar_now_s(&self) -> f64 {
-        self.calendar_start_unix_s + self.now().as_secs_f64()
+        self.calendar_s(self.now())
+    }
+
+    /// The node's calendar at virtual instant `at`, UNIX seconds.
+    pub fn calendar_s(&self, at: Instant) -> f64 {
+        self.calendar_start_unix_s + at.as_secs_f64()
     }
 
     /// Virtual time now.

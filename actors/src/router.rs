@@ -1505,7 +1505,7 @@ impl RouterShard {
                         ran_alone: !flight.overlapped,
                         timeline: Some(Timeline {
                             lane: format!("{}/{cluster}", message.pool),
-                            arrival_s: self.clock.calendar_now_s() - (self.clock.now() - flight.arrival).as_secs_f64(),
+                            arrival_s: self.clock.calendar_s(flight.arrival),
                         }),
                         queued: report.started.map_or(slogate_core::time::Duration::ZERO, |started| started.saturating_duration_since(report.dispatched)),
                     };
