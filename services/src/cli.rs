@@ -288,7 +288,7 @@ fn run_train_predictor(args: &TrainPredictorArgs) -> Result<()> {
     let metadata = crate::train::run(&TrainRequest { source, out: args.out.clone(), seed: args.seed, steps: args.steps })?;
     let (held, aware) = (&metadata.training.held_out, &metadata.concurrency_aware_held_out);
     print(&format!(
-        "wrote {}/model.json and metadata.json\n\
+        "wrote {}/model.json, model.onnx and metadata.json\n\
          executions {} ({} with a timeline); training rows {} (censored {}), held-out rows {}\n\
          held-out Q-error p50/p90/p95, same executions: iconq+ {:.2}/{:.2}/{:.2} reading every neighbour, {:.2}/{:.2}/{:.2} reading those running at arrival; concurrency-aware {:.2}/{:.2}/{:.2} (queries running at arrival)\n",
         args.out.display(),

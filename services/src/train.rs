@@ -3,6 +3,8 @@
 //! and writes it to a directory:
 //!
 //! - `model.json`: the weights core's native inference reads;
+//! - `model.onnx`: the same model as an ONNX graph (`slogate_onnx::graph`),
+//!   for ONNX Runtime;
 //! - `metadata.json`: the feature schema (its version and the features'
 //!   names), what it learned from, the seed and configuration, and its
 //!   Q-error on held-out rows next to the concurrency-aware predictor's on
@@ -96,8 +98,23 @@ pub struct Metadata {
     /// on the held-out ones (predicting from the queries running at
     /// arrival, as it does; the learned model reads every neighbour).
     pub concurrency_aware_held_out: slogate_learn::QErrors,
-    /// Where the ONNX graph stands.
-    pub onnx: &'static str,
+    /// The ONNX graph beside the weights.
+    pub onnx: OnnxMetadata,
+}
+
+/// What `metadata.json` says of `model.onnx`.
+#[derive(Clone, Debug, Serialize)]
+pub struct OnnxMetadata {
+    /// The file.
+    pub file: &'static str,
+    /// Its IR version.
+    pub ir_version: i64,
+    /// The `ai.onnx` opset it uses.
+    pub opset: i64,
+    /// Its inputs, in order.
+    pub inputs: Vec<&'static str>,
+    /// Its outputs, in order.
+    pub outputs: Vec<&'static str>,
 }
 
 /// Iconq+ fitted on `log`, and how it scored.
@@ -153,10 +170,19 @@ pub fn run(request: &TrainRequest) -> Result<Metadata> {
         sampling,
         concurrency_aware_held_out: base_on(&log, &fitted),
         training: fitted.report.clone(),
-        onnx: "not written yet: model.json holds the weights core's native inference reads",
+        onnx: OnnxMetadata {
+            file: "model.onnx",
+            ir_version: slogate_onnx::graph::IR_VERSION,
+            opset: slogate_onnx::graph::OPSET,
+            inputs: slogate_onnx::graph::INPUTS.to_vec(),
+            outputs: slogate_onnx::graph::OUTPUTS.to_vec(),
+        },
     };
+    let onnx = slogate_onnx::graph::iconq_model_bytes(&fitted.model.weights).map_err(|e| Error::Node(e.to_string()))?;
     std::fs::create_dir_all(&request.out).map_err(|e| output(&request.out, e))?;
     write(&request.out.join("model.json"), fitted.model.weights.as_ref())?;
+    let onnx_path = request.out.join("model.onnx");
+    std::fs::write(&onnx_path, onnx).map_err(|e| output(&onnx_path, e))?;
     write(&request.out.join("metadata.json"), &metadata)?;
     Ok(metadata)
 }
