@@ -538,6 +538,9 @@ pub struct PoolState {
     pub id: PoolId,
     /// The routing policy.
     pub policy: String,
+    /// The latency predictor it decides with (`concurrency-aware`,
+    /// `iconq`, …), for policies that predict.
+    pub predictor: Option<String>,
     /// Its clusters with their running queries.
     pub clusters: Vec<ClusterView>,
     /// Queries in flight.
@@ -1695,6 +1698,7 @@ impl Handler<GetState> for RouterShard {
             .map(|p| PoolState {
                 id: p.view.id.clone(),
                 policy: p.policy.name().to_owned(),
+                predictor: p.policy.predictor_name().map(str::to_owned),
                 clusters: p.view.clusters.clone(),
                 in_flight: p.in_flight.len(),
                 in_flight_max: p.in_flight_max,

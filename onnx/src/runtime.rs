@@ -68,9 +68,16 @@ impl OnnxRuntime {
         Ok(OnnxRuntime { environment })
     }
 
-    /// The library's version string.
+    /// The library's version: its release branch from the build
+    /// information, else the version in its file name.
     pub fn version(&self) -> String {
-        ort::info().split(',').find_map(|part| part.trim().strip_prefix("git-branch=rel-")).unwrap_or("unknown").to_string()
+        let from_build = ort::info().split(',').find_map(|part| part.trim().strip_prefix("git-branch=rel-").map(str::to_owned));
+        let from_file = || {
+            let (path, _) = LOADED.get()?;
+            let name = path.file_name()?.to_string_lossy().into_owned();
+            name.split_once(".so.").map(|(_, version)| version.to_owned())
+        };
+        from_build.or_else(from_file).unwrap_or_else(|| "unknown".into())
     }
 }
 

@@ -16,6 +16,7 @@ fn vectors(rng: &mut SmallRng, n: usize) -> Vec<[f32; FEATURES]> {
 #[test]
 fn onnx_runtime_matches_the_native_pass_on_every_output_to_1e5() {
     let runtime = OnnxRuntime::load(&common::library()).expect("ONNX Runtime loads");
+    assert!(runtime.version().starts_with("1."), "ONNX Runtime's version: {}", runtime.version());
     for (seed, hidden, width) in [(1, 32, 32), (2, 16, 8), (3, 8, 4)] {
         let weights = common::random_weights(hidden, width, 64, seed);
         let mut session = IconqSession::new(runtime, &iconq_model_bytes(&weights).unwrap()).unwrap();

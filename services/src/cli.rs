@@ -234,6 +234,11 @@ struct EvalArgs {
     /// outstanding queries per 16 RPU of a cluster before they offload.
     #[arg(long)]
     director_queue: Option<f64>,
+    /// `slogate-iconq`'s trained model: the directory `slogate
+    /// train-predictor` wrote. Unset: a build with the trainer (feature
+    /// `learn`) trains one per seed on the training run.
+    #[arg(long)]
+    model: Option<PathBuf>,
     /// `bursty-service` only: seconds of load per run.
     #[arg(long, default_value_t = 3_600)]
     duration_s: u32,
@@ -437,6 +442,7 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
         explain: args.explain,
         elastic: (args.elastic == "on").then(slogate_core::route::elastic::ElasticOptions::default),
         director_queue_per_16_rpu: args.director_queue,
+        iconq: args.model.as_deref().map(crate::model::load).transpose()?,
     };
     evaluate(args, scenario.seed, |seed| eval::run_with(&scenario, &policies, seed, &options), eval::render_table)
 }

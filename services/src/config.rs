@@ -296,6 +296,12 @@ pub struct NodeSection {
     /// node's main thread with the admin API (and gRPC, when
     /// `grpc_threads` is 0). At most the number of pools.
     pub router_shards: usize,
+    /// ONNX Runtime's shared library (`libonnxruntime.so.*`, e.g. from the
+    /// PyPI `onnxruntime` wheel), with which an `iconq` pool's
+    /// `model.onnx` is checked against its weights at start (builds with
+    /// the `onnx` feature). Unset: `ORT_DYLIB_PATH`; neither: the check is
+    /// skipped (inference is native either way), and the log says so.
+    pub onnxruntime_path: Option<PathBuf>,
 }
 
 /// `[limits]`.
@@ -406,6 +412,18 @@ pub struct PoolSection {
     /// `least-loaded`.
     #[serde(default = "default_baseline")]
     pub baseline: String,
+    /// The `slogate` policies' latency predictor: `concurrency-aware` (a
+    /// learned slowdown curve per size over the queries running; the
+    /// default) or `iconq` (Iconq+, the learned sequence model in `model`,
+    /// over the concurrency-aware one). Policy `slogate-iconq` is `slogate`
+    /// with `predictor = "iconq"`.
+    #[serde(default = "default_predictor")]
+    pub predictor: String,
+    /// `predictor = "iconq"`: the directory `slogate train-predictor`
+    /// wrote (its `model.json`, and `model.onnx`, checked in ONNX Runtime
+    /// at start when the node has the library).
+    #[serde(default)]
+    pub model: Option<PathBuf>,
     /// What runs its queries: `emulated` (the embedded warehouse) or
     /// `postgres` (servers that speak the PostgreSQL protocol: Amazon
     /// Redshift, Redshift Serverless endpoints, PostgreSQL), one per
@@ -1314,6 +1332,10 @@ fn default_baseline() -> String {
     "round-robin".into()
 }
 
+fn default_predictor() -> String {
+    "concurrency-aware".into()
+}
+
 fn default_policy() -> String {
     BaselinePolicy::LeastLoaded.name().to_owned()
 }
@@ -1333,6 +1355,7 @@ impl Default for NodeSection {
             tls_key_path: None,
             grpc_threads: 0,
             router_shards: 1,
+            onnxruntime_path: None,
         }
     }
 }
@@ -1395,6 +1418,8 @@ impl Default for ConfigV1 {
                 policy: default_policy(),
                 mode: default_mode(),
                 baseline: default_baseline(),
+                predictor: default_predictor(),
+                model: None,
                 backend: default_backend(),
                 clusters: vec![16, 16],
                 endpoint: Vec::new(),
@@ -1696,6 +1721,21 @@ impl NodeConfig {
             }
             if let Err(error) = crate::eval::policy_by_name(&pool.policy) {
                 return Err(invalid(&format!("pool[{i}].policy"), error));
+            }
+            let predicting = ["slogate", "slogate-reserve", "slogate-iconq"].contains(&pool.policy.as_str());
+            match pool.predictor.as_str() {
+                "concurrency-aware" if pool.policy == "slogate-iconq" => {
+                    return Err(invalid(&format!("pool[{i}].predictor"), "policy slogate-iconq predicts with Iconq+: set predictor = \"iconq\" and model = \"DIR\""));
+                }
+                "concurrency-aware" => {}
+                "iconq" if !predicting => {
+                    return Err(invalid(&format!("pool[{i}].predictor"), format!("iconq predicts for the slogate policies (slogate, slogate-reserve), not `{}`", pool.policy)));
+                }
+                "iconq" if pool.model.is_none() => {
+                    return Err(invalid(&format!("pool[{i}].model"), "predictor = \"iconq\" needs the model's directory (`slogate train-predictor --out DIR`)"));
+                }
+                "iconq" => {}
+                other => return Err(invalid(&format!("pool[{i}].predictor"), format!("`{other}` is not one of concurrency-aware, iconq"))),
             }
             match pool.mode.as_str() {
                 "active" => {}

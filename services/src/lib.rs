@@ -21,6 +21,8 @@
 //!   PostgreSQL servers with TPC-DS.
 //! - [`node`]: `slogate serve`, a gateway node: actors, gRPC, admin API.
 //! - [`cli`]: the command line (argument parsing, exit codes).
+//! - [`model`]: a trained Iconq+ model read from its directory (and, with
+//!   the `onnx` feature, its ONNX graph checked in ONNX Runtime).
 //! - `train` (feature `learn`): `slogate train-predictor`, Iconq+ from an
 //!   execution log, with slogate-learn.
 //!
@@ -42,6 +44,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod eval;
+pub mod model;
 pub mod node;
 #[cfg(feature = "learn")]
 pub mod train;

@@ -997,3 +997,70 @@ async fn shadow_mode_never_changes_where_a_query_runs_and_records_what_slogate_w
     node.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A pool with `predictor = "iconq"` and the model in `model`.
+fn iconq_config(dir: &std::path::Path, model: &std::path::Path) -> NodeConfig {
+    load(&format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\n[[pool]]\nname = \"default\"\npolicy = \"slogate\"\npredictor = \"iconq\"\nmodel = \"{}\"\nclusters = [32, 16]\n",
+        dir.display(),
+        model.display()
+    ))
+}
+
+#[cfg(feature = "learn")]
+#[actix_rt::test]
+async fn a_pool_predicts_with_a_trained_iconq_model_and_serves_every_query() {
+    let dir = scratch("iconq");
+    let model = dir.join("model");
+    slogate::train::run(&slogate::train::TrainRequest { source: slogate::train::LogSource::Simulated(2), out: model.clone(), seed: 2, steps: Some(20) }).unwrap();
+    // With ONNX Runtime in the build and ORT_DYLIB_PATH set (as .ci/run
+    // sets it), the node also checks model.onnx against model.json at start.
+    let node = node::start(iconq_config(&dir.join("data"), &model)).await.unwrap();
+    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..60u32 {
+        let mut client = client.clone();
+        tasks.push(tokio::spawn(async move { client.submit(request(&format!("q{i}"), 1 + i % 99, 600_000)).await }));
+    }
+    let mut completed = 0;
+    for task in tasks {
+        // Sixty at once congest two clusters: some may reach the
+        // warehouse's timeout, but every one is answered.
+        let reply = task.await.unwrap().unwrap().into_inner();
+        assert!(matches!(reply.status(), QueryStatus::Completed | QueryStatus::TimedOut), "{reply:?}");
+        completed += usize::from(reply.status() == QueryStatus::Completed);
+        assert!(reply.predicted_ms.is_finite() && reply.predicted_ms > 0.0, "{reply:?}");
+        assert!(reply.explanation.contains("predicted"), "{}", reply.explanation);
+    }
+    assert!(completed > 0, "none of 60 completed");
+    let (status, body) = admin_get(node.admin_addr, "/v1/pools/default").await;
+    assert_eq!(status, 200, "{body}");
+    let pool: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(pool["predictor"], "iconq", "{body}");
+    assert_eq!(pool["policy"], "slogate", "{body}");
+    node.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[actix_rt::test]
+async fn an_iconq_pool_whose_model_is_missing_or_broken_stops_the_node_at_start_naming_the_file() {
+    let dir = scratch("iconq-missing");
+    let error = node::start(iconq_config(&dir.join("data"), &dir.join("no-model"))).await.err().expect("no model, no node");
+    let text = error.to_string();
+    assert!(text.contains("pool `default`") && text.contains("no-model/model.json"), "{text}");
+    std::fs::create_dir_all(dir.join("broken")).unwrap();
+    std::fs::write(dir.join("broken/model.json"), "{\"schema_version\": 1}").unwrap();
+    let error = node::start(iconq_config(&dir.join("data"), &dir.join("broken"))).await.err().expect("a broken model, no node");
+    assert!(error.to_string().contains("is not an Iconq+ model"), "{error}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn the_config_says_what_an_iconq_pool_lacks() {
+    let base = "version = \"1\"\n[[pool]]\nname = \"p\"\nclusters = [16]\n";
+    let refused = |extra: &str| NodeConfig::load(&format!("{base}{extra}"), &std::collections::HashMap::new(), &Overrides::default()).unwrap_err().to_string();
+    assert!(refused("policy = \"slogate\"\npredictor = \"iconq\"\n").contains("pool[0].model"));
+    assert!(refused("policy = \"least-loaded\"\npredictor = \"iconq\"\nmodel = \"m\"\n").contains("iconq predicts for the slogate policies"));
+    assert!(refused("policy = \"slogate\"\npredictor = \"lstm\"\n").contains("not one of concurrency-aware, iconq"));
+    assert!(refused("policy = \"slogate-iconq\"\n").contains("set predictor = \"iconq\""));
+}

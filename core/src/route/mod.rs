@@ -102,6 +102,12 @@ pub trait RoutingPolicy {
         None
     }
 
+    /// The name of the latency predictor it decides with, for policies
+    /// that predict.
+    fn predictor_name(&self) -> Option<&str> {
+        None
+    }
+
     /// Hands its predictor's refits out instead of running them inside
     /// [`RoutingPolicy::handle_completion`] (see
     /// [`crate::predict::ConcurrencyAware::defer_fits`]); a no-op for
@@ -189,6 +195,9 @@ impl<P: RoutingPolicy + ?Sized> RoutingPolicy for Box<P> {
     }
     fn fork_planner(&self) -> Option<Box<dyn PlanningRouter>> {
         (**self).fork_planner()
+    }
+    fn predictor_name(&self) -> Option<&str> {
+        (**self).predictor_name()
     }
     fn margin(&self) -> Option<margin::MarginState> {
         (**self).margin()

@@ -335,6 +335,10 @@ impl RoutingPolicy for Shadowed {
         self.shadow.margin()
     }
 
+    fn predictor_name(&self) -> Option<&str> {
+        self.shadow.predictor_name()
+    }
+
     fn defer_fits(&mut self) {
         self.shadow.defer_fits();
     }

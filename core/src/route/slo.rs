@@ -805,6 +805,10 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         Some(self.margin.state())
     }
 
+    fn predictor_name(&self) -> Option<&str> {
+        Some(self.predictor.name())
+    }
+
     fn predicted_latency(&self, query: QueryId) -> Option<Duration> {
         self.prediction(query)
     }

@@ -23,12 +23,14 @@ pub mod tuned;
 pub mod tuner;
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Instant as WallInstant;
 
 use serde::{Deserialize, Serialize};
 use slogate_core::model::{PoolId, Pool, Query, Rpu};
 use slogate_core::predict::concurrency::ConcurrencyConfig;
 use slogate_core::predict::isolated::IsolatedConfig;
+use slogate_core::predict::iconq::{IconqPredictor, IconqWeights};
 use slogate_core::predict::{ConcurrencyAware, LatencyPredictor, Observation, StageLike};
 use slogate_core::route::director::{DirectorPlacement, SloDirector};
 use slogate_core::route::elastic::ElasticOptions;
@@ -49,9 +51,11 @@ pub use scenario::{Scenario, WorkloadSpec};
 use crate::{Error, Result};
 
 /// The learned routing policies: the SLO-aware router over each predictor,
-/// and `slogate` with the overload reserve
-/// ([`slogate_core::route::reserve`]).
-pub const LEARNED_POLICIES: [&str; 3] = ["stage-cost", "slogate", "slogate-reserve"];
+/// `slogate` with the overload reserve
+/// ([`slogate_core::route::reserve`]), and `slogate` over Iconq+, the
+/// learned sequence model ([`slogate_core::predict::iconq`]; a node picks
+/// it with `predictor = "iconq"`).
+pub const LEARNED_POLICIES: [&str; 4] = ["stage-cost", "slogate", "slogate-reserve", "slogate-iconq"];
 
 /// Spandana's SLO Director on the warehouse (`core::route::director`): a
 /// bounded queue per cluster behind round-robin, or a central balancer.
@@ -176,6 +180,9 @@ pub struct PoolTerms {
     /// Shadow mode: this baseline places the queries, and the named policy
     /// decides alongside it ([`slogate_core::route::shadow`]).
     pub shadow_of: Option<BaselinePolicy>,
+    /// Iconq+'s trained weights: the `slogate` policies predict with it
+    /// over their concurrency-aware base (`slogate-iconq` needs them).
+    pub iconq: Option<Arc<IconqWeights>>,
 }
 
 impl PoolTerms {
@@ -233,20 +240,52 @@ fn build_named_policy(name: &str, history: &[Observation], terms: &PoolTerms) ->
         router.warm_margin(history);
         return Ok(Box::new(router));
     }
-    let mut router = SloRouter::new(name, ConcurrencyAware::new(terms.concurrency()), billing);
+    let base = ConcurrencyAware::new(terms.concurrency());
+    match (&terms.iconq, name) {
+        (Some(weights), _) => {
+            let predictor = IconqPredictor::new(base, weights.clone()).map_err(|e| Error::Config(format!("the Iconq+ model: {e}")))?;
+            Ok(Box::new(slo_router(name, predictor, terms, history, |p| p.base_mut().fit())))
+        }
+        (None, "slogate-iconq") => Err(Error::Config(
+            "slogate-iconq needs a trained Iconq+ model: `eval --model DIR` (from `slogate train-predictor`), or a build with `--features learn`, which trains one per seed on the training run".into(),
+        )),
+        (None, _) => Ok(Box::new(slo_router(name, base, terms, history, ConcurrencyAware::fit))),
+    }
+}
+
+/// The SLO-aware router `name` over `predictor`, with the pool's terms,
+/// warmed on `history` (then `fit`).
+fn slo_router<P: LatencyPredictor>(name: &str, predictor: P, terms: &PoolTerms, history: &[Observation], fit: impl FnOnce(&mut P)) -> SloRouter<P> {
+    let mut router = SloRouter::new(name, predictor, slogate_core::billing::BillingConfig::default());
     if name == "slogate-reserve" {
         router = router.with_reserve(ReserveConfig::default());
     }
-    if let Some(options) = elastic {
+    if let Some(options) = terms.elastic.clone() {
         router = router.with_elastic(options);
     }
     if terms.provisioned {
         router = router.with_provisioned_clusters();
     }
     history.iter().for_each(|o| router.predictor_mut().observe(o));
-    router.predictor_mut().fit();
+    fit(router.predictor_mut());
     router.warm_margin(history);
-    Ok(Box::new(router))
+    router
+}
+
+/// Iconq+ trained (trainer defaults, seeded by `seed`) on the training run
+/// of `sizes` for `seed`: the executions the concurrency-aware predictor
+/// learns from, with their timelines.
+#[cfg(feature = "learn")]
+pub fn train_iconq(sizes: &[u32], seed: u64) -> Result<Arc<IconqWeights>> {
+    let config = slogate_learn::TrainConfig { seed, ..slogate_learn::TrainConfig::default() };
+    let sampling = slogate_core::predict::iconq::RowSampling { seed, ..Default::default() };
+    Ok(crate::train::fit(&training_executions(sizes, seed), &config, &sampling)?.model.weights)
+}
+
+/// Without the trainer: `slogate-iconq` needs `--model`.
+#[cfg(not(feature = "learn"))]
+pub fn train_iconq(_sizes: &[u32], _seed: u64) -> Result<Arc<IconqWeights>> {
+    Err(Error::Config("slogate-iconq needs a trained Iconq+ model: pass `--model DIR` (from `slogate train-predictor`), or build with `--features learn` to train one per seed".into()))
 }
 
 /// Wraps a policy and measures wall-clock time per `route()` call.
@@ -411,6 +450,9 @@ pub struct EvalOptions {
     pub elastic: Option<ElasticOptions>,
     /// The SLO Directors' queue bound per 16 RPU, if not the default.
     pub director_queue_per_16_rpu: Option<f64>,
+    /// `slogate-iconq`'s model; `None` trains one per seed on the training
+    /// run (feature `learn`).
+    pub iconq: Option<Arc<IconqWeights>>,
 }
 
 /// Runs every case of `scenario` with `policies`, seeded by `seed`.
@@ -430,6 +472,11 @@ pub fn run_with(scenario: &Scenario, policies: &[String], seed: u64, options: &E
     let mut results = Vec::new();
     let base_plan = scenario.autoscale.as_ref().map(tuned::AutoscalePlan::from_section).transpose()?;
     let mut tuning = Vec::new();
+    let iconq = match (&options.iconq, policies.iter().any(|p| p == "slogate-iconq")) {
+        (_, false) => None,
+        (Some(weights), true) => Some(weights.clone()),
+        (None, true) => Some(train_iconq(&scenario.cluster_sets.concat(), seed)?),
+    };
     for spec in &scenario.workloads {
         for kappa in spec.case_kappas(&scenario.kappas) {
             let entries = spec.generate(&templates, kappa, seed, &scenario.base_dir)?;
@@ -461,7 +508,8 @@ pub fn run_with(scenario: &Scenario, policies: &[String], seed: u64, options: &E
                 };
                 for policy in policies {
                     let autoscale = plan.as_ref().filter(|_| LEARNED_POLICIES.contains(&policy.as_str()));
-                    results.push(run_case(&case, policy, history, &queries, seed, options, autoscale)?);
+                    let iconq = iconq.clone().filter(|_| policy == "slogate-iconq");
+                    results.push(run_case(&case, policy, history, &queries, seed, options, autoscale, iconq)?);
                 }
             }
         }
@@ -477,12 +525,14 @@ fn run_case(
     seed: u64,
     options: &EvalOptions,
     autoscale: Option<&tuned::AutoscalePlan>,
+    iconq: Option<Arc<IconqWeights>>,
 ) -> Result<PolicyResult> {
     let mut world = World::seeded_with_ready(seed, &case.clusters);
     if let Some(elastic) = &options.elastic {
         world.set_elastic(elastic.config.clone());
     }
-    let inner = build_policy_with(policy, history, &PoolTerms { elastic: options.elastic.clone(), director_queue_per_16_rpu: options.director_queue_per_16_rpu, ..PoolTerms::default() })?;
+    let terms = PoolTerms { elastic: options.elastic.clone(), director_queue_per_16_rpu: options.director_queue_per_16_rpu, iconq, ..PoolTerms::default() };
+    let inner = build_policy_with(policy, history, &terms)?;
     let timed = Timed { inner, samples_us: Vec::with_capacity(queries.len()), explained: Vec::new(), explain: options.explain };
     let mut sim = Simulation::new(world, timed, queries.to_vec());
     let autoscaler = match autoscale {

@@ -225,7 +225,12 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             tracing::warn!(message = "Dry run: the pool's provider creates and releases nothing.", pool = %id);
             wiring.provider = Arc::new(slogate_actors::provider::DryRun::new(wiring.provider, clock));
         }
+        let iconq = match (pool.predictor.as_str(), &pool.model) {
+            ("iconq", Some(dir)) => Some(iconq_model(&id, dir, file.node.onnxruntime_path.as_deref())?),
+            _ => None,
+        };
         let terms = crate::eval::PoolTerms {
+            iconq,
             elastic: elastic.clone(),
             provisioned,
             director_queue_per_16_rpu: Some(pool.elastic.director_queue_per_16_rpu),
@@ -946,4 +951,25 @@ fn tuner_settings(config: &NodeConfig, pool: &crate::config::PoolSection, index:
         default_slo: slogate_core::time::Duration::from_secs(60),
         state_path: config.data_dir.join("tuner").join(format!("{}.json", pool.name)),
     })
+}
+
+/// Pool `id`'s Iconq+ model from `dir`, checked; its ONNX graph checked
+/// in ONNX Runtime too when the build has it and a library is named.
+fn iconq_model(id: &PoolId, dir: &std::path::Path, onnxruntime: Option<&std::path::Path>) -> Result<Arc<slogate_core::predict::iconq::IconqWeights>> {
+    let in_pool = |e: Error| Error::Config(format!("pool `{id}`: {e}"));
+    let weights = crate::model::load(dir).map_err(in_pool)?;
+    #[cfg(feature = "onnx")]
+    {
+        let named = onnxruntime.is_some() || std::env::var_os(slogate_onnx::runtime::DYLIB_ENV).is_some_and(|p| !p.is_empty());
+        if named {
+            let version = crate::model::check_onnx(dir, &weights, onnxruntime).map_err(in_pool)?;
+            tracing::info!(message = "Iconq+ loaded; model.onnx agrees with model.json in ONNX Runtime.", pool = %id, model = %dir.display(), onnxruntime = %version);
+            return Ok(weights);
+        }
+    }
+    if onnxruntime.is_some() {
+        return Err(Error::Config(format!("pool `{id}`: node.onnxruntime_path is set, but this slogate was built without ONNX Runtime (build with `--features onnx`)")));
+    }
+    tracing::info!(message = "Iconq+ loaded (native inference); model.onnx not checked: no ONNX Runtime library named (node.onnxruntime_path or ORT_DYLIB_PATH).", pool = %id, model = %dir.display());
+    Ok(weights)
 }
