@@ -26,6 +26,9 @@
 //! - [`reservoir`]: the workload reservoir (count and arrivals tables of
 //!   AutoSLO §7.1) and the execution log, persisted in sled behind
 //!   [`reservoir::ReservoirStore`].
+//! - [`retrainer`]: one Retrainer per pool that predicts with Iconq+:
+//!   retrains the model off the routing path, keeps the model in force
+//!   when the candidate scores worse, and swaps a better one in.
 //! - [`router`]: the RouterShard: admission, idempotency, routing with
 //!   core's policies, dispatch, and replies.
 //! - [`shards`]: the node's RouterShards, which pool each owns, and the
@@ -67,6 +70,7 @@ pub mod idempotency;
 pub mod metrics;
 pub mod provider;
 pub mod reservoir;
+pub mod retrainer;
 pub mod router;
 pub mod shards;
 pub mod tracker;
@@ -118,6 +122,9 @@ pub enum Error {
     /// A tuning run for the pool is already going.
     #[error("pool `{0}` is already being tuned")]
     TuningInProgress(String),
+    /// A retraining run for the pool's model is already going.
+    #[error("pool `{0}`'s model is already being retrained")]
+    RetrainingInProgress(String),
     /// The pool has as many clusters as it may have.
     #[error("pool `{pool}` already has {limit} clusters, its limit (limits.clusters_per_pool_max)")]
     ClusterLimit {

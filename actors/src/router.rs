@@ -215,6 +215,17 @@ pub struct ForkPlanner {
     pub pool: PoolId,
 }
 
+/// Replaces a pool's learned latency model, between two routing
+/// decisions.
+#[derive(Message)]
+#[rtype(result = "Result<()>")]
+pub struct InstallModel {
+    /// The pool.
+    pub pool: PoolId,
+    /// The new weights.
+    pub weights: std::sync::Arc<slogate_core::predict::iconq::IconqWeights>,
+}
+
 /// The latest SLO per template a pool has seen.
 #[derive(Message)]
 #[rtype(result = "Result<std::collections::BTreeMap<slogate_core::model::TemplateId, slogate_core::time::Duration>>")]
@@ -934,6 +945,17 @@ impl Handler<ForkPlanner> for RouterShard {
             .fork_planner()
             .ok_or_else(|| Error::Backend(format!("routing policy {} cannot predict completions for the size selector", pool.policy.name())))?;
         Ok((planner, pool.view.clone()))
+    }
+}
+
+impl Handler<InstallModel> for RouterShard {
+    type Result = Result<()>;
+
+    fn handle(&mut self, message: InstallModel, _ctx: &mut Self::Context) -> Self::Result {
+        let pool = self.pools.get_mut(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.clone()))?;
+        pool.policy.install_model(message.weights).map_err(Error::Unsupported)?;
+        tracing::info!(message = "A new latency model is in force.", pool = %message.pool);
+        Ok(())
     }
 }
 

@@ -424,6 +424,10 @@ pub struct PoolSection {
     /// at start when the node has the library).
     #[serde(default)]
     pub model: Option<PathBuf>,
+    /// `predictor = "iconq"`: retraining the model from the pool's
+    /// execution log.
+    #[serde(default)]
+    pub retrain: RetrainSection,
     /// What runs its queries: `emulated` (the embedded warehouse) or
     /// `postgres` (servers that speak the PostgreSQL protocol: Amazon
     /// Redshift, Redshift Serverless endpoints, PostgreSQL), one per
@@ -904,6 +908,29 @@ impl PostgresSection {
             health_check_interval: std::time::Duration::from_millis(self.health_check_interval_ms),
             connect_timeout: std::time::Duration::from_millis(self.connect_timeout_ms),
         })
+    }
+}
+
+/// `[pool.retrain]`: an `iconq` pool's Retrainer (builds with the trainer,
+/// feature `learn`): it retrains the model from the pool's execution log
+/// on demand (`POST /v1/pools/{pool}/predictor/retrain`) and every
+/// `every_hours`, and swaps the new model in only when it scores no worse
+/// on held-out executions than the model in force.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetrainSection {
+    /// Real hours between scheduled runs; 0 for on demand only.
+    pub every_hours: f64,
+    /// The fewest of the pool's executions (logged with their timeline) a
+    /// run trains on.
+    pub min_executions: usize,
+    /// Optimiser steps per run.
+    pub steps: usize,
+}
+
+impl Default for RetrainSection {
+    fn default() -> Self {
+        RetrainSection { every_hours: 0.0, min_executions: 500, steps: 2_000 }
     }
 }
 
@@ -1420,6 +1447,7 @@ impl Default for ConfigV1 {
                 baseline: default_baseline(),
                 predictor: default_predictor(),
                 model: None,
+                retrain: RetrainSection::default(),
                 backend: default_backend(),
                 clusters: vec![16, 16],
                 endpoint: Vec::new(),
@@ -1736,6 +1764,13 @@ impl NodeConfig {
                 }
                 "iconq" => {}
                 other => return Err(invalid(&format!("pool[{i}].predictor"), format!("`{other}` is not one of concurrency-aware, iconq"))),
+            }
+            let retrain = &pool.retrain;
+            if !(retrain.every_hours.is_finite() && retrain.every_hours >= 0.0) {
+                return Err(invalid(&format!("pool[{i}].retrain.every_hours"), format!("must be 0 (on demand only) or positive, got {}", retrain.every_hours)));
+            }
+            if retrain.min_executions < 10 || !(1..=100_000).contains(&retrain.steps) {
+                return Err(invalid(&format!("pool[{i}].retrain"), "min_executions must be at least 10 and steps within 1–100000"));
             }
             match pool.mode.as_str() {
                 "active" => {}

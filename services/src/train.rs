@@ -209,3 +209,34 @@ fn write(path: &Path, value: &impl Serialize) -> Result<()> {
 fn output(path: &Path, source: std::io::Error) -> Error {
     Error::Output { path: path.display().to_string(), source }
 }
+
+/// The node's trainer for its Retrainers
+/// ([`slogate_actors::retrainer::TrainModel`]): fits Iconq+ on a pool's
+/// executions with `steps` optimiser steps and `seed`, and scores the
+/// candidate and the model in force on the same held-out executions, as a
+/// router uses them (reading the queries running at arrival). The held-out
+/// executions teach neither model nor the estimates their features read.
+pub fn retrainer(steps: usize, seed: u64) -> slogate_actors::retrainer::TrainModel {
+    use slogate_core::predict::iconq::{HeldOutScore, Reads, examples};
+    Arc::new(move |log: &[ExecutionRecord], current: &slogate_core::predict::iconq::IconqWeights| {
+        let config = slogate_learn::TrainConfig { seed, steps, ..slogate_learn::TrainConfig::default() };
+        let fitted = fit(log, &config, &RowSampling { seed, ..RowSampling::default() }).map_err(|e| e.to_string())?;
+        let uncensored_arrivals = RowSampling { censored_share: 0.0, arrival_rows: true, seed };
+        let held_out: Vec<_> = examples(log, &fitted.model.isolated, fitted.model.base.as_ref(), &uncensored_arrivals)
+            .into_iter()
+            .filter(|row| fitted.held_out.contains(&row.execution) && row.reads == Reads::AtArrival)
+            .collect();
+        let score = |weights: &slogate_core::predict::iconq::IconqWeights| {
+            let q = slogate_learn::score(weights, &held_out);
+            HeldOutScore { rows: q.rows, p50: q.p50, p90: q.p90, p95: q.p95 }
+        };
+        let with_timeline = log.iter().filter(|r| r.timeline.is_some()).count();
+        Ok(slogate_actors::retrainer::Candidate {
+            score: score(&fitted.model.weights),
+            current_score: score(current),
+            weights: fitted.model.weights,
+            training_executions: with_timeline - fitted.held_out.len(),
+            held_out_executions: fitted.held_out.len(),
+        })
+    })
+}

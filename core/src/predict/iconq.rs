@@ -51,6 +51,9 @@
 //!   never lower a running query's prediction (the monotonicity guard),
 //!   and each query's memory is what a full pass over its neighbours so
 //!   far reads (A, through the router's interface).
+//! - (E) [`replaces`] never prefers a candidate that scored worse at p90;
+//!   after [`LatencyPredictor::install_model`], no memory the previous
+//!   model read is continued.
 
 use std::sync::Arc;
 
@@ -339,7 +342,7 @@ impl IconqWeights {
         let (before, after) = clip(before, after, self.neighbours_max);
         let before = before.iter().fold(self.before.initial(), |state, x| self.before.step(&state, x));
         let after = after.iter().fold(self.after.initial(), |state, x| self.after.step(&state, x));
-        Memory { before, after, before_count, after_count }
+        Memory { before, after, before_count, after_count, generation: 0 }
     }
 
     /// `memory` after one more neighbour arrived (read while fewer than
@@ -347,7 +350,7 @@ impl IconqWeights {
     /// incremental prediction's O(1) update.
     pub fn read_later(&self, memory: &Memory, neighbour: &[f32; FEATURES]) -> Memory {
         let after = if memory.after_count < self.neighbours_max { self.after.step(&memory.after, neighbour) } else { memory.after.clone() };
-        Memory { before: memory.before.clone(), after, before_count: memory.before_count, after_count: memory.after_count + 1 }
+        Memory { before: memory.before.clone(), after, before_count: memory.before_count, after_count: memory.after_count + 1, generation: memory.generation }
     }
 
     /// The predicted latency, seconds, from the states.
@@ -355,6 +358,28 @@ impl IconqWeights {
         let residual = f64::from(self.head(memory, &target_features(query.isolated_s, size), complete));
         query.base_s.max(1e-3) * residual.clamp(-20.0, 20.0).exp()
     }
+}
+
+/// A model's Q-error percentiles on held-out executions (exact labels).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeldOutScore {
+    /// Rows scored.
+    pub rows: usize,
+    /// Median Q-error.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 95th percentile.
+    pub p95: f64,
+}
+
+/// Whether a retrained `candidate` replaces the model in force, both
+/// scored on the same held-out executions: when it is no worse at the
+/// 90th percentile, the tail whose under-predictions become SLO
+/// violations, and it scored rows at all. Never replaces a model with one
+/// that scored worse (E).
+pub fn replaces(candidate: &HeldOutScore, current: &HeldOutScore) -> bool {
+    candidate.rows > 0 && candidate.p90.is_finite() && (candidate.p90 <= current.p90 || !current.p90.is_finite())
 }
 
 /// What the model starts from for one query on a cluster: its isolated
@@ -384,6 +409,10 @@ pub struct Memory {
     pub before_count: usize,
     /// How many arrived after it, so far.
     pub after_count: usize,
+    /// Which of a predictor's models read it ([`IconqPredictor`] counts
+    /// the models it was given; a memory another model read is not
+    /// continued).
+    pub generation: u64,
 }
 
 /// One training row: a target's features, its neighbours' interaction
@@ -561,6 +590,8 @@ impl IconqModel {
 pub struct IconqPredictor {
     base: crate::predict::ConcurrencyAware,
     weights: Arc<IconqWeights>,
+    /// Models installed since the first: tags the memories each read.
+    generation: u64,
 }
 
 impl IconqPredictor {
@@ -571,7 +602,12 @@ impl IconqPredictor {
     /// If the weights fail [`IconqWeights::check`].
     pub fn new(base: crate::predict::ConcurrencyAware, weights: Arc<IconqWeights>) -> Result<Self, String> {
         weights.check()?;
-        Ok(IconqPredictor { base, weights })
+        Ok(IconqPredictor { base, weights, generation: 0 })
+    }
+
+    /// The weights it predicts with.
+    pub fn weights(&self) -> &Arc<IconqWeights> {
+        &self.weights
     }
 
     /// The base predictor.
@@ -620,6 +656,13 @@ impl LatencyPredictor for IconqPredictor {
         self.base.install_fit(fit);
     }
 
+    fn install_model(&mut self, weights: Arc<IconqWeights>) -> Result<(), String> {
+        weights.check()?;
+        self.weights = weights;
+        self.generation += 1;
+        Ok(())
+    }
+
     fn predict_placement(&self, now: crate::time::Instant, query: &crate::model::Query, size: Rpu, running: &[crate::predict::QueryState]) -> crate::predict::Placement {
         let member = |template: TemplateId, arrival: crate::time::Instant| Member {
             isolated_s: self.base.isolated(template, size).as_secs_f64(),
@@ -629,19 +672,20 @@ impl LatencyPredictor for IconqPredictor {
         let mut earlier: Vec<&crate::predict::QueryState> = running.iter().collect();
         earlier.sort_by_key(|r| (r.arrival, r.query));
         let before: Vec<[f32; FEATURES]> = earlier.iter().map(|r| interaction(newcomer, member(r.template, r.arrival), size)).collect();
-        let memory = self.weights.memory(&before, &[]);
+        let memory = Memory { generation: self.generation, ..self.weights.memory(&before, &[]) };
         let count = running.len() as u32;
         let predicted = Duration::from_secs_f64(self.weights.predict_from(&memory, self.estimates(query.template, size, count), size, false));
         let updated = running
             .iter()
             .map(|r| {
                 let target = member(r.template, r.arrival);
-                // A query placed by another predictor has no memory: it
-                // starts from what it can be told now.
+                // A query placed by another predictor, or read by a model
+                // since replaced, has no memory this model can continue:
+                // it starts from what it can be told now.
                 let later = interaction(target, newcomer, size);
-                let memory = match r.memory.as_deref() {
+                let memory = match r.memory.as_deref().filter(|m| m.generation == self.generation) {
                     Some(memory) => self.weights.read_later(memory, &later),
-                    None => self.weights.read_later(&self.weights.memory(&[], &[]), &later),
+                    None => Memory { generation: self.generation, ..self.weights.read_later(&self.weights.memory(&[], &[]), &later) },
                 };
                 let fresh = self.weights.predict_from(&memory, self.estimates(r.template, size, r.neighbours_at_dispatch), size, false);
                 crate::predict::QueryState {
@@ -764,7 +808,42 @@ mod tests {
         assert!(IconqPredictor::new(base, Arc::new(weights)).err().unwrap().contains("head"));
     }
 
+    #[test]
+    fn after_a_model_swap_no_memory_the_old_model_read_is_continued() {
+        let base = crate::predict::ConcurrencyAware::new(crate::predict::concurrency::ConcurrencyConfig::default());
+        let mut predictor = IconqPredictor::new(base, Arc::new(random_weights(6, 1))).unwrap();
+        let size = Rpu(16);
+        let first = predictor.predict_placement(crate::time::Instant::from_secs_f64(0.0), &arriving(0, 3, 0.0), size, &[]);
+        let replacement = Arc::new(random_weights(4, 2));
+        predictor.install_model(replacement.clone()).unwrap();
+        let second = arriving(1, 5, 1.0);
+        let placement = predictor.predict_placement(second.arrival, &second, size, std::slice::from_ref(&first.query));
+        // The running query starts over under the new model: the one
+        // later neighbour it has seen, from the zero state.
+        let member = |q: &crate::model::Query| Member { isolated_s: predictor.isolated(q.template, size).as_secs_f64(), arrival_s: q.arrival.as_secs_f64() };
+        let expected = replacement.read_later(&replacement.memory(&[], &[]), &interaction(member(&arriving(0, 3, 0.0)), member(&second), size));
+        let memory = placement.running[0].memory.as_deref().unwrap();
+        assert_eq!((memory.before.0.len(), memory.after.0.len()), (8, 8), "the new model's widths");
+        assert_eq!(memory.after, expected.after);
+        assert_eq!(memory.generation, 1);
+        let mut broken = random_weights(4, 3);
+        broken.out.w.pop();
+        assert!(predictor.install_model(Arc::new(broken)).is_err(), "a model that fails its check is refused");
+    }
+
     proptest! {
+        #[test]
+        fn a_retrained_model_replaces_the_one_in_force_only_when_no_worse_at_p90(
+            candidate in (1usize..1000, 1.0f64..10.0, 1.0f64..10.0),
+            current in (0usize..1000, 1.0f64..10.0, 1.0f64..10.0),
+        ) {
+            let score = |(rows, p50, p90): (usize, f64, f64)| HeldOutScore { rows, p50, p90, p95: p90 * 1.2 };
+            let (candidate, current) = (score(candidate), score(current));
+            // (E) Never a candidate that scored worse at p90.
+            prop_assert_eq!(replaces(&candidate, &current), candidate.p90 <= current.p90);
+            prop_assert!(!replaces(&HeldOutScore { rows: 0, ..candidate }, &current), "a candidate that scored nothing");
+        }
+
         #[test]
         fn placements_carry_each_query_s_memory_as_a_full_pass_would_read_it(
             arrivals in prop::collection::vec((1u32..20, 0.0f64..5.0), 1..10),

@@ -130,6 +130,18 @@ pub trait LatencyPredictor {
         let _ = fit;
     }
 
+    /// Replaces its learned sequence model ([`iconq`]) with `weights`,
+    /// for predictors that have one; queries already running are
+    /// predicted by the new model from their next update on.
+    ///
+    /// # Errors
+    ///
+    /// If it has no such model, or the weights fail their check.
+    fn install_model(&mut self, weights: std::sync::Arc<iconq::IconqWeights>) -> Result<(), String> {
+        let _ = weights;
+        Err(format!("the {} predictor has no learned model to replace", self.name()))
+    }
+
     /// Counterfactual batch prediction: if `query` were placed at `now` on a
     /// cluster of `size` running `running`, its state and every running
     /// query's updated, guarded state. O(running).

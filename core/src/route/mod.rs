@@ -108,6 +108,17 @@ pub trait RoutingPolicy {
         None
     }
 
+    /// Replaces its predictor's learned model
+    /// ([`crate::predict::LatencyPredictor::install_model`]).
+    ///
+    /// # Errors
+    ///
+    /// If its predictor has no learned model, or the weights are unusable.
+    fn install_model(&mut self, weights: std::sync::Arc<crate::predict::iconq::IconqWeights>) -> Result<(), String> {
+        let _ = weights;
+        Err(format!("policy {} has no learned model to replace", self.name()))
+    }
+
     /// Hands its predictor's refits out instead of running them inside
     /// [`RoutingPolicy::handle_completion`] (see
     /// [`crate::predict::ConcurrencyAware::defer_fits`]); a no-op for
@@ -198,6 +209,9 @@ impl<P: RoutingPolicy + ?Sized> RoutingPolicy for Box<P> {
     }
     fn predictor_name(&self) -> Option<&str> {
         (**self).predictor_name()
+    }
+    fn install_model(&mut self, weights: std::sync::Arc<crate::predict::iconq::IconqWeights>) -> Result<(), String> {
+        (**self).install_model(weights)
     }
     fn margin(&self) -> Option<margin::MarginState> {
         (**self).margin()

@@ -339,6 +339,10 @@ impl RoutingPolicy for Shadowed {
         self.shadow.predictor_name()
     }
 
+    fn install_model(&mut self, weights: std::sync::Arc<crate::predict::iconq::IconqWeights>) -> Result<(), String> {
+        self.shadow.install_model(weights)
+    }
+
     fn defer_fits(&mut self) {
         self.shadow.defer_fits();
     }

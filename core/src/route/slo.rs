@@ -832,6 +832,10 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
     fn install_fit(&mut self, fit: crate::predict::Fit) {
         self.predictor.install_fit(fit);
     }
+
+    fn install_model(&mut self, weights: std::sync::Arc<crate::predict::iconq::IconqWeights>) -> Result<(), String> {
+        self.predictor.install_model(weights)
+    }
 }
 
 #[cfg(test)]

@@ -43,6 +43,8 @@ pub struct AdminState {
     pub autoscalers: Vec<(PoolId, Addr<AutoscalerActor>)>,
     /// Each tuned pool's Tuner.
     pub tuners: Vec<(PoolId, Addr<tuner::TunerActor>)>,
+    /// Each Iconq+ pool's Retrainer (builds with the trainer).
+    pub retrainers: Vec<(PoolId, Addr<slogate_actors::retrainer::RetrainerActor>)>,
     /// Calls refused for a missing or wrong token.
     pub auth_failures: Arc<std::sync::atomic::AtomicU64>,
     /// The tenants, whose tokens read their own queries and decisions.
@@ -107,6 +109,7 @@ pub const ROUTES: &[AdminRoute] = &[
     AdminRoute { path: "/v1/pools/{pool}/clusters/{cluster}", method: "DELETE", handler: || web::delete().to(remove_cluster) },
     AdminRoute { path: "/v1/pools/{pool}/tune", method: "POST", handler: || web::post().to(tune) },
     AdminRoute { path: "/v1/pools/{pool}/shadow", method: "GET", handler: || web::get().to(shadow) },
+    AdminRoute { path: "/v1/pools/{pool}/predictor/retrain", method: "POST", handler: || web::post().to(retrain) },
     AdminRoute { path: "/v1/actors", method: "GET", handler: || web::get().to(actors) },
     AdminRoute { path: "/v1/decisions", method: "GET", handler: || web::get().to(decisions) },
     AdminRoute { path: "/v1/fleet", method: "GET", handler: || web::get().to(fleet) },
@@ -541,10 +544,16 @@ async fn actors(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespo
             let tuner = actor.send(tuner::GetState).await.map_err(mailbox)?;
             tuners.insert(pool.0.clone(), serde_json::to_value(tuner).expect("state serialises"));
         }
+        let mut retrainers = serde_json::Map::new();
+        for (pool, actor) in &state.retrainers {
+            let retrainer = actor.send(slogate_actors::retrainer::GetState).await.map_err(mailbox)?;
+            retrainers.insert(pool.0.clone(), serde_json::to_value(retrainer).expect("state serialises"));
+        }
         Ok::<_, GatewayError>(serde_json::json!({
             "router_shard": router,
             "autoscalers": autoscalers,
             "tuners": tuners,
+            "retrainers": retrainers,
             "cluster_trackers": trackers,
             "providers": providers,
             "reservoir": reservoir,
@@ -693,6 +702,32 @@ async fn tune(request: HttpRequest, state: web::Data<AdminState>, path: web::Pat
     .await;
     match result {
         Ok(()) => HttpResponse::Accepted().json(serde_json::json!({"pool": pool.0, "state": "tuning"})),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// `POST /v1/pools/{pool}/predictor/retrain`: starts retraining the
+/// pool's Iconq+ model (202), unless a run is going (409). The pool must
+/// predict with Iconq+ on a node built with the trainer (409 otherwise).
+/// Progress, the model in force and the last run's scores show in `GET
+/// /v1/actors`.
+async fn retrain(request: HttpRequest, state: web::Data<AdminState>, path: web::Path<String>) -> HttpResponse {
+    let pool = PoolId(path.into_inner());
+    let result = async {
+        authorised(&request, &state, true)?;
+        let Some((_, retrainer)) = state.retrainers.iter().find(|(id, _)| *id == pool) else {
+            if !state.backends.iter().any(|b| b.pool == pool) {
+                return Err(GatewayError::UnknownPool(pool.0.clone()));
+            }
+            return Err(GatewayError::Conflict(format!(
+                "pool `{pool}` has no learned model to retrain: it needs predictor = \"iconq\" on a slogate built with the trainer (--features learn)"
+            )));
+        };
+        retrainer.send(slogate_actors::retrainer::StartRetraining { reason: "operator".to_owned() }).await.map_err(mailbox)?.map_err(router_error)
+    }
+    .await;
+    match result {
+        Ok(()) => HttpResponse::Accepted().json(serde_json::json!({"pool": pool.0, "state": "retraining"})),
         Err(e) => error_response(&e),
     }
 }

@@ -36,6 +36,7 @@ pub fn gateway_error(error: slogate_actors::Error) -> GatewayError {
         A::Backend(reason) => GatewayError::Unavailable(reason),
         A::Unsupported(reason) => GatewayError::Conflict(reason),
         A::TuningInProgress(pool) => GatewayError::Conflict(format!("pool `{pool}` is already being tuned")),
+        A::RetrainingInProgress(pool) => GatewayError::Conflict(format!("pool `{pool}`'s model is already being retrained")),
         limit @ (A::ClusterLimit { .. } | A::LastReadyCluster { .. } | A::CapReached { .. }) => GatewayError::Conflict(limit.to_string()),
         mismatch @ A::IdempotencyMismatch { .. } => GatewayError::AlreadyExists(mismatch.to_string()),
         other @ (A::Storage(_) | A::CorruptStore(_) | A::DamagedStore { .. }) => GatewayError::Internal(other.to_string()),

@@ -427,6 +427,8 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         arbiters.push(arbiter);
     }
 
+    let retrainers = start_retrainers(&config, &router, &reservoir, &policies, &mut arbiters);
+
     // gRPC, on the routing thread or on a runtime of its own.
     let grpc_runtime = match file.node.grpc_threads {
         0 => None,
@@ -560,6 +562,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
         histograms,
         autoscalers,
         tuners,
+        retrainers,
         auth_failures: Arc::default(),
         tenants,
         intake,
@@ -972,4 +975,57 @@ fn iconq_model(id: &PoolId, dir: &std::path::Path, onnxruntime: Option<&std::pat
     }
     tracing::info!(message = "Iconq+ loaded (native inference); model.onnx not checked: no ONNX Runtime library named (node.onnxruntime_path or ORT_DYLIB_PATH).", pool = %id, model = %dir.display());
     Ok(weights)
+}
+
+/// A Retrainer for each pool that predicts with Iconq+, on a thread of its
+/// own (builds with the trainer; without it, none, and the admin API says
+/// so).
+#[cfg(feature = "learn")]
+fn start_retrainers(
+    config: &NodeConfig,
+    router: &slogate_actors::shards::RouterShards,
+    reservoir: &Addr<ReservoirActor>,
+    policies: &std::collections::HashMap<String, (String, crate::eval::PoolTerms)>,
+    arbiters: &mut Vec<actix::Arbiter>,
+) -> Vec<(PoolId, Addr<slogate_actors::retrainer::RetrainerActor>)> {
+    use slogate_actors::retrainer::{ModelInfo, RetrainerActor, RetrainerSettings};
+    let mut retrainers = Vec::new();
+    for pool in &config.file.pool {
+        let (Some(weights), Some(dir)) = (policies.get(&pool.name).and_then(|(_, terms)| terms.iconq.clone()), &pool.model) else { continue };
+        let id = PoolId(pool.name.clone());
+        let owner = router.for_pool(&id).expect("every pool has a shard").clone();
+        let settings = RetrainerSettings {
+            every: (pool.retrain.every_hours > 0.0).then(|| std::time::Duration::from_secs_f64(pool.retrain.every_hours * 3_600.0)),
+            min_executions: pool.retrain.min_executions,
+            executions_max: 200_000,
+            state_dir: config.data_dir.join("models").join(&pool.name),
+            train: crate::train::retrainer(pool.retrain.steps, config.file.node.seed),
+        };
+        let model = ModelInfo { version: 1, source: format!("config ({})", dir.display()), installed_at_unix_s: None, training_executions: None, held_out: configured_score(dir) };
+        let arbiter = actix::Arbiter::new();
+        let (pool_id, reservoir) = (id.clone(), reservoir.clone());
+        let actor = RetrainerActor::start_in_arbiter(&arbiter.handle(), move |_| RetrainerActor::new(pool_id, settings, owner, reservoir, weights, model));
+        retrainers.push((id, actor));
+        arbiters.push(arbiter);
+    }
+    retrainers
+}
+
+/// The held-out score `slogate train-predictor` recorded for the model in
+/// `dir` (reading the neighbours running at arrival), if its metadata says.
+#[cfg(feature = "learn")]
+fn configured_score(dir: &std::path::Path) -> Option<slogate_core::predict::iconq::HeldOutScore> {
+    let metadata: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("metadata.json")).ok()?).ok()?;
+    serde_json::from_value(metadata["training"]["held_out_at_arrival"].clone()).ok()
+}
+
+#[cfg(not(feature = "learn"))]
+fn start_retrainers(
+    _config: &NodeConfig,
+    _router: &slogate_actors::shards::RouterShards,
+    _reservoir: &Addr<ReservoirActor>,
+    _policies: &std::collections::HashMap<String, (String, crate::eval::PoolTerms)>,
+    _arbiters: &mut Vec<actix::Arbiter>,
+) -> Vec<(PoolId, Addr<slogate_actors::retrainer::RetrainerActor>)> {
+    Vec::new()
 }
