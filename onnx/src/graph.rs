@@ -239,7 +239,7 @@ fn op(op_type: &str, input: &[&str], output: &[&str], attribute: Vec<AttributePr
 }
 
 fn int(name: &str, value: i64) -> AttributeProto {
-    AttributeProto { name: name.into(), i: value, r#type: attribute_type::INT, ..Default::default() }
+    AttributeProto { name: name.into(), i: value, r#type: attribute_type::INT }
 }
 
 #[cfg(test)]

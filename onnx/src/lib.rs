@@ -3,8 +3,8 @@
 //! Layout:
 //! - [`proto`]: the ONNX protobuf messages the graph needs, as prost
 //!   structs (no protoc, no onnx.proto at build time);
-//! - [`graph`]: [`IconqWeights`](slogate_core::predict::iconq::IconqWeights)
-//!   → `model.onnx` (`slogate train-predictor` writes it beside
+//! - [`graph`]: Iconq+'s weights
+//!   ([`IconqWeights`](slogate_core::predict::iconq::IconqWeights)) as `model.onnx` (`slogate train-predictor` writes it beside
 //!   `model.json`), and [`graph::Batch`], rows packed as the graph's
 //!   inputs;
 //! - [`runtime`] (feature `runtime`): ONNX Runtime through `ort`, the

@@ -9,6 +9,10 @@ use slogate_core::predict::iconq::{FEATURES, TARGET_FEATURES, context_features};
 use slogate_onnx::graph::{Row, iconq_model_bytes};
 use slogate_onnx::runtime::{IconqSession, OnnxRuntime};
 
+/// A row's neighbours before and after the target, its features, and
+/// whether the later neighbours are complete.
+type Sequences = (Vec<[f32; FEATURES]>, Vec<[f32; FEATURES]>, [f32; TARGET_FEATURES], bool);
+
 fn vectors(rng: &mut SmallRng, n: usize) -> Vec<[f32; FEATURES]> {
     (0..n).map(|_| std::array::from_fn(|_| rng.random_range(-3.0f32..3.0))).collect()
 }
@@ -22,7 +26,7 @@ fn onnx_runtime_matches_the_native_pass_on_every_output_to_1e5() {
         let mut session = IconqSession::new(runtime, &iconq_model_bytes(&weights).unwrap()).unwrap();
         let mut rng = SmallRng::seed_from_u64(seed);
         // Rows of every shape: empty sides, one step, long ones, complete or not.
-        let sequences: Vec<(Vec<[f32; FEATURES]>, Vec<[f32; FEATURES]>, [f32; TARGET_FEATURES], bool)> = (0..40)
+        let sequences: Vec<Sequences> = (0..40)
             .map(|i| {
                 let (b, a) = match i % 4 {
                     0 => (0, 0),

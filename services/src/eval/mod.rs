@@ -509,7 +509,9 @@ pub fn run_with(scenario: &Scenario, policies: &[String], seed: u64, options: &E
                 for policy in policies {
                     let autoscale = plan.as_ref().filter(|_| LEARNED_POLICIES.contains(&policy.as_str()));
                     let iconq = iconq.clone().filter(|_| policy == "slogate-iconq");
-                    results.push(run_case(&case, policy, history, &queries, seed, options, autoscale, iconq)?);
+                    let terms = PoolTerms { elastic: options.elastic.clone(), director_queue_per_16_rpu: options.director_queue_per_16_rpu, iconq, ..PoolTerms::default() };
+                    let inner = build_policy_with(policy, history, &terms)?;
+                    results.push(run_case(&case, policy, inner, &queries, seed, options, autoscale)?);
                 }
             }
         }
@@ -520,19 +522,16 @@ pub fn run_with(scenario: &Scenario, policies: &[String], seed: u64, options: &E
 fn run_case(
     case: &Case,
     policy: &str,
-    history: &[Observation],
+    inner: Box<dyn RoutingPolicy>,
     queries: &[Query],
     seed: u64,
     options: &EvalOptions,
     autoscale: Option<&tuned::AutoscalePlan>,
-    iconq: Option<Arc<IconqWeights>>,
 ) -> Result<PolicyResult> {
     let mut world = World::seeded_with_ready(seed, &case.clusters);
     if let Some(elastic) = &options.elastic {
         world.set_elastic(elastic.config.clone());
     }
-    let terms = PoolTerms { elastic: options.elastic.clone(), director_queue_per_16_rpu: options.director_queue_per_16_rpu, iconq, ..PoolTerms::default() };
-    let inner = build_policy_with(policy, history, &terms)?;
     let timed = Timed { inner, samples_us: Vec::with_capacity(queries.len()), explained: Vec::new(), explain: options.explain };
     let mut sim = Simulation::new(world, timed, queries.to_vec());
     let autoscaler = match autoscale {
