@@ -9,7 +9,8 @@
 //!   whole neighbour sequence (what Iconq's backward pass needs).
 //! - Before criterion's means, sampled p50/p99 of `SloRouter::route` with
 //!   Iconq+ at 16 clusters × 64 running (2,000 decisions, each timed
-//!   alone).
+//!   alone), reading up to 64 neighbours a side and, as the trainer's
+//!   default model does, 32.
 //!
 //! The weights are drawn at the trainer's default widths (LSTMs of 32,
 //! head of 32) and read up to 64 neighbours a side: inference time depends
@@ -127,12 +128,20 @@ fn router_percentiles(weights: &Arc<IconqWeights>) {
         .collect();
     samples_us.sort_by(f64::total_cmp);
     let at = |q: f64| samples_us[((q * samples_us.len() as f64) as usize).min(samples_us.len() - 1)];
-    eprintln!("route with iconq, 16 clusters x 64 running: p50 {:.1} us, p99 {:.1} us over {} decisions", at(0.5), at(0.99), samples_us.len());
+    eprintln!(
+        "route with iconq (up to {} neighbours a side), 16 clusters x 64 running: p50 {:.1} us, p99 {:.1} us over {} decisions",
+        weights.neighbours_max,
+        at(0.5),
+        at(0.99),
+        samples_us.len()
+    );
 }
 
 fn bench(c: &mut Criterion) {
     let weights = weights();
     router_percentiles(&weights);
+    // The trainer's default: the 32 nearest neighbours a side.
+    router_percentiles(&Arc::new(IconqWeights { neighbours_max: 32, ..(*weights).clone() }));
     let predictor = IconqPredictor::new(base(), weights.clone()).expect("the bench's weights check");
     let mut group = c.benchmark_group("iconq");
     for running in [1u64, 8, 16, 32, 64] {

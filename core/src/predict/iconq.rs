@@ -179,18 +179,173 @@ pub struct Lstm {
 #[derive(Clone, Debug, PartialEq)]
 pub struct LstmState(pub Vec<f32>);
 
+/// `eˣ` without libm, branch-free, so that a loop over a slice of them
+/// compiles to SIMD: Cephes' `expf` (range reduction by `ln 2` in two
+/// parts, a degree-5 polynomial, the exponent set through the bits),
+/// within 2e-7 relative of libm's over the clamped range; below −87 it
+/// gives about 1.6e-38 and above 88 about 1.7e38 instead of 0 and ∞.
+fn exp(x: f32) -> f32 {
+    const LOG2_E: f32 = std::f32::consts::LOG2_E;
+    // 1.5 · 2²³: adding it rounds to an integer held in the low bits.
+    const ROUNDER: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 88.0);
+    let shifted = x * LOG2_E + ROUNDER;
+    let n = shifted - ROUNDER;
+    let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65) * r + 0.5;
+    let polynomial = p * r * r + r + 1.0;
+    let exponent = (shifted.to_bits() as i32).wrapping_sub(0x4B40_0000);
+    polynomial * f32::from_bits((exponent + 127).wrapping_shl(23) as u32)
+}
+
 fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+    1.0 / (1.0 + exp(-x))
 }
 
 /// `tanh` through `exp`: `2σ(2x) − 1`, within 1e-6 of libm's `tanhf`,
 /// which goes through `expm1` and took a third of an LSTM step's time.
 fn tanh(x: f32) -> f32 {
-    2.0 / (1.0 + (-2.0 * x).exp()) - 1.0
+    2.0 / (1.0 + exp(-2.0 * x)) - 1.0
+}
+
+/// The state after an LSTM step from gate pre-activations `gates` (four
+/// blocks of `H`, PyTorch's order i, f, g, o) and the cell `c`.
+fn activate(mut gates: Vec<f32>, c: &[f32]) -> LstmState {
+    let hidden = c.len();
+    // Each gate block through its activation, a slice at a time (so that
+    // the loops vectorise): i, f and o squash, g is tanh.
+    let (squashed, rest) = gates.split_at_mut(2 * hidden);
+    let (g, o) = rest.split_at_mut(hidden);
+    for v in squashed.iter_mut() {
+        *v = sigmoid(*v);
+    }
+    for v in o.iter_mut() {
+        *v = sigmoid(*v);
+    }
+    for v in g.iter_mut() {
+        *v = tanh(*v);
+    }
+    let mut next = vec![0.0; 2 * hidden];
+    let (h_next, c_next) = next.split_at_mut(hidden);
+    for k in 0..hidden {
+        c_next[k] = squashed[hidden + k] * c[k] + squashed[k] * g[k];
+    }
+    for k in 0..hidden {
+        h_next[k] = o[k] * tanh(c_next[k]);
+    }
+    LstmState(next)
+}
+
+/// `out += Σ_j z_j · column_j`, the columns `out.len()` long and back to
+/// back: a matrix–vector product in column order, which compiles to SIMD
+/// along the outputs (three times the row order's speed for an LSTM's
+/// gates, without wider instructions than the baseline's).
+fn add_columns(out: &mut [f32], columns: &[f32], z: impl Iterator<Item = f32>) {
+    let n = out.len();
+    for (column, zj) in columns.chunks_exact(n).zip(z) {
+        for (o, w) in out.iter_mut().zip(column) {
+            *o += w * zj;
+        }
+    }
+}
+
+/// `rows` (`n × m`, row-major) as columns (`m` back-to-back columns of `n`).
+fn transpose(rows: &[f32], n: usize, m: usize) -> Vec<f32> {
+    let mut columns = vec![0.0; n * m];
+    for i in 0..n {
+        for j in 0..m {
+            columns[j * n + i] = rows[i * m + j];
+        }
+    }
+    columns
+}
+
+/// An LSTM's weights laid out for inference: `[W_ih | W_hh]` as columns
+/// over the input and hidden state together, and the two biases summed.
+/// [`Lstm::step`] is the plain reference it is tested against.
+#[derive(Clone, Debug)]
+struct LstmKernel {
+    hidden: usize,
+    columns: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+impl LstmKernel {
+    fn new(lstm: &Lstm) -> Self {
+        let gates = 4 * lstm.hidden;
+        let mut columns = transpose(&lstm.w_ih, gates, lstm.input);
+        columns.extend(transpose(&lstm.w_hh, gates, lstm.hidden));
+        LstmKernel { hidden: lstm.hidden, columns, bias: lstm.b_ih.iter().zip(&lstm.b_hh).map(|(a, b)| a + b).collect() }
+    }
+
+    fn initial(&self) -> LstmState {
+        LstmState(vec![0.0; 2 * self.hidden])
+    }
+
+    fn step(&self, state: &LstmState, x: &[f32]) -> LstmState {
+        let (h, c) = state.0.split_at(self.hidden);
+        let mut gates = self.bias.clone();
+        add_columns(&mut gates, &self.columns, x.iter().chain(h).copied());
+        activate(gates, c)
+    }
+}
+
+/// [`IconqWeights`] laid out for inference (the predictor's hot path):
+/// each LSTM as an [`LstmKernel`], the head's hidden layer as columns.
+/// Computes what the weights' own methods compute, to float rounding.
+#[derive(Clone, Debug)]
+struct Kernels {
+    before: LstmKernel,
+    after: LstmKernel,
+    head_columns: Vec<f32>,
+    head_bias: Vec<f32>,
+    out: Dense,
+    neighbours_max: usize,
+}
+
+impl Kernels {
+    fn new(weights: &IconqWeights) -> Self {
+        let inputs = weights.before.hidden + weights.after.hidden + TARGET_FEATURES + CONTEXT_FEATURES;
+        Kernels {
+            before: LstmKernel::new(&weights.before),
+            after: LstmKernel::new(&weights.after),
+            head_columns: transpose(&weights.hidden.w, weights.hidden.width, inputs),
+            head_bias: weights.hidden.b.clone(),
+            out: weights.out.clone(),
+            neighbours_max: weights.neighbours_max,
+        }
+    }
+
+    /// [`IconqWeights::memory`].
+    fn memory(&self, before: &[[f32; FEATURES]], after: &[[f32; FEATURES]]) -> Memory {
+        let (before_count, after_count) = (before.len(), after.len());
+        let (before, after) = clip(before, after, self.neighbours_max);
+        let before = before.iter().fold(self.before.initial(), |state, x| self.before.step(&state, x));
+        let after = after.iter().fold(self.after.initial(), |state, x| self.after.step(&state, x));
+        Memory { before, after, before_count, after_count, generation: 0 }
+    }
+
+    /// [`IconqWeights::read_later`].
+    fn read_later(&self, memory: &Memory, neighbour: &[f32; FEATURES]) -> Memory {
+        let after = if memory.after_count < self.neighbours_max { self.after.step(&memory.after, neighbour) } else { memory.after.clone() };
+        Memory { before: memory.before.clone(), after, before_count: memory.before_count, after_count: memory.after_count + 1, generation: memory.generation }
+    }
+
+    /// [`IconqWeights::predict_from`].
+    fn predict_from(&self, memory: &Memory, query: Estimates, size: Rpu, complete: bool) -> f64 {
+        let counts = context_features(memory.before_count, memory.after_count, complete);
+        let target = target_features(query.isolated_s, size);
+        let inputs = memory.before.0[..self.before.hidden].iter().chain(&memory.after.0[..self.after.hidden]).chain(&target).chain(&counts).copied();
+        let mut hidden = self.head_bias.clone();
+        add_columns(&mut hidden, &self.head_columns, inputs);
+        let residual = f64::from(hidden.iter().zip(&self.out.w).map(|(h, w)| h.max(0.0) * w).sum::<f32>() + self.out.b);
+        query.base_s.max(1e-3) * residual.clamp(-20.0, 20.0).exp()
+    }
 }
 
 /// `a · b` over eight lanes (so that the compiler can use SIMD: a plain
 /// sum must keep its order), then the lanes and the tail.
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0.0f32; 8];
     let (a_chunks, b_chunks) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -225,18 +380,7 @@ impl Lstm {
                 input + recurrent + self.b_ih[row] + self.b_hh[row]
             })
             .collect();
-        let hidden = self.hidden;
-        let mut next = vec![0.0; 2 * hidden];
-        for k in 0..hidden {
-            let i = sigmoid(gates[k]);
-            let f = sigmoid(gates[hidden + k]);
-            let g = tanh(gates[2 * hidden + k]);
-            let o = sigmoid(gates[3 * hidden + k]);
-            let cell = f * c[k] + i * g;
-            next[hidden + k] = cell;
-            next[k] = o * tanh(cell);
-        }
-        LstmState(next)
+        activate(gates, c)
     }
 
     /// The hidden part of a state.
@@ -590,6 +734,8 @@ impl IconqModel {
 pub struct IconqPredictor {
     base: crate::predict::ConcurrencyAware,
     weights: Arc<IconqWeights>,
+    /// The weights laid out for the hot path.
+    kernels: Arc<Kernels>,
     /// Models installed since the first: tags the memories each read.
     generation: u64,
 }
@@ -602,7 +748,7 @@ impl IconqPredictor {
     /// If the weights fail [`IconqWeights::check`].
     pub fn new(base: crate::predict::ConcurrencyAware, weights: Arc<IconqWeights>) -> Result<Self, String> {
         weights.check()?;
-        Ok(IconqPredictor { base, weights, generation: 0 })
+        Ok(IconqPredictor { base, kernels: Arc::new(Kernels::new(&weights)), weights, generation: 0 })
     }
 
     /// The weights it predicts with.
@@ -658,6 +804,7 @@ impl LatencyPredictor for IconqPredictor {
 
     fn install_model(&mut self, weights: Arc<IconqWeights>) -> Result<(), String> {
         weights.check()?;
+        self.kernels = Arc::new(Kernels::new(&weights));
         self.weights = weights;
         self.generation += 1;
         Ok(())
@@ -672,9 +819,9 @@ impl LatencyPredictor for IconqPredictor {
         let mut earlier: Vec<&crate::predict::QueryState> = running.iter().collect();
         earlier.sort_by_key(|r| (r.arrival, r.query));
         let before: Vec<[f32; FEATURES]> = earlier.iter().map(|r| interaction(newcomer, member(r.template, r.arrival), size)).collect();
-        let memory = Memory { generation: self.generation, ..self.weights.memory(&before, &[]) };
+        let memory = Memory { generation: self.generation, ..self.kernels.memory(&before, &[]) };
         let count = running.len() as u32;
-        let predicted = Duration::from_secs_f64(self.weights.predict_from(&memory, self.estimates(query.template, size, count), size, false));
+        let predicted = Duration::from_secs_f64(self.kernels.predict_from(&memory, self.estimates(query.template, size, count), size, false));
         let updated = running
             .iter()
             .map(|r| {
@@ -684,10 +831,10 @@ impl LatencyPredictor for IconqPredictor {
                 // it starts from what it can be told now.
                 let later = interaction(target, newcomer, size);
                 let memory = match r.memory.as_deref().filter(|m| m.generation == self.generation) {
-                    Some(memory) => self.weights.read_later(memory, &later),
-                    None => Memory { generation: self.generation, ..self.weights.read_later(&self.weights.memory(&[], &[]), &later) },
+                    Some(memory) => self.kernels.read_later(memory, &later),
+                    None => Memory { generation: self.generation, ..self.kernels.read_later(&self.kernels.memory(&[], &[]), &later) },
                 };
-                let fresh = self.weights.predict_from(&memory, self.estimates(r.template, size, r.neighbours_at_dispatch), size, false);
+                let fresh = self.kernels.predict_from(&memory, self.estimates(r.template, size, r.neighbours_at_dispatch), size, false);
                 crate::predict::QueryState {
                     neighbours: r.neighbours + 1,
                     predicted: crate::predict::guard(r.predicted, Duration::from_secs_f64(fresh), now - r.arrival),
@@ -742,6 +889,15 @@ mod tests {
             out: Dense { w: draw(width), b: 0.1 },
             neighbours_max: 64,
         }
+    }
+
+    #[test]
+    fn the_polynomial_exp_stays_within_two_ten_millionths_of_libm_s() {
+        for i in -86_990..=87_990 {
+            let x = i as f32 * 1e-3;
+            assert!((exp(x) / x.exp() - 1.0).abs() < 2e-7, "{x}: {} vs {}", exp(x), x.exp());
+        }
+        assert!(exp(-1e4) > 0.0 && exp(-1e4) < 1e-37 && exp(1e4).is_finite());
     }
 
     #[test]
@@ -824,7 +980,7 @@ mod tests {
         let expected = replacement.read_later(&replacement.memory(&[], &[]), &interaction(member(&arriving(0, 3, 0.0)), member(&second), size));
         let memory = placement.running[0].memory.as_deref().unwrap();
         assert_eq!((memory.before.0.len(), memory.after.0.len()), (8, 8), "the new model's widths");
-        assert_eq!(memory.after, expected.after);
+        assert!(memory.after.0.iter().zip(&expected.after.0).all(|(a, b)| (a - b).abs() < 1e-5), "{:?} vs {:?}", memory.after, expected.after);
         assert_eq!(memory.generation, 1);
         let mut broken = random_weights(4, 3);
         broken.out.w.pop();
@@ -885,6 +1041,28 @@ mod tests {
                     prop_assert!((a - b).abs() < 1e-5, "query {}: {} vs {}", i, a, b);
                 }
             }
+        }
+
+        #[test]
+        fn the_inference_layout_computes_what_the_reference_computes(
+            seed in 0u64..500,
+            lengths in (0usize..12, 0usize..12),
+            complete in any::<bool>(),
+            isolated_s in 0.01f64..100.0,
+        ) {
+            let weights = IconqWeights { neighbours_max: 8, ..random_weights(6, seed) };
+            let kernels = Kernels::new(&weights);
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut vectors = |n: usize| (0..n).map(|_| std::array::from_fn(|_| rng.random_range(-3.0f32..3.0))).collect::<Vec<[f32; FEATURES]>>();
+            let (before, after) = (vectors(lengths.0), vectors(lengths.1));
+            let (reference, fast) = (weights.memory(&before, &after), kernels.memory(&before, &after));
+            prop_assert_eq!((reference.before_count, reference.after_count), (fast.before_count, fast.after_count));
+            for (a, b) in reference.before.0.iter().chain(&reference.after.0).zip(fast.before.0.iter().chain(&fast.after.0)) {
+                prop_assert!((a - b).abs() < 1e-5, "{} vs {}", a, b);
+            }
+            let query = Estimates { isolated_s, base_s: isolated_s * 1.5 };
+            let (a, b) = (weights.predict_from(&reference, query, Rpu(8), complete), kernels.predict_from(&fast, query, Rpu(8), complete));
+            prop_assert!((a / b - 1.0).abs() < 1e-4, "{} vs {}", a, b);
         }
 
         #[test]
