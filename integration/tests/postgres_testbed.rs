@@ -34,6 +34,8 @@ fn postgres_demo_runs_at_least_ninety_tpcds_templates_as_sql_and_reports_each_po
         .arg(dir.join("tpcds"))
         .args(["--python", &python(), "--json"])
         .arg(&json)
+        .arg("--keep-log")
+        .arg(dir.join("executions.jsonl"))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -60,6 +62,22 @@ fn postgres_demo_runs_at_least_ninety_tpcds_templates_as_sql_and_reports_each_po
     // Only the learned router predicts, so only it has a Q-error.
     assert!(runs[0]["replay"]["q_error"].is_null());
     assert!(runs[1]["replay"]["q_error"]["p50"].as_f64().unwrap() >= 1.0, "{}", runs[1]);
+    // Both runs' real executions were kept, with their timelines, and the
+    // learned model trains on them.
+    let log = std::fs::read_to_string(dir.join("executions.jsonl")).unwrap();
+    let records: Vec<serde_json::Value> = log.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert_eq!(records.len() as u64, used * 3 * 2, "every execution of both runs is kept");
+    assert!(records.iter().all(|r| r["timeline"]["lane"].as_str().is_some_and(|lane| lane.starts_with("tpcds/c"))), "every execution has its lane");
+    let trained = Command::new(slogate_binary())
+        .args(["train-predictor", "--steps", "20", "--log"])
+        .arg(dir.join("executions.jsonl"))
+        .arg("--out")
+        .arg(dir.join("model"))
+        .output()
+        .unwrap();
+    assert!(trained.status.success(), "{}", String::from_utf8_lossy(&trained.stderr));
+    assert!(String::from_utf8_lossy(&trained.stdout).contains("concurrency-aware"), "{}", String::from_utf8_lossy(&trained.stdout));
+    assert!(dir.join("model/model.onnx").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -176,6 +176,11 @@ struct DemoArgs {
     /// only).
     #[arg(long, default_value_t = 10.0)]
     isolated_cap_s: f64,
+    /// Write every policy's execution log (the executions each node
+    /// logged, with their timelines) to this JSON-lines file, for
+    /// `slogate train-predictor --log` (postgres only).
+    #[arg(long)]
+    keep_log: Option<PathBuf>,
     /// Connections per server, its concurrency limit (postgres only).
     #[arg(long, default_value_t = 4)]
     connections: usize,
@@ -661,6 +666,7 @@ fn run_demo(args: &DemoArgs) -> Result<()> {
                 isolated_cap: std::time::Duration::from_secs_f64(args.isolated_cap_s),
                 connections: args.connections,
                 query_timeout_s: 60.0,
+                keep_log: args.keep_log.clone(),
             };
             let report = crate::demo::postgres(&demo)?;
             print(&crate::demo::render_postgres(&report));

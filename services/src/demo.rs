@@ -120,6 +120,8 @@ pub struct PostgresDemo {
     pub connections: usize,
     /// The pool's query timeout.
     pub query_timeout_s: f64,
+    /// Where to write every run's execution log, as JSON lines.
+    pub keep_log: Option<PathBuf>,
 }
 
 /// One policy's run on the testbed.
@@ -198,6 +200,9 @@ async fn run_postgres(demo: &PostgresDemo, data: &TpcdsData, queries: BTreeMap<u
     slogate_loadgen::workload::assign_slos(&mut entries, &templates, demo.kappa)?;
     let sql = Arc::new(queries);
 
+    if let Some(path) = &demo.keep_log {
+        std::fs::write(path, "").map_err(|e| Error::Output { path: path.display().to_string(), source: e })?;
+    }
     let mut runs = Vec::new();
     for policy in &demo.policies {
         // A fresh start: restarted servers (cold buffers) and a new node
@@ -213,6 +218,9 @@ async fn run_postgres(demo: &PostgresDemo, data: &TpcdsData, queries: BTreeMap<u
         let report = replay(&entries, &replay_config(node.grpc_addr, "tpcds", 1.0, Some(sql.clone()))).await;
         let cost = billed_usd(node.admin_addr, "tpcds").await;
         node.shutdown().await;
+        if let Some(path) = &demo.keep_log {
+            append_execution_log(&node_dir, path)?;
+        }
         runs.push(PolicyRun { policy: policy.clone(), replay: report?, cost_usd: cost.map_err(Error::from)? });
     }
     Ok(PostgresReport {
@@ -226,6 +234,22 @@ async fn run_postgres(demo: &PostgresDemo, data: &TpcdsData, queries: BTreeMap<u
         seed: demo.seed,
         runs,
     })
+}
+
+/// Appends the execution log of the stopped node in `node_dir` to `path`,
+/// one JSON record a line.
+fn append_execution_log(node_dir: &std::path::Path, path: &std::path::Path) -> Result<()> {
+    use slogate_actors::reservoir::{ReservoirStore, SledStore};
+    use std::io::Write as _;
+    let store = SledStore::open(&crate::tune::reservoir_folder(node_dir)).map_err(|e| Error::Node(format!("cannot read the node's execution log: {e}")))?;
+    let executions = store.recent_executions(usize::MAX).map_err(|e| Error::Node(e.to_string()))?;
+    let output = |source| Error::Output { path: path.display().to_string(), source };
+    let mut file = std::fs::OpenOptions::new().append(true).open(path).map_err(output)?;
+    for record in &executions {
+        writeln!(file, "{}", serde_json::to_string(record).expect("records serialise")).map_err(output)?;
+    }
+    eprintln!("slogate demo: {} executions appended to {}", executions.len(), path.display());
+    Ok(())
 }
 
 fn node_config(demo: &PostgresDemo, servers: &[LocalPostgres], policy: &str, dir: &std::path::Path, data: &std::path::Path) -> String {

@@ -131,6 +131,17 @@ pub struct Fitted {
 /// teach nothing: not the model, its concurrency-aware base or the
 /// isolated estimates its features read; they only score it.
 pub fn fit(log: &[ExecutionRecord], config: &slogate_learn::TrainConfig, sampling: &RowSampling) -> Result<Fitted> {
+    fit_rows(log, config, sampling, &|_| {})
+}
+
+/// [`fit`], each training row passed through `transform` first (an
+/// ablation's: the evaluation drops a feature group this way).
+pub fn fit_rows(
+    log: &[ExecutionRecord],
+    config: &slogate_learn::TrainConfig,
+    sampling: &RowSampling,
+    transform: &dyn Fn(&mut slogate_core::predict::iconq::Example),
+) -> Result<Fitted> {
     use slogate_core::predict::iconq::{IconqModel, examples, isolated_estimator};
     let held_out = slogate_learn::held_out_of((0..log.len()).filter(|&i| log[i].timeline.is_some()), config);
     let training: Vec<ExecutionRecord> = log.iter().enumerate().filter(|(i, _)| !held_out.contains(i)).map(|(_, r)| r.clone()).collect();
@@ -140,7 +151,8 @@ pub fn fit(log: &[ExecutionRecord], config: &slogate_learn::TrainConfig, samplin
         slogate_core::predict::LatencyPredictor::observe(&mut base, &record.observation());
     }
     base.fit();
-    let rows = examples(log, &isolated, &base, sampling);
+    let mut rows = examples(log, &isolated, &base, sampling);
+    rows.iter_mut().for_each(transform);
     let (weights, report) = slogate_learn::train(&rows, config).map_err(|e| Error::Node(e.to_string()))?;
     let model = IconqModel { weights: Arc::new(weights), isolated: Arc::new(isolated), base: Arc::new(base) };
     Ok(Fitted { model, report, held_out })

@@ -586,6 +586,19 @@ pub struct Example {
     pub reads: Reads,
 }
 
+impl Example {
+    /// The row without §4.2's size features (the ablation "−size"): the
+    /// size columns of every interaction vector and of the target's
+    /// features zeroed, the isolated estimates kept.
+    pub fn without_size_features(&mut self) {
+        const SIZE_COLUMNS: std::ops::RangeInclusive<usize> = 5..=10;
+        for vector in self.before.iter_mut().chain(self.after.iter_mut()) {
+            vector[SIZE_COLUMNS].fill(0.0);
+        }
+        self.target[1..].fill(0.0);
+    }
+}
+
 /// Which neighbours a training row reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

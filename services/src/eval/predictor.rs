@@ -187,6 +187,51 @@ fn iconq_simulated(sizes: &[u32], seed: u64) -> Result<Vec<BucketResult>> {
             }
         }
     }
+    results.extend(iconq_ablations(sizes, seed, &train_log, &test_log)?);
+    Ok(results)
+}
+
+/// Figure 7a's ablations, post hoc (every neighbour read), on the same
+/// held-out run: `iconq+ −size` trained and scored without §4.2's size
+/// features, `iconq+ −censored` trained without the censored rows (§4.3).
+/// (Incremental inference is not a row of its own: it reads what a full
+/// pass reads, property (A) of `core::predict::iconq`, so its Q-errors are
+/// the post hoc ones.)
+#[cfg(feature = "learn")]
+fn iconq_ablations(sizes: &[u32], seed: u64, train_log: &[slogate_core::reservoir::ExecutionRecord], test_log: &[slogate_core::reservoir::ExecutionRecord]) -> Result<Vec<BucketResult>> {
+    use slogate_core::predict::iconq::{Example, Reads, RowSampling, examples};
+    let config = slogate_learn::TrainConfig { seed, ..slogate_learn::TrainConfig::default() };
+    let keep: &dyn Fn(&mut Example) = &|_| {};
+    let drop_size: &dyn Fn(&mut Example) = &Example::without_size_features;
+    let variants = [
+        ("iconq+ -size", RowSampling { seed, ..RowSampling::default() }, drop_size),
+        ("iconq+ -censored", RowSampling { seed, censored_share: 0.0, ..RowSampling::default() }, keep),
+    ];
+    let mut results = Vec::new();
+    for (name, sampling, transform) in variants {
+        let model = crate::train::fit_rows(train_log, &config, &sampling, transform)?.model;
+        let mut rows: Vec<Example> = examples(test_log, &model.isolated, model.base.as_ref(), &RowSampling { seed, censored_share: 0.0, arrival_rows: false })
+            .into_iter()
+            .filter(|row| row.reads == Reads::Every && !row.censored)
+            .collect();
+        rows.iter_mut().for_each(transform);
+        for &rpu in sizes {
+            for (lo, hi, bucket) in super::calibrate::BUCKETS {
+                let mut errors: Vec<f64> = rows
+                    .iter()
+                    .filter(|row| row.size.0 == rpu && (lo..=hi).contains(&test_log[row.execution].neighbours_at_dispatch))
+                    .map(|row| {
+                        let weights = &model.weights;
+                        let residual = weights.head(&weights.memory(&row.before, &row.after), &row.target, true);
+                        (f64::from(residual) + f64::from(row.ln_base_s) - f64::from(row.ln_latency_s)).abs().exp()
+                    })
+                    .collect();
+                if !errors.is_empty() {
+                    results.push(BucketResult { predictor: name.into(), rpu, bucket: bucket.into(), rows: errors.len(), q_error: summary(&mut errors) });
+                }
+            }
+        }
+    }
     Ok(results)
 }
 
