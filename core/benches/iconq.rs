@@ -24,6 +24,11 @@ use std::sync::Arc;
 
 mod common;
 
+/// The node binary's allocator: a route allocates each placement's
+/// states, and the node runs it under mimalloc.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use slogate_core::billing::BillingConfig;
