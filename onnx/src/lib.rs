@@ -7,11 +7,11 @@
 //!   ([`IconqWeights`](slogate_core::predict::iconq::IconqWeights)) as `model.onnx` (`slogate train-predictor` writes it beside
 //!   `model.json`), and [`graph::Batch`], rows packed as the graph's
 //!   inputs;
-//! - [`runtime`] (feature `runtime`): ONNX Runtime through `ort`, the
+//! - `runtime` (feature `runtime`): ONNX Runtime through `ort`, the
 //!   shared library loaded at run time from a path given in config or in
 //!   `ORT_DYLIB_PATH` (the PyPI `onnxruntime` wheel ships it) and checked
 //!   when loaded, so that a missing or wrong library is an error at start,
-//!   never a panic on the first query. One [`runtime::IconqSession`] per
+//!   never a panic on the first query. One `runtime::IconqSession` per
 //!   worker (`Session::run` takes `&mut self`).
 //!
 //! Core's native LSTM step stays the incremental hot path: ONNX Runtime

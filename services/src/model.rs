@@ -3,7 +3,7 @@
 //! `metadata.json`).
 //!
 //! [`load`] reads and checks the weights (`model.json`: the shapes and the
-//! feature schema). With the `onnx` feature, [`check_onnx`] also runs
+//! feature schema). With the `onnx` feature, `check_onnx` also runs
 //! `model.onnx` in ONNX Runtime and holds it to the native model on probe
 //! rows, so that a model whose two forms disagree, or a missing or wrong
 //! ONNX Runtime library, stops the node at start rather than at a query.
