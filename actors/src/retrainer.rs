@@ -11,9 +11,11 @@
 //! candidate and the model in force on the same held-out executions; core
 //! decides ([`slogate_core::predict::iconq::replaces`]) whether the
 //! candidate replaces it. A candidate that scores worse is dropped and the
-//! model in force stays. An installed model is written to `state_path` (so
-//! a restart keeps it) and installed in the router atomically, between two
-//! routing decisions ([`InstallModel`]).
+//! model in force stays. An installed model is installed in the router
+//! atomically, between two routing decisions ([`InstallModel`]), and kept
+//! in `state_dir` as a model directory (`model.json`, `model.onnx`,
+//! `model-info.json`): a restarted node starts the pool on it, and the
+//! Retrainer reads its description from there.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -59,7 +61,7 @@ pub struct RetrainerSettings {
     pub min_executions: usize,
     /// The most recent executions read.
     pub executions_max: usize,
-    /// Where an installed model is kept (`model.json`, beside it
+    /// Where an installed model is kept (`model.json`, `model.onnx` and
     /// `model-info.json`).
     pub state_dir: PathBuf,
     /// The trainer.
@@ -193,8 +195,11 @@ impl RetrainerActor {
 
     fn persist(&self) -> std::io::Result<()> {
         std::fs::create_dir_all(&self.settings.state_dir)?;
+        let onnx = slogate_onnx::graph::iconq_model_bytes(&self.weights).map_err(std::io::Error::other)?;
+        // The info last: a directory with it is complete.
         for (path, bytes) in [
             (self.model_path(), serde_json::to_vec(self.weights.as_ref()).expect("weights serialise")),
+            (self.settings.state_dir.join("model.onnx"), onnx),
             (self.info_path(), serde_json::to_vec_pretty(&self.model).expect("model info serialises")),
         ] {
             let temporary = path.with_extension("json.tmp");
@@ -204,6 +209,8 @@ impl RetrainerActor {
         Ok(())
     }
 
+    /// Reads the kept model's description; the node started the pool's
+    /// router on the kept model itself.
     fn restore(&mut self) -> std::result::Result<bool, String> {
         let weights = match std::fs::read(self.model_path()) {
             Ok(bytes) => serde_json::from_slice::<IconqWeights>(&bytes).map_err(|e| format!("{} does not decode: {e}", self.model_path().display()))?,
@@ -213,9 +220,7 @@ impl RetrainerActor {
         let info = std::fs::read(self.info_path()).map_err(|e| format!("cannot read {}: {e}", self.info_path().display()))?;
         let info: ModelInfo = serde_json::from_slice(&info).map_err(|e| format!("{} does not decode: {e}", self.info_path().display()))?;
         weights.check().map_err(|e| format!("{}: {e}", self.model_path().display()))?;
-        let weights = Arc::new(weights);
-        self.router.do_send(InstallModel { pool: self.pool.clone(), weights: weights.clone() });
-        self.weights = weights;
+        self.weights = Arc::new(weights);
         self.model = info;
         Ok(true)
     }

@@ -148,7 +148,11 @@ async fn an_operator_retrains_a_worse_model_away_and_the_new_one_survives_a_rest
     let reply = client.submit(request("after-retraining", 5, 600_000)).await.unwrap().into_inner();
     assert!(reply.predicted_ms.is_finite() && reply.predicted_ms > 0.0, "{reply:?}");
     node.shutdown().await;
-    // A restart starts from the retrained model, not the file's.
+    // It is kept as a model directory; a restart starts the pool on it
+    // (its model.onnx checked against it when ONNX Runtime is named), not
+    // on the file's.
+    let kept = dir.join("data/models/default");
+    assert!(kept.join("model.json").exists() && kept.join("model.onnx").exists(), "the kept model: {}", kept.display());
     let node = node::start(config).await.unwrap();
     let (_, body) = admin_get(node.admin_addr, "/v1/actors").await;
     let actors: serde_json::Value = serde_json::from_str(&body).unwrap();

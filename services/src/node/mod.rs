@@ -226,7 +226,13 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             wiring.provider = Arc::new(slogate_actors::provider::DryRun::new(wiring.provider, clock));
         }
         let iconq = match (pool.predictor.as_str(), &pool.model) {
-            ("iconq", Some(dir)) => Some(iconq_model(&id, dir, file.node.onnxruntime_path.as_deref())?),
+            ("iconq", Some(configured)) => {
+                // A model the pool's Retrainer installed before a restart
+                // wins over the file's.
+                let kept = config.data_dir.join("models").join(&pool.name);
+                let dir = if kept.join("model-info.json").is_file() { kept } else { configured.clone() };
+                Some(iconq_model(&id, &dir, file.node.onnxruntime_path.as_deref())?)
+            }
             _ => None,
         };
         let terms = crate::eval::PoolTerms {
