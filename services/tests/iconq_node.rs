@@ -5,11 +5,11 @@
 
 mod common;
 
-use common::{admin, admin_get, config, load, request, scratch};
+use common::{admin, config, load, scratch};
 use slogate::config::{NodeConfig, Overrides};
 use slogate::node;
-use slogate_proto::v1::QueryStatus;
-use slogate_proto::v1::gateway_client::GatewayClient;
+#[cfg(feature = "learn")]
+use {common::admin_get, common::request, slogate_proto::v1::QueryStatus, slogate_proto::v1::gateway_client::GatewayClient};
 
 /// A pool with `predictor = "iconq"` and the model in `model`.
 fn iconq_config(dir: &std::path::Path, model: &std::path::Path) -> NodeConfig {
@@ -80,6 +80,7 @@ fn the_config_says_what_an_iconq_pool_lacks() {
 
 /// Polls `/v1/actors` (at most 600 times, 100 ms apart) until the pool's
 /// Retrainer has finished `runs` runs (or failed); returns its state.
+#[cfg(feature = "learn")]
 async fn wait_for_retraining(addr: std::net::SocketAddr, runs: u64) -> serde_json::Value {
     for _ in 0..600 {
         let (_, body) = admin_get(addr, "/v1/actors").await;
