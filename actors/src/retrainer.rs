@@ -232,7 +232,7 @@ impl RetrainerActor {
         self.running = true;
         self.started_at = Some(std::time::Instant::now());
         self.reason = Some(reason);
-        let (reservoir, lane) = (self.reservoir.clone(), format!("{}/", self.pool.0));
+        let (reservoir, pool) = (self.reservoir.clone(), self.pool.clone());
         let (limit, min_executions) = (self.settings.executions_max, self.settings.min_executions);
         let gather = async move {
             let executions = reservoir
@@ -240,7 +240,7 @@ impl RetrainerActor {
                 .await
                 .map_err(|_| "the reservoir is not answering".to_owned())?
                 .map_err(|e| format!("cannot read the execution log: {e}"))?;
-            let pool_executions: Vec<ExecutionRecord> = executions.into_iter().filter(|r| r.timeline.as_ref().is_some_and(|t| t.lane.starts_with(&lane))).collect();
+            let pool_executions: Vec<ExecutionRecord> = executions.into_iter().filter(|r| r.timeline.as_ref().is_some_and(|t| t.in_pool(&pool))).collect();
             if pool_executions.len() < min_executions {
                 return Err(format!("{} of the pool's executions are logged with their timeline; a run needs at least {min_executions}", pool_executions.len()));
             }

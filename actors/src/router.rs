@@ -1528,10 +1528,7 @@ impl RouterShard {
                         latency,
                         censored: !completed,
                         ran_alone: !flight.overlapped,
-                        timeline: Some(Timeline {
-                            lane: format!("{}/{cluster}", message.pool),
-                            arrival_s: self.clock.calendar_s(flight.arrival),
-                        }),
+                        timeline: Some(Timeline::on_cluster(&message.pool, cluster, self.clock.calendar_s(flight.arrival))),
                         queued: report.started.map_or(slogate_core::time::Duration::ZERO, |started| started.saturating_duration_since(report.dispatched)),
                     };
                     execution = Some(record.clone());

@@ -171,6 +171,20 @@ pub struct Timeline {
     pub arrival_s: f64,
 }
 
+impl Timeline {
+    /// An execution on `cluster` of `pool` that arrived at `arrival_s`:
+    /// a node's lanes are `pool/cluster`.
+    pub fn on_cluster(pool: &crate::model::PoolId, cluster: crate::model::ClusterId, arrival_s: f64) -> Timeline {
+        Timeline { lane: format!("{pool}/{cluster}"), arrival_s }
+    }
+
+    /// Whether the execution ran on one of `pool`'s clusters (a lane
+    /// [`Timeline::on_cluster`] made).
+    pub fn in_pool(&self, pool: &crate::model::PoolId) -> bool {
+        self.lane.strip_prefix(pool.0.as_str()).is_some_and(|rest| rest.starts_with('/'))
+    }
+}
+
 /// For each execution of `log`, the executions that overlapped it on its
 /// lane (ran at some time between its arrival and its end), in arrival
 /// order; empty for executions without a timeline
@@ -362,6 +376,15 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn a_pool_s_lanes_are_its_clusters_and_no_other_pool_s() {
+        use crate::model::{ClusterId, PoolId};
+        let lane = Timeline::on_cluster(&PoolId("ab".into()), ClusterId(3), 1.0);
+        assert_eq!(lane.lane, "ab/c3");
+        assert!(lane.in_pool(&PoolId("ab".into())));
+        assert!(!lane.in_pool(&PoolId("a".into())), "a pool whose name is a prefix claims nothing");
+    }
 
     #[test]
     fn calendar_hours_follow_the_utc_calendar() {
