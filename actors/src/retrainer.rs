@@ -165,8 +165,8 @@ pub struct RetrainerActor {
 
 impl RetrainerActor {
     /// A retrainer for `pool`, whose router started with `weights`
-    /// (described by `model`). A model kept in `settings.state_dir` by an
-    /// earlier run is installed when it starts.
+    /// (described by `model`; the description a run kept in
+    /// `settings.state_dir` is read when it starts).
     pub fn new(pool: PoolId, settings: RetrainerSettings, router: Addr<RouterShard>, reservoir: Addr<ReservoirActor>, weights: Arc<IconqWeights>, model: ModelInfo) -> Self {
         RetrainerActor {
             pool,
@@ -209,20 +209,17 @@ impl RetrainerActor {
         Ok(())
     }
 
-    /// Reads the kept model's description; the node started the pool's
-    /// router on the kept model itself.
-    fn restore(&mut self) -> std::result::Result<bool, String> {
-        let weights = match std::fs::read(self.model_path()) {
-            Ok(bytes) => serde_json::from_slice::<IconqWeights>(&bytes).map_err(|e| format!("{} does not decode: {e}", self.model_path().display()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(format!("cannot read {}: {e}", self.model_path().display())),
+    /// Reads the kept model's description (`model-info.json`): the node
+    /// started the pool's router on the kept model itself, and gave it
+    /// here as the model in force.
+    fn restore(&mut self) -> std::result::Result<(), String> {
+        let info = match std::fs::read(self.info_path()) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(format!("cannot read {}: {e}", self.info_path().display())),
         };
-        let info = std::fs::read(self.info_path()).map_err(|e| format!("cannot read {}: {e}", self.info_path().display()))?;
-        let info: ModelInfo = serde_json::from_slice(&info).map_err(|e| format!("{} does not decode: {e}", self.info_path().display()))?;
-        weights.check().map_err(|e| format!("{}: {e}", self.model_path().display()))?;
-        self.weights = Arc::new(weights);
-        self.model = info;
-        Ok(true)
+        self.model = serde_json::from_slice(&info).map_err(|e| format!("{} does not decode: {e}", self.info_path().display()))?;
+        Ok(())
     }
 
     fn start(&mut self, reason: String, ctx: &mut Context<Self>) -> Result<()> {

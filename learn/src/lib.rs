@@ -117,6 +117,13 @@ pub fn q_errors(mut errors: Vec<f64>) -> QErrors {
     QErrors { rows: errors.len(), p50: at(0.5), p90: at(0.9), p95: at(0.95) }
 }
 
+/// Each execution's every-neighbour row of `rows` as a router reads it:
+/// only the neighbours running at its arrival, its final latency the
+/// label.
+pub fn at_arrival(rows: &[Example]) -> Vec<Example> {
+    rows.iter().filter(|r| r.reads == Reads::Every).map(|r| Example { after: Vec::new(), reads: Reads::AtArrival, ..r.clone() }).collect()
+}
+
 /// The Q-error percentiles of a model on `rows` (exact labels only).
 pub fn score(weights: &IconqWeights, rows: &[Example]) -> QErrors {
     let errors: Vec<f64> = rows
@@ -336,7 +343,7 @@ pub fn train(rows: &[Example], config: &TrainConfig) -> Result<(IconqWeights, Tr
         held_out_rows: held_out.len(),
         final_loss: recent_losses.iter().sum::<f64>() / recent_losses.len().max(1) as f64,
         held_out: score(&weights, &held_out_rows.iter().filter(|r| r.reads == Reads::Every).cloned().collect::<Vec<_>>()),
-        held_out_at_arrival: score(&weights, &held_out_rows.iter().filter(|r| r.reads == Reads::Every).map(|r| Example { after: Vec::new(), reads: Reads::AtArrival, ..r.clone() }).collect::<Vec<_>>()),
+        held_out_at_arrival: score(&weights, &at_arrival(&held_out_rows)),
         config: config.clone(),
     };
     Ok((weights, report))

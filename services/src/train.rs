@@ -125,6 +125,10 @@ pub struct Fitted {
     pub report: slogate_learn::TrainReport,
     /// The executions held out (indices into the log).
     pub held_out: BTreeSet<usize>,
+    /// Their rows as a router reads them ([`slogate_learn::at_arrival`]:
+    /// the report's `held_out_at_arrival` scores these), to score another
+    /// model on the same executions.
+    pub held_out_at_arrival: Vec<slogate_core::predict::iconq::Example>,
 }
 
 /// Fits Iconq+ on `log`. The held-out executions (`config`'s seeded share)
@@ -155,7 +159,9 @@ pub fn fit_rows(
     rows.iter_mut().for_each(transform);
     let (weights, report) = slogate_learn::train(&rows, config).map_err(|e| Error::Node(e.to_string()))?;
     let model = IconqModel { weights: Arc::new(weights), isolated: Arc::new(isolated), base: Arc::new(base) };
-    Ok(Fitted { model, report, held_out })
+    let held_out_rows: Vec<_> = rows.into_iter().filter(|row| held_out.contains(&row.execution)).collect();
+    let held_out_at_arrival = slogate_learn::at_arrival(&held_out_rows);
+    Ok(Fitted { model, report, held_out, held_out_at_arrival })
 }
 
 /// Trains and writes the model; returns its metadata.
@@ -229,23 +235,15 @@ fn output(path: &Path, source: std::io::Error) -> Error {
 /// router uses them (reading the queries running at arrival). The held-out
 /// executions teach neither model nor the estimates their features read.
 pub fn retrainer(steps: usize, seed: u64) -> slogate_actors::retrainer::TrainModel {
-    use slogate_core::predict::iconq::{HeldOutScore, Reads, examples};
+    use slogate_core::predict::iconq::HeldOutScore;
     Arc::new(move |log: &[ExecutionRecord], current: &slogate_core::predict::iconq::IconqWeights| {
         let config = slogate_learn::TrainConfig { seed, steps, ..slogate_learn::TrainConfig::default() };
         let fitted = fit(log, &config, &RowSampling { seed, ..RowSampling::default() }).map_err(|e| e.to_string())?;
-        let uncensored_arrivals = RowSampling { censored_share: 0.0, arrival_rows: true, seed };
-        let held_out: Vec<_> = examples(log, &fitted.model.isolated, fitted.model.base.as_ref(), &uncensored_arrivals)
-            .into_iter()
-            .filter(|row| fitted.held_out.contains(&row.execution) && row.reads == Reads::AtArrival)
-            .collect();
-        let score = |weights: &slogate_core::predict::iconq::IconqWeights| {
-            let q = slogate_learn::score(weights, &held_out);
-            HeldOutScore { rows: q.rows, p50: q.p50, p90: q.p90, p95: q.p95 }
-        };
+        let held_out = |q: slogate_learn::QErrors| HeldOutScore { rows: q.rows, p50: q.p50, p90: q.p90, p95: q.p95 };
         let with_timeline = log.iter().filter(|r| r.timeline.is_some()).count();
         Ok(slogate_actors::retrainer::Candidate {
-            score: score(&fitted.model.weights),
-            current_score: score(current),
+            score: held_out(fitted.report.held_out_at_arrival.clone()),
+            current_score: held_out(slogate_learn::score(current, &fitted.held_out_at_arrival)),
             weights: fitted.model.weights,
             training_executions: with_timeline - fitted.held_out.len(),
             held_out_executions: fitted.held_out.len(),
