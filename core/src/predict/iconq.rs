@@ -333,10 +333,13 @@ struct Kernels {
     head_bias: Vec<f32>,
     out: Dense,
     neighbours_max: usize,
+    /// Which of a predictor's models these are: tags the memories they
+    /// read.
+    generation: u64,
 }
 
 impl Kernels {
-    fn new(weights: &IconqWeights) -> Self {
+    fn new(weights: &IconqWeights, generation: u64) -> Self {
         let inputs = weights.before.hidden + weights.after.hidden + TARGET_FEATURES + CONTEXT_FEATURES;
         Kernels {
             before: LstmKernel::new(&weights.before),
@@ -345,16 +348,17 @@ impl Kernels {
             head_bias: weights.hidden.b.clone(),
             out: weights.out.clone(),
             neighbours_max: weights.neighbours_max,
+            generation,
         }
     }
 
-    /// [`IconqWeights::memory`].
+    /// [`IconqWeights::memory`], tagged with these kernels' generation.
     fn memory(&self, before: &[[f32; FEATURES]], after: &[[f32; FEATURES]]) -> Memory {
         let (before_count, after_count) = (before.len(), after.len());
         let (before, after) = clip(before, after, self.neighbours_max);
         let before = before.iter().fold(self.before.initial(), |state, x| self.before.step(&state, x));
         let after = after.iter().fold(self.after.initial(), |state, x| self.after.step(&state, x));
-        Memory { before: Arc::new(before), after, before_count, after_count, generation: 0, head_cache: None }
+        Memory { before: Arc::new(before), after, before_count, after_count, generation: self.generation, head_cache: None }
     }
 
     /// [`IconqWeights::read_later`], keeping what of the head's cache the
@@ -814,10 +818,9 @@ impl IconqModel {
 pub struct IconqPredictor {
     base: crate::predict::ConcurrencyAware,
     weights: Arc<IconqWeights>,
-    /// The weights laid out for the hot path.
+    /// The weights laid out for the hot path, with the count of models
+    /// installed since the first.
     kernels: Arc<Kernels>,
-    /// Models installed since the first: tags the memories each read.
-    generation: u64,
 }
 
 impl IconqPredictor {
@@ -828,7 +831,7 @@ impl IconqPredictor {
     /// If the weights fail [`IconqWeights::check`].
     pub fn new(base: crate::predict::ConcurrencyAware, weights: Arc<IconqWeights>) -> Result<Self, String> {
         weights.check()?;
-        Ok(IconqPredictor { base, kernels: Arc::new(Kernels::new(&weights)), weights, generation: 0 })
+        Ok(IconqPredictor { base, kernels: Arc::new(Kernels::new(&weights, 0)), weights })
     }
 
     /// The weights it predicts with.
@@ -884,9 +887,8 @@ impl LatencyPredictor for IconqPredictor {
 
     fn install_model(&mut self, weights: Arc<IconqWeights>) -> Result<(), String> {
         weights.check()?;
-        self.kernels = Arc::new(Kernels::new(&weights));
+        self.kernels = Arc::new(Kernels::new(&weights, self.kernels.generation + 1));
         self.weights = weights;
-        self.generation += 1;
         Ok(())
     }
 
@@ -899,7 +901,7 @@ impl LatencyPredictor for IconqPredictor {
         let mut earlier: Vec<&crate::predict::QueryState> = running.iter().collect();
         earlier.sort_by_key(|r| (r.arrival, r.query));
         let before: Vec<[f32; FEATURES]> = earlier.iter().map(|r| interaction(newcomer, member(r.template, r.arrival), size)).collect();
-        let mut memory = Memory { generation: self.generation, ..self.kernels.memory(&before, &[]) };
+        let mut memory = self.kernels.memory(&before, &[]);
         let count = running.len() as u32;
         let predicted = Duration::from_secs_f64(self.kernels.predict_from(&mut memory, self.estimates(query.template, size, count), size, false));
         let updated = running
@@ -910,9 +912,9 @@ impl LatencyPredictor for IconqPredictor {
                 // since replaced, has no memory this model can continue:
                 // it starts from what it can be told now.
                 let later = interaction(target, newcomer, size);
-                let mut memory = match r.memory.as_deref().filter(|m| m.generation == self.generation) {
+                let mut memory = match r.memory.as_deref().filter(|m| m.generation == self.kernels.generation) {
                     Some(memory) => self.kernels.read_later(memory, &later),
-                    None => Memory { generation: self.generation, ..self.kernels.read_later(&self.kernels.memory(&[], &[]), &later) },
+                    None => self.kernels.read_later(&self.kernels.memory(&[], &[]), &later),
                 };
                 let fresh = self.kernels.predict_from(&mut memory, self.estimates(r.template, size, r.neighbours_at_dispatch), size, false);
                 crate::predict::QueryState {
@@ -1131,7 +1133,7 @@ mod tests {
             isolated_s in 0.01f64..100.0,
         ) {
             let weights = IconqWeights { neighbours_max: 8, ..random_weights(6, seed) };
-            let kernels = Kernels::new(&weights);
+            let kernels = Kernels::new(&weights, 0);
             let mut rng = SmallRng::seed_from_u64(seed);
             let mut vectors = |n: usize| (0..n).map(|_| std::array::from_fn(|_| rng.random_range(-3.0f32..3.0))).collect::<Vec<[f32; FEATURES]>>();
             let (before, after) = (vectors(lengths.0), vectors(lengths.1));
