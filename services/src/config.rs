@@ -1750,7 +1750,7 @@ impl NodeConfig {
             if let Err(error) = crate::eval::policy_by_name(&pool.policy) {
                 return Err(invalid(&format!("pool[{i}].policy"), error));
             }
-            let predicting = ["slogate", "slogate-reserve", "slogate-iconq"].contains(&pool.policy.as_str());
+            let predicting = crate::eval::ICONQ_POLICIES.contains(&pool.policy.as_str());
             match pool.predictor.as_str() {
                 "concurrency-aware" if pool.policy == "slogate-iconq" => {
                     return Err(invalid(&format!("pool[{i}].predictor"), "policy slogate-iconq predicts with Iconq+: set predictor = \"iconq\" and model = \"DIR\""));

@@ -57,6 +57,14 @@ use crate::{Error, Result};
 /// it with `predictor = "iconq"`).
 pub const LEARNED_POLICIES: [&str; 4] = ["stage-cost", "slogate", "slogate-reserve", "slogate-iconq"];
 
+/// The learned policies that can predict with Iconq+ (`predictor =
+/// "iconq"`): the concurrency-aware router's.
+pub const ICONQ_POLICIES: [&str; 3] = ["slogate", "slogate-reserve", "slogate-iconq"];
+
+/// What `slogate-iconq` without a model is told.
+const ICONQ_NEEDS_A_MODEL: &str =
+    "slogate-iconq needs a trained Iconq+ model: pass `--model DIR` (from `slogate train-predictor`), or build with `--features learn` to train one per seed on the training run";
+
 /// Spandana's SLO Director on the warehouse (`core::route::director`): a
 /// bounded queue per cluster behind round-robin, or a central balancer.
 /// They offload by queue length, so they can use an elastic tier but not
@@ -246,9 +254,7 @@ fn build_named_policy(name: &str, history: &[Observation], terms: &PoolTerms) ->
             let predictor = IconqPredictor::new(base, weights.clone()).map_err(|e| Error::Config(format!("the Iconq+ model: {e}")))?;
             Ok(Box::new(slo_router(name, predictor, terms, history, |p| p.base_mut().fit())))
         }
-        (None, "slogate-iconq") => Err(Error::Config(
-            "slogate-iconq needs a trained Iconq+ model: `eval --model DIR` (from `slogate train-predictor`), or a build with `--features learn`, which trains one per seed on the training run".into(),
-        )),
+        (None, "slogate-iconq") => Err(Error::Config(ICONQ_NEEDS_A_MODEL.into())),
         (None, _) => Ok(Box::new(slo_router(name, base, terms, history, ConcurrencyAware::fit))),
     }
 }
@@ -285,7 +291,7 @@ pub fn train_iconq(sizes: &[u32], seed: u64) -> Result<Arc<IconqWeights>> {
 /// Without the trainer: `slogate-iconq` needs `--model`.
 #[cfg(not(feature = "learn"))]
 pub fn train_iconq(_sizes: &[u32], _seed: u64) -> Result<Arc<IconqWeights>> {
-    Err(Error::Config("slogate-iconq needs a trained Iconq+ model: pass `--model DIR` (from `slogate train-predictor`), or build with `--features learn` to train one per seed".into()))
+    Err(Error::Config(ICONQ_NEEDS_A_MODEL.into()))
 }
 
 /// Wraps a policy and measures wall-clock time per `route()` call.
