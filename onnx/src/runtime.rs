@@ -159,6 +159,12 @@ impl IconqSession {
     }
 }
 
+/// ONNX Runtime's library as `ORT_DYLIB_PATH` names it, else in `venv`
+/// ([`library_in_venv`]).
+pub fn library_from_env_or_venv(venv: &Path) -> Option<PathBuf> {
+    std::env::var_os(DYLIB_ENV).filter(|p| !p.is_empty()).map(PathBuf::from).or_else(|| library_in_venv(venv))
+}
+
 /// ONNX Runtime's library inside a Python environment's `onnxruntime`
 /// wheel (`lib/python3.*/site-packages/onnxruntime/capi/`), if there.
 pub fn library_in_venv(venv: &Path) -> Option<PathBuf> {

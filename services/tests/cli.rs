@@ -233,9 +233,7 @@ fn train_predictor_writes_the_model_and_its_metadata_and_the_same_seed_gives_the
     // gives natively (to 1e-5), as a node checks it at start.
     #[cfg(feature = "onnx")]
     {
-        let library = std::env::var_os("ORT_DYLIB_PATH").filter(|p| !p.is_empty()).map(std::path::PathBuf::from).or_else(|| {
-            slogate_onnx::runtime::library_in_venv(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/ci-venv"))
-        });
+        let library = slogate_onnx::runtime::library_from_env_or_venv(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/ci-venv"));
         let library = library.expect("no ONNX Runtime library: set ORT_DYLIB_PATH or run .ci/run (it installs the onnxruntime wheel)");
         let version = slogate::model::check_onnx(&dir.join("a"), &weights, Some(&library)).unwrap();
         assert!(version.starts_with("1."), "{version}");

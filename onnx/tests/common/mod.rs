@@ -8,11 +8,8 @@ use slogate_core::predict::iconq::{CONTEXT_FEATURES, Dense, FEATURE_SCHEMA_VERSI
 /// ONNX Runtime's library: `ORT_DYLIB_PATH`, else the wheel in the venv
 /// `.ci/run` makes.
 pub fn library() -> PathBuf {
-    if let Some(path) = std::env::var_os("ORT_DYLIB_PATH").filter(|p| !p.is_empty()) {
-        return PathBuf::from(path);
-    }
     let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/ci-venv");
-    slogate_onnx::runtime::library_in_venv(&venv)
+    slogate_onnx::runtime::library_from_env_or_venv(&venv)
         .unwrap_or_else(|| panic!("no ONNX Runtime library: set ORT_DYLIB_PATH, or run .ci/run, which installs the onnxruntime wheel into {}", venv.display()))
 }
 
