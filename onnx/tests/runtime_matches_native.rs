@@ -22,7 +22,7 @@ fn onnx_runtime_matches_the_native_pass_on_every_output_to_1e5() {
     let runtime = OnnxRuntime::load(&common::library()).expect("ONNX Runtime loads");
     assert!(runtime.version().starts_with("1."), "ONNX Runtime's version: {}", runtime.version());
     for (seed, hidden, width) in [(1, 32, 32), (2, 16, 8), (3, 8, 4)] {
-        let weights = common::random_weights(hidden, width, 64, seed);
+        let weights = slogate_core::predict::iconq::IconqWeights::random(hidden, width, 64, seed);
         let mut session = IconqSession::new(runtime, &iconq_model_bytes(&weights).unwrap()).unwrap();
         let mut rng = SmallRng::seed_from_u64(seed);
         // Rows of every shape: empty sides, one step, long ones, complete or not.
@@ -60,7 +60,7 @@ fn onnx_runtime_matches_the_native_pass_on_every_output_to_1e5() {
 #[test]
 fn the_native_step_continues_where_onnx_runtime_s_pass_ended() {
     let runtime = OnnxRuntime::load(&common::library()).unwrap();
-    let weights = common::random_weights(32, 32, 64, 7);
+    let weights = slogate_core::predict::iconq::IconqWeights::random(32, 32, 64, 7);
     let mut session = IconqSession::new(runtime, &iconq_model_bytes(&weights).unwrap()).unwrap();
     let mut rng = SmallRng::seed_from_u64(7);
     let (before, after) = (vectors(&mut rng, 20), vectors(&mut rng, 12));
@@ -73,7 +73,7 @@ fn the_native_step_continues_where_onnx_runtime_s_pass_ended() {
 
 #[test]
 fn the_same_weights_write_the_same_model_bytes() {
-    let weights = common::random_weights(16, 8, 32, 3);
+    let weights = slogate_core::predict::iconq::IconqWeights::random(16, 8, 32, 3);
     assert_eq!(iconq_model_bytes(&weights).unwrap(), iconq_model_bytes(&weights).unwrap());
     let mut broken = weights.clone();
     broken.before.w_hh.pop();

@@ -488,6 +488,28 @@ pub fn clip<'a, T>(before: &'a [T], after: &'a [T], max: usize) -> (&'a [T], &'a
 }
 
 impl IconqWeights {
+    /// Weights of LSTMs of `hidden` and a head of `width` reading up to
+    /// `neighbours_max` neighbours a side, drawn uniformly in ±0.3 from
+    /// `seed` (small enough to keep the gates in their sensitive range):
+    /// for tests and benchmarks, whose work depends on the shapes, not on
+    /// what was learned.
+    pub fn random(hidden: usize, width: usize, neighbours_max: usize, seed: u64) -> IconqWeights {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut draw = |n: usize| (0..n).map(|_| rng.random_range(-0.3f32..0.3)).collect::<Vec<f32>>();
+        let mut lstm = || Lstm { input: FEATURES, hidden, w_ih: draw(4 * hidden * FEATURES), w_hh: draw(4 * hidden * hidden), b_ih: draw(4 * hidden), b_hh: draw(4 * hidden) };
+        let (before, after) = (lstm(), lstm());
+        let head_inputs = 2 * hidden + TARGET_FEATURES + CONTEXT_FEATURES;
+        let mut draw = |n: usize| (0..n).map(|_| rng.random_range(-0.3f32..0.3)).collect::<Vec<f32>>();
+        IconqWeights {
+            schema_version: FEATURE_SCHEMA_VERSION,
+            before,
+            after,
+            hidden: Hidden { width, w: draw(width * head_inputs), b: draw(width) },
+            out: Dense { w: draw(width), b: 0.1 },
+            neighbours_max,
+        }
+    }
+
     /// Checks the shapes and the schema; says what is wrong.
     pub fn check(&self) -> Result<(), String> {
         if self.schema_version != FEATURE_SCHEMA_VERSION {
@@ -946,31 +968,10 @@ mod tests {
 
     use super::*;
 
-    /// Weights drawn from a seeded RNG, small enough to stay in tanh's
-    /// linear-ish range.
+    /// The tests' weights: LSTMs of `hidden`, a head of 8, 64 neighbours
+    /// a side.
     pub(crate) fn random_weights(hidden: usize, seed: u64) -> IconqWeights {
-        let mut rng = SmallRng::seed_from_u64(seed);
-        let mut draw = |n: usize| (0..n).map(|_| rng.random_range(-0.3f32..0.3)).collect::<Vec<f32>>();
-        let lstm = |draw: &mut dyn FnMut(usize) -> Vec<f32>| Lstm {
-            input: FEATURES,
-            hidden,
-            w_ih: draw(4 * hidden * FEATURES),
-            w_hh: draw(4 * hidden * hidden),
-            b_ih: draw(4 * hidden),
-            b_hh: draw(4 * hidden),
-        };
-        let before = lstm(&mut draw);
-        let after = lstm(&mut draw);
-        let width = 8;
-        let head_inputs = 2 * hidden + TARGET_FEATURES + CONTEXT_FEATURES;
-        IconqWeights {
-            schema_version: FEATURE_SCHEMA_VERSION,
-            before,
-            after,
-            hidden: Hidden { width, w: draw(width * head_inputs), b: draw(width) },
-            out: Dense { w: draw(width), b: 0.1 },
-            neighbours_max: 64,
-        }
+        IconqWeights::random(hidden, 8, 64, seed)
     }
 
     #[test]
