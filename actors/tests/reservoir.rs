@@ -6,10 +6,9 @@ use slogate_core::model::{ClusterId, QueryId, Rpu, TemplateId};
 use slogate_core::reservoir::{CalendarHour, ExecutionRecord, ReservoirConfig};
 use slogate_core::time::Duration;
 
-fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("slogate-reservoir-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// A scratch directory for one test, removed when it drops.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("slogate-reservoir-{name}-")).tempdir().unwrap()
 }
 
 fn record(id: u64) -> ExecutionRecord {
@@ -32,7 +31,8 @@ const MONDAY_1PM: i64 = 1_716_814_800;
 
 #[actix_rt::test]
 async fn counts_and_executions_survive_a_restart() {
-    let dir = scratch("restart");
+    let scratch_dir = scratch("restart");
+    let dir = scratch_dir.path();
     let config = ReservoirConfig { arrival_samples_per_hour_max: 8, seed: 1, ..ReservoirConfig::default() };
     {
         let actor = ReservoirActor::new(config.clone(), Box::new(SledStore::open(&dir).unwrap()), 1_000, 64).unwrap().start();
@@ -71,7 +71,8 @@ fn execution_records_logged_before_queueing_was_recorded_read_zero_queueing() {
 
 #[actix_rt::test]
 async fn arrival_samples_stay_within_the_bound() {
-    let dir = scratch("bound");
+    let scratch_dir = scratch("bound");
+    let dir = scratch_dir.path();
     let store = SledStore::open(&dir).unwrap();
     let actor = ReservoirActor::new(ReservoirConfig { arrival_samples_per_hour_max: 16, seed: 2, ..ReservoirConfig::default() }, Box::new(store), 10, 64).unwrap().start();
     for i in 0..500 {
@@ -87,7 +88,8 @@ async fn arrival_samples_stay_within_the_bound() {
 #[actix_rt::test]
 async fn unflushed_updates_are_flushed_within_a_second() {
     tokio::time::pause();
-    let dir = scratch("interval");
+    let scratch_dir = scratch("interval");
+    let dir = scratch_dir.path();
     let actor = ReservoirActor::new(ReservoirConfig::default(), Box::new(SledStore::open(&dir).unwrap()), 1_000_000, 64).unwrap().start();
     actor.send(ArrivalUpdate { unix_secs: MONDAY_1PM, template: TemplateId(1) }).await.unwrap().unwrap();
     assert_eq!(actor.send(GetState).await.unwrap().unflushed, 1);
@@ -133,7 +135,8 @@ fn truncate_log(dir: &std::path::Path, fraction: f64) {
 
 #[test]
 fn a_store_reopens_intact_and_its_manifest_matches_its_rows() {
-    let dir = scratch("intact");
+    let scratch_dir = scratch("intact");
+    let dir = scratch_dir.path();
     fill(&dir, 3_000);
     let store = SledStore::open(&dir).unwrap();
     assert!(store.repair_report().is_none());
@@ -144,7 +147,8 @@ fn a_store_reopens_intact_and_its_manifest_matches_its_rows() {
 
 #[test]
 fn a_truncated_store_is_a_clear_error_naming_what_was_lost() {
-    let dir = scratch("truncated");
+    let scratch_dir = scratch("truncated");
+    let dir = scratch_dir.path();
     fill(&dir, 20_000);
     truncate_log(&dir, 0.5);
     let error = SledStore::open(&dir).err().expect("a truncated store must not open silently");
@@ -158,7 +162,8 @@ fn a_truncated_store_is_a_clear_error_naming_what_was_lost() {
 
 #[test]
 fn a_repair_keeps_what_is_left_says_what_it_dropped_and_the_store_then_opens_cleanly() {
-    let dir = scratch("repair");
+    let scratch_dir = scratch("repair");
+    let dir = scratch_dir.path();
     fill(&dir, 20_000);
     truncate_log(&dir, 0.5);
     let options = slogate_actors::reservoir::StoreOptions { repair: true, ..Default::default() };
@@ -179,7 +184,8 @@ fn a_repair_keeps_what_is_left_says_what_it_dropped_and_the_store_then_opens_cle
 
 #[test]
 fn a_missing_or_edited_manifest_is_damage() {
-    let dir = scratch("manifest");
+    let scratch_dir = scratch("manifest");
+    let dir = scratch_dir.path();
     fill(&dir, 100);
     let manifest = dir.join("slogate-manifest.json");
     let text = std::fs::read_to_string(&manifest).unwrap();
@@ -193,7 +199,8 @@ fn a_missing_or_edited_manifest_is_damage() {
 
 #[test]
 fn pruning_keeps_the_newest_executions_and_none_older_than_the_cutoff() {
-    let dir = scratch("prune");
+    let scratch_dir = scratch("prune");
+    let dir = scratch_dir.path();
     fill(&dir, 1_000);
     let mut store = SledStore::open(&dir).unwrap();
     // By count, at most a budget per prune.
@@ -216,7 +223,8 @@ fn pruning_keeps_the_newest_executions_and_none_older_than_the_cutoff() {
 
 #[actix_rt::test]
 async fn the_actor_prunes_the_log_to_its_retention() {
-    let dir = scratch("retention");
+    let scratch_dir = scratch("retention");
+    let dir = scratch_dir.path();
     let retention = slogate_actors::reservoir::Retention { executions_kept_max: 50, ..Default::default() };
     let actor = ReservoirActor::new(ReservoirConfig::default(), Box::new(SledStore::open(&dir).unwrap()), 1_000, 256)
         .unwrap()
@@ -243,7 +251,8 @@ async fn the_actor_prunes_the_log_to_its_retention() {
 
 #[actix_rt::test]
 async fn one_prune_deletes_everything_written_beyond_the_bound_since_the_last_whatever_the_rate() {
-    let dir = scratch("retention-pace");
+    let scratch_dir = scratch("retention-pace");
+    let dir = scratch_dir.path();
     // The interval never fires during the test: only the prune at start
     // and the one asked for run.
     let retention = slogate_actors::reservoir::Retention {
@@ -312,7 +321,8 @@ fn idempotency_record(id: u64, finished_unix_s: f64) -> slogate_actors::idempote
 
 #[test]
 fn idempotency_records_are_pruned_oldest_first_by_count_and_age() {
-    let dir = scratch("idempotency-prune");
+    let scratch_dir = scratch("idempotency-prune");
+    let dir = scratch_dir.path();
     let mut store = SledStore::open(&dir).unwrap();
     // Ten batches of a hundred, in finish order: id i finished at 10,000 + i.
     let finished = |i: u64| 10_000.0 + i as f64;
@@ -342,7 +352,8 @@ fn idempotency_records_are_pruned_oldest_first_by_count_and_age() {
 
 #[test]
 fn a_store_with_one_row_per_idempotency_record_moves_them_into_batches_when_it_opens() {
-    let dir = scratch("idempotency-migrate");
+    let scratch_dir = scratch("idempotency-migrate");
+    let dir = scratch_dir.path();
     // A store as an older node left it: an intact manifest of zero rows,
     // then the records in their own tree, one row each, with an index.
     drop(SledStore::open(&dir).unwrap());
@@ -372,7 +383,8 @@ fn a_store_with_one_row_per_idempotency_record_moves_them_into_batches_when_it_o
 
 #[test]
 fn single_record_execution_rows_from_before_batches_read_and_prune_with_the_batches() {
-    let dir = scratch("legacy-executions");
+    let scratch_dir = scratch("legacy-executions");
+    let dir = scratch_dir.path();
     drop(SledStore::open(&dir).unwrap());
     {
         let db = sled::open(&dir).unwrap();
@@ -393,7 +405,8 @@ fn single_record_execution_rows_from_before_batches_read_and_prune_with_the_batc
 
 #[test]
 fn a_store_with_a_row_per_count_and_sample_moves_its_history_into_hour_rows_when_it_opens() {
-    let dir = scratch("history-migrate");
+    let scratch_dir = scratch("history-migrate");
+    let dir = scratch_dir.path();
     let mut reservoir = slogate_core::reservoir::Reservoir::new(ReservoirConfig { arrival_samples_per_hour_max: 8, ..ReservoirConfig::default() });
     let mut updates = Vec::new();
     for i in 0..500 {
@@ -433,7 +446,8 @@ fn a_store_with_a_row_per_count_and_sample_moves_its_history_into_hour_rows_when
 
 #[test]
 fn a_large_hour_is_kept_in_chunks_that_load_back_whole_and_a_half_pruned_hour_is_skipped() {
-    let dir = scratch("hour-chunks");
+    let scratch_dir = scratch("hour-chunks");
+    let dir = scratch_dir.path();
     let mut store = SledStore::open(&dir).unwrap();
     let hour = |h: u8| CalendarHour { day: 19_870, hour: h };
     // 2,000 templates and 4,096 samples: about 32 KB, six chunks.

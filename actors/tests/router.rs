@@ -252,8 +252,8 @@ async fn a_requested_cluster_starts_then_takes_queries_once_ready() {
 #[actix_rt::test]
 async fn the_execution_log_records_queueing_and_whether_a_query_ran_alone() {
     tokio::time::pause();
-    let dir = std::env::temp_dir().join(format!("slogate-router-log-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let scratch_dir = tempfile::Builder::new().prefix("slogate-router-log-").tempdir().unwrap();
+    let dir = scratch_dir.path();
     let store = SledStore::open(&dir).unwrap();
     let reservoir = ReservoirActor::new(slogate_core::reservoir::ReservoirConfig::default(), Box::new(store), 1, 64).unwrap().start_linked();
     // One 16-RPU cluster: a lone query, then eight at once, more than its

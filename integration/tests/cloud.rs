@@ -20,11 +20,9 @@ use slogate_proto::v1::{QueryStatus, SubmitRequest};
 
 const TOKEN: &str = "cloud-t0ken";
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("slogate-it-cloud-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory for one test, removed when it drops.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("slogate-it-cloud-{name}-")).tempdir().unwrap()
 }
 
 /// A node config with one Serverless pool `sls` of one 8-RPU cluster, and
@@ -95,7 +93,8 @@ struct Bench {
 
 impl Bench {
     fn new(name: &str, autoscale: &str, ready_timeout_s: u64) -> Bench {
-        let dir = scratch(name);
+        let scratch_dir = scratch(name);
+        let dir = scratch_dir.path();
         let server = LocalPostgres::start(&dir).unwrap();
         let stand_in = ServerlessStandIn::start(Behaviour { endpoint: ("127.0.0.1".into(), server.port), ..Behaviour::default() });
         let config = write_config(&dir, &stand_in, &server, autoscale, ready_timeout_s, "");
@@ -251,7 +250,8 @@ fn a_workgroup_that_never_becomes_available_is_deleted_and_its_abandonment_is_a_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offloaded_queries_go_through_the_sdk_to_lambda_and_bill_their_duration() {
-    let dir = scratch("lambda");
+    let scratch_dir = scratch("lambda");
+    let dir = scratch_dir.path();
     let server = LocalPostgres::start(&dir).unwrap();
     let moto = slogate_integration::moto::Moto::start();
     moto.lambda_function("offload");
@@ -304,7 +304,8 @@ async fn offloaded_queries_go_through_the_sdk_to_lambda_and_bill_their_duration(
 
 #[test]
 fn a_missing_namespace_is_a_start_up_error_naming_the_pool() {
-    let dir = scratch("namespace");
+    let scratch_dir = scratch("namespace");
+    let dir = scratch_dir.path();
     let server = LocalPostgres::start(&dir).unwrap();
     let stand_in = ServerlessStandIn::start(Behaviour { namespaces: vec!["other".into()], ..Behaviour::default() });
     let config = write_config(&dir, &stand_in, &server, "", 30, "");
@@ -338,7 +339,8 @@ fn provider_actions(admin: SocketAddr) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_fleet_only_the_owner_manages_a_cloud_pool_and_each_next_owner_adopts_its_workgroup_without_creating_one() {
-    let dir = scratch("fleet");
+    let scratch_dir = scratch("fleet");
+    let dir = scratch_dir.path();
     let server = LocalPostgres::start(&dir).unwrap();
     let stand_in = ServerlessStandIn::start(Behaviour { endpoint: ("127.0.0.1".into(), server.port), ..Behaviour::default() });
     let etcd = slogate_integration::EtcdProcess::start(&dir.join("etcd"));

@@ -17,28 +17,10 @@ use slogate_proto::v1::{QueryStatus, SubmitRequest};
 const POOLS: [&str; 4] = ["p0", "p1", "p2", "p3"];
 const LEASE_TTL_S: u64 = 2;
 
-/// A test's directory, removed when the guard drops (after the nodes,
-/// which the test declares later and so drops first).
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn scratch(name: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("slogate-fleet-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    Scratch(dir)
+/// A test's directory, removed when it drops (after the nodes, which
+/// the test declares later and so drops first).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("slogate-fleet-{name}-")).tempdir().unwrap()
 }
 
 /// A node's configuration: four pools, time compressed 200× (a query of
@@ -153,7 +135,8 @@ async fn submit_with_retries(nodes: &[SocketAddr], first: usize, request: Submit
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_on_etcd_answer_through_any_node_fail_over_within_two_ttls_and_take_in_a_joining_node() {
-    let dir = scratch("failover");
+    let scratch_dir = scratch("failover");
+    let dir = scratch_dir.path();
     let etcd = EtcdProcess::start(&dir.join("etcd"));
     let fleet = etcd_fleet(&etcd.client_url);
     let mut nodes: Vec<Option<NodeProcess>> =
@@ -281,7 +264,8 @@ async fn three_nodes_on_etcd_answer_through_any_node_fail_over_within_two_ttls_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_cut_off_from_etcd_stops_routing_within_the_ttl_and_never_overlaps_the_next_owner() {
-    let dir = scratch("partition");
+    let scratch_dir = scratch("partition");
+    let dir = scratch_dir.path();
     let etcd = EtcdProcess::start(&dir.join("etcd"));
     let proxy = CuttableProxy::start(etcd.client_addr);
     let cut_node = NodeProcess::start(&node_config(&dir, "a", "127.0.0.1:0", &etcd_fleet(&format!("http://{}", proxy.addr))));
@@ -335,7 +319,8 @@ async fn a_node_cut_off_from_etcd_stops_routing_within_the_ttl_and_never_overlap
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_static_member_list_splits_the_pools_and_forwards_between_two_nodes() {
-    let dir = scratch("static");
+    let scratch_dir = scratch("static");
+    let dir = scratch_dir.path();
     let ports = [free_port(), free_port()];
     let members = format!(
         "[[fleet.member]]\nid = \"s0\"\ngrpc_addr = \"127.0.0.1:{}\"\n[[fleet.member]]\nid = \"s1\"\ngrpc_addr = \"127.0.0.1:{}\"\n",
@@ -453,7 +438,8 @@ fn python_submit(target: SocketAddr, args: &[&str]) -> (serde_json::Value, bool)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grpcio_client_spread_over_three_nodes_sees_what_one_node_answers() {
-    let dir = scratch("grpcio");
+    let scratch_dir = scratch("grpcio");
+    let dir = scratch_dir.path();
     let ports = [free_port(), free_port(), free_port()];
     let members: String = (0..3).map(|i| format!("[[fleet.member]]\nid = \"g{i}\"\ngrpc_addr = \"127.0.0.1:{}\"\n", ports[i])).collect();
     let nodes: Vec<NodeProcess> =
@@ -497,7 +483,8 @@ async fn a_grpcio_client_spread_over_three_nodes_sees_what_one_node_answers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_s_tuned_configuration_and_cluster_layout_survive_its_owner() {
-    let dir = scratch("tuned");
+    let scratch_dir = scratch("tuned");
+    let dir = scratch_dir.path();
     let etcd = EtcdProcess::start(&dir.join("etcd"));
     let config = |id: &str| {
         let data = dir.join(id);
@@ -603,7 +590,8 @@ async fn a_pool_s_tuned_configuration_and_cluster_layout_survive_its_owner() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_serving_tls_forward_to_each_other_over_tls() {
-    let dir = scratch("tls");
+    let scratch_dir = scratch("tls");
+    let dir = scratch_dir.path();
     let certificates = dir.join("certificates");
     std::fs::create_dir_all(&certificates).unwrap();
     let ca = slogate::backend::local_postgres::make_certificates(&certificates).expect("openssl makes a CA and a certificate (the CI installs it)");
@@ -657,7 +645,8 @@ async fn nodes_serving_tls_forward_to_each_other_over_tls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_reaches_etcd_over_tls() {
-    let dir = scratch("etcd-tls");
+    let scratch_dir = scratch("etcd-tls");
+    let dir = scratch_dir.path();
     let certificates = dir.join("certificates");
     std::fs::create_dir_all(&certificates).unwrap();
     let ca = slogate::backend::local_postgres::make_certificates(&certificates).expect("openssl makes a CA and a certificate (the CI installs it)");

@@ -15,16 +15,20 @@ use slogate_proto::v1::submit_request::Query;
 use slogate_proto::v1::{QueryStatus, SubmitRequest, SubmitResponse};
 use tokio_stream::StreamExt;
 
-/// A node whose `[limits]` section is `limits`.
-fn node(name: &str, limits: &str) -> NodeProcess {
-    NodeProcess::start(&node_config(name, limits, ""))
+/// A node whose `[limits]` section is `limits`, and its directory (which
+/// outlives it: the node is dropped first).
+fn node(name: &str, limits: &str) -> (NodeProcess, tempfile::TempDir) {
+    let dir = scratch(name);
+    (NodeProcess::start(&node_config(dir.path(), limits, "")), dir)
 }
 
-/// A fresh data directory and a config for it; returns the config's path.
-fn node_config(name: &str, limits: &str, extra: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("slogate-hostile-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+/// A scratch directory for one test, removed when it drops.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("slogate-hostile-{name}-")).tempdir().unwrap()
+}
+
+/// A config for a node with its data in `dir`; returns the config's path.
+fn node_config(dir: &std::path::Path, limits: &str, extra: &str) -> std::path::PathBuf {
     let path = dir.join("node.toml");
     let text = format!(
         "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\nadmin_token = \"t0ken\"\n[limits]\n{limits}\n[[pool]]\nname = \"default\"\nclusters = [16, 16]\n{extra}",
@@ -81,7 +85,7 @@ const UNDECODABLE: [u8; 3] = [0x0a, 0x7f, 0x41];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undecodable_requests_are_invalid_argument_and_a_stream_still_answers_what_it_accepted() {
-    let node = node("decode", "");
+    let (node, _dir) = node("decode", "");
     let mut grpc = raw_channel(&node).await;
 
     grpc.ready().await.unwrap();
@@ -121,7 +125,7 @@ async fn undecodable_requests_are_invalid_argument_and_a_stream_still_answers_wh
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_fields_are_refused_briefly_and_unread_streams_keep_memory_bounded() {
-    let node = node("sizes", "stream_in_flight_max = 16");
+    let (node, _dir) = node("sizes", "stream_in_flight_max = 16");
     let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
 
     // A 1 MB pool name: refused, and not echoed into grpc-message.
@@ -168,7 +172,7 @@ async fn oversized_fields_are_refused_briefly_and_unread_streams_keep_memory_bou
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_sockets_are_closed_and_the_connection_limit_holds_without_starving_the_node() {
-    let node = node("sockets", "grpc_handshake_timeout_s = 1\ngrpc_connections_max = 8");
+    let (node, _dir) = node("sockets", "grpc_handshake_timeout_s = 1\ngrpc_connections_max = 8");
     // A socket that never sends the HTTP/2 preface is closed by the node.
     let addr = node.grpc_addr;
     let closed_after = tokio::task::spawn_blocking(move || {
@@ -211,7 +215,7 @@ async fn silent_sockets_are_closed_and_the_connection_limit_holds_without_starvi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_holding_streams_open_cannot_keep_the_node_up_past_its_shutdown_deadline() {
-    let node = node("shutdown", "shutdown_grace_s = 1\nshutdown_close_s = 1");
+    let (node, _dir) = node("shutdown", "shutdown_grace_s = 1\nshutdown_close_s = 1");
     let endpoint = format!("http://{}", node.grpc_addr);
     // A health watch never ends on its own.
     let channel = tonic::transport::Endpoint::from_shared(endpoint.clone()).unwrap().connect().await.unwrap();
@@ -240,7 +244,7 @@ async fn a_client_holding_streams_open_cannot_keep_the_node_up_past_its_shutdown
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reflection_answers_both_the_v1_and_the_v1alpha_protocol() {
-    let node = node("reflection", "");
+    let (node, _dir) = node("reflection", "");
     let endpoint = format!("http://{}", node.grpc_addr);
     let channel = tonic::transport::Endpoint::from_shared(endpoint).unwrap().connect().await.unwrap();
     let mut alpha = tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient::new(channel.clone());
@@ -268,7 +272,7 @@ async fn reflection_answers_both_the_v1_and_the_v1alpha_protocol() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_answers_every_error_as_json() {
     use slogate_integration::{http, json};
-    let node = node("admin", "clusters_per_pool_max = 2");
+    let (node, _dir) = node("admin", "clusters_per_pool_max = 2");
     let admin = node.admin_addr;
     let cases = tokio::task::spawn_blocking(move || {
         let big = "x".repeat(100 << 10);
@@ -307,7 +311,8 @@ async fn the_admin_api_answers_every_error_as_json() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_a_crash_is_answered_from_the_durable_record_and_a_changed_retry_is_refused() {
     use slogate_integration::{http_get, json};
-    let config = node_config("idempotency", "", "");
+    let scratch_dir = scratch("idempotency");
+    let config = node_config(scratch_dir.path(), "", "");
     let node = NodeProcess::start(&config);
     let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
     let first = client.submit(request("durable-1", 4, 600_000)).await.unwrap().into_inner();
@@ -344,7 +349,8 @@ async fn tenants_need_their_token_keep_their_own_ids_and_replies_and_are_throttl
         token_digest_hex("token-dash"),
         token_digest_hex("token-etl")
     );
-    let node = NodeProcess::start(&node_config("tenants", "", &tenants));
+    let scratch_dir = scratch("tenants");
+    let node = NodeProcess::start(&node_config(scratch_dir.path(), "", &tenants));
     let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
 
     let anonymous = client.submit(request("anon", 4, 600_000)).await.unwrap_err();
@@ -399,14 +405,14 @@ async fn tenants_need_their_token_keep_their_own_ids_and_replies_and_are_throttl
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_serves_grpc_and_the_admin_api_and_plaintext_gets_nothing() {
-    let dir = std::env::temp_dir().join(format!("slogate-hostile-tls-certs-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let ca = slogate::backend::local_postgres::make_certificates(&dir).expect("openssl makes a CA and a certificate (the CI installs it)");
+    let certs = scratch("tls-certs");
+    let dir = certs.path();
+    let ca = slogate::backend::local_postgres::make_certificates(dir).expect("openssl makes a CA and a certificate (the CI installs it)");
     let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
     let node_section = format!("tls_cert_path = \"{}\"\ntls_key_path = \"{}\"\n", cert.display(), key.display());
     // The [node] keys go before [limits]: splice them in.
-    let config = node_config("tls", "", "");
+    let scratch_dir = scratch("tls");
+    let config = node_config(scratch_dir.path(), "", "");
     let text = std::fs::read_to_string(&config).unwrap().replace("[limits]\n", &format!("{node_section}[limits]\n"));
     std::fs::write(&config, text).unwrap();
     let node = NodeProcess::start(&config);
@@ -459,7 +465,8 @@ fn serve_until_exit(config: &std::path::Path, flags: &[&str]) -> (Option<i32>, S
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_load_keeps_the_reservoir_to_its_last_flush_and_a_damaged_store_is_a_clear_error_until_repaired() {
     use slogate_integration::{http_get, json};
-    let config = node_config("crash", "", "");
+    let scratch_dir = scratch("crash");
+    let config = node_config(scratch_dir.path(), "", "");
     let data = config.parent().unwrap().join("data").join("reservoir");
     let node = NodeProcess::start(&config);
     let admin = node.admin_addr;
@@ -538,7 +545,8 @@ async fn kill_9_under_load_keeps_the_reservoir_to_its_last_flush_and_a_damaged_s
 async fn a_client_that_leaves_or_whose_deadline_passes_has_its_query_cancelled_on_the_emulated_warehouse() {
     use slogate_integration::{http_get, json};
     // Real time: a TPC-DS template runs for seconds on the emulated warehouse.
-    let config = node_config("disconnect", "", "");
+    let scratch_dir = scratch("disconnect");
+    let config = node_config(scratch_dir.path(), "", "");
     let text = std::fs::read_to_string(&config).unwrap().replace("time_compression = 20000.0", "time_compression = 1.0");
     std::fs::write(&config, text).unwrap();
     let node = NodeProcess::start(&config);

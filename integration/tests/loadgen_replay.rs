@@ -4,9 +4,8 @@ use slogate_integration::{NodeProcess, json, workspace_binary};
 
 #[test]
 fn loadgen_replays_a_workload_and_reports_it() {
-    let dir = std::env::temp_dir().join(format!("slogate-it-loadgen-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch_dir = tempfile::Builder::new().prefix("slogate-it-loadgen-").tempdir().unwrap();
+    let dir = scratch_dir.path();
     let config = dir.join("node.toml");
     std::fs::write(
         &config,

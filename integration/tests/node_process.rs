@@ -23,8 +23,8 @@ fn request(id: &str, template: u32, slo_ms: u64) -> SubmitRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_survives_sigkill_with_its_reservoir_and_stops_cleanly_on_sigterm() {
-    let dir = std::env::temp_dir().join(format!("slogate-it-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let scratch_dir = tempfile::Builder::new().prefix("slogate-it-").tempdir().unwrap();
+    let dir = scratch_dir.path();
     let config = write_config(&dir);
 
     // 1. 300 concurrent submissions all complete with a status and latency.
@@ -100,9 +100,8 @@ async fn node_survives_sigkill_with_its_reservoir_and_stops_cleanly_on_sigterm()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_shows_pools_live_charts_and_explained_decisions_in_a_real_browser() {
-    let dir = std::env::temp_dir().join(format!("slogate-it-console-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch_dir = tempfile::Builder::new().prefix("slogate-it-console-").tempdir().unwrap();
+    let dir = scratch_dir.path();
     let config = dir.join("node.toml");
     let text = format!(
         "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 200.0\nadmin_token = \"t0ken\"\n\

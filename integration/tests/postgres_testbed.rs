@@ -17,16 +17,15 @@ fn python() -> String {
     std::env::var("SLOGATE_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
-fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("slogate-it-pg-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory for one test, removed when it drops.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("slogate-it-pg-{name}-")).tempdir().unwrap()
 }
 
 #[test]
 fn postgres_demo_runs_at_least_ninety_tpcds_templates_as_sql_and_reports_each_policy() {
-    let dir = scratch("demo");
+    let scratch_dir = scratch("demo");
+    let dir = scratch_dir.path();
     let json = dir.join("report.json");
     let output = Command::new(slogate_binary())
         .args(["demo", "--backend", "postgres", "--scale-factor", "0.01", "--rate", "10", "--policies", "least-loaded,slogate"])
@@ -83,7 +82,8 @@ fn postgres_demo_runs_at_least_ninety_tpcds_templates_as_sql_and_reports_each_po
 
 #[test]
 fn the_readme_python_client_runs_sql_on_a_postgres_pool() {
-    let dir = scratch("client");
+    let scratch_dir = scratch("client");
+    let dir = scratch_dir.path();
     let server = LocalPostgres::start(&dir).unwrap();
     let config = dir.join("node.toml");
     std::fs::write(

@@ -46,9 +46,8 @@ async fn under_sustained_load_memory_and_disk_level_off_and_every_submission_is_
     // Virtual seconds per real second: at 1e6 a TPC-DS query takes
     // microseconds and a calendar day goes by in 86 ms.
     let compression: f64 = std::env::var("SLOGATE_SOAK_COMPRESSION").ok().and_then(|s| s.parse().ok()).unwrap_or(1e6);
-    let dir = std::env::temp_dir().join(format!("slogate-soak-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch_dir = tempfile::Builder::new().prefix("slogate-soak-").tempdir().unwrap();
+    let dir = scratch_dir.path();
     let data = dir.join("data");
     let config = dir.join("node.toml");
     std::fs::write(

@@ -277,8 +277,8 @@ mod tests {
 
     #[test]
     fn a_trace_tunes_into_a_fragment_the_node_accepts() {
-        let dir = std::env::temp_dir().join(format!("slogate-tune-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch_dir = tempfile::Builder::new().prefix("slogate-tune-").tempdir().unwrap();
+        let dir = scratch_dir.path();
         let trace = dir.join("trace.csv");
         // Two days: each at 10:00, 40 queries of template 5 within 80 s.
         let mut text = "arrival_s,template,slo_s\n".to_owned();
@@ -301,13 +301,12 @@ mod tests {
         let merged = format!("{base}{fragment}");
         let loaded = NodeConfig::load(&merged, &std::collections::HashMap::new(), &Overrides::default()).unwrap();
         assert_eq!(loaded.file.pool[0].autoscale.scheduled.len(), report.config.spinups.len());
-        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
     fn a_short_trace_forecasts_from_the_days_it_has_not_an_empty_month() {
-        let dir = std::env::temp_dir().join(format!("slogate-tune-short-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch_dir = tempfile::Builder::new().prefix("slogate-tune-short-").tempdir().unwrap();
+        let dir = scratch_dir.path();
         let trace = dir.join("trace.csv");
         let mut text = "arrival_s,template,slo_s\n".to_owned();
         for day in 0..3 {
@@ -322,7 +321,6 @@ mod tests {
         assert!((tuned.report.forecast_queries_per_day - 30.0).abs() < 1e-9, "{}", tuned.report.forecast_queries_per_day);
         assert!(tuned.notes.iter().any(|n| n.contains("covers 3 of the 30 days")), "{:?}", tuned.notes);
         assert!(tuned.fragment.contains("3 days of history"), "{}", tuned.fragment);
-        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
@@ -340,12 +338,11 @@ mod tests {
         let error = run(&missing, &mut |_| {}).unwrap_err();
         assert_eq!(error.exit_code(), 2);
         assert!(error.to_string().contains("no reservoir there"), "{error}");
-        let dir = std::env::temp_dir().join(format!("slogate-tune-pool-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch_dir = tempfile::Builder::new().prefix("slogate-tune-pool-").tempdir().unwrap();
+        let dir = scratch_dir.path();
         let trace = dir.join("t.csv");
         std::fs::write(&trace, "arrival_s,template,slo_s\n1,5,30\n").unwrap();
         let wrong_pool = TuneRequest { source: Source::Trace(trace), pool: Some("etl".into()), ..missing };
         assert!(run(&wrong_pool, &mut |_| {}).unwrap_err().to_string().contains("no pool `etl`"));
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -8,10 +8,9 @@ fn slogate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_slogate")).args(args).output().expect("binary runs")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("slogate-cli-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory for one test, removed when it drops.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("slogate-cli-{name}-")).tempdir().unwrap()
 }
 
 #[test]
@@ -26,7 +25,8 @@ fn eval_base_with_one_seed_prints_one_row_per_policy() {
 
 #[test]
 fn eval_defaults_to_five_seeds_and_reports_mean_worst_and_spread() {
-    let dir = scratch("seeds");
+    let scratch_dir = scratch("seeds");
+    let dir = scratch_dir.path();
     let path = dir.join("seeds.json");
     let out = slogate(&["eval", "base", "--json", path.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -59,7 +59,8 @@ fn same_seed_gives_byte_identical_output_and_another_seed_differs() {
 
 #[test]
 fn json_report_has_the_documented_fields() {
-    let dir = scratch("json");
+    let scratch_dir = scratch("json");
+    let dir = scratch_dir.path();
     let path = dir.join("report.json");
     let out = slogate(&["eval", "base", "--seed", "1", "--policies", "round-robin", "--json", path.to_str().unwrap()]);
     assert!(out.status.success());
@@ -81,7 +82,8 @@ fn json_report_has_the_documented_fields() {
 
 #[test]
 fn toml_scenario_with_a_trace_runs() {
-    let dir = scratch("toml");
+    let scratch_dir = scratch("toml");
+    let dir = scratch_dir.path();
     std::fs::write(dir.join("trace.csv"), "arrival_s,template,slo_s\n0,3,30\n1.5,17,20\n2.0,4,200\n").unwrap();
     std::fs::write(
         dir.join("s.toml"),
@@ -115,7 +117,8 @@ fn bad_input_exits_2_with_a_message_naming_the_problem() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(message), "{args:?}: {stderr}");
     }
-    let dir = scratch("bad");
+    let scratch_dir = scratch("bad");
+    let dir = scratch_dir.path();
     let bad_toml = dir.join("bad.toml");
     std::fs::write(&bad_toml, "name = 'x'\nkappa = [\n").unwrap();
     let out = slogate(&["eval", bad_toml.to_str().unwrap()]);
@@ -146,7 +149,8 @@ fn shipped_example_scenarios_run() {
 
 #[test]
 fn exported_trace_replays_to_the_same_results_as_the_generated_workload() {
-    let dir = scratch("export");
+    let scratch_dir = scratch("export");
+    let dir = scratch_dir.path();
     let trace = dir.join("base.csv");
     let out = slogate(&["trace", "base", "--seed", "5", "--out", trace.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -207,7 +211,8 @@ fn explain_prints_each_policys_first_decisions() {
 #[cfg(feature = "learn")]
 #[test]
 fn train_predictor_writes_the_model_and_its_metadata_and_the_same_seed_gives_the_same_model() {
-    let dir = scratch("train-predictor");
+    let scratch_dir = scratch("train-predictor");
+    let dir = scratch_dir.path();
     let run = |out: &str| {
         let out = slogate(&["train-predictor", "--simulate", "3", "--seed", "7", "--steps", "15", "--out", dir.join(out).to_str().unwrap()]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -243,7 +248,8 @@ fn train_predictor_writes_the_model_and_its_metadata_and_the_same_seed_gives_the
 
 #[test]
 fn train_predictor_refuses_a_log_it_cannot_read_naming_the_line() {
-    let dir = scratch("train-bad-log");
+    let scratch_dir = scratch("train-bad-log");
+    let dir = scratch_dir.path();
     let log = dir.join("log.jsonl");
     std::fs::write(&log, "{\"not\": \"a record\"}\n").unwrap();
     let out = slogate(&["train-predictor", "--log", log.to_str().unwrap(), "--out", dir.join("m").to_str().unwrap()]);

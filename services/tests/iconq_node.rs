@@ -23,7 +23,8 @@ fn iconq_config(dir: &std::path::Path, model: &std::path::Path) -> NodeConfig {
 #[cfg(feature = "learn")]
 #[actix_rt::test]
 async fn a_pool_predicts_with_a_trained_iconq_model_and_serves_every_query() {
-    let dir = scratch("iconq");
+    let scratch_dir = scratch("iconq");
+    let dir = scratch_dir.path();
     let model = dir.join("model");
     slogate::train::run(&slogate::train::TrainRequest { source: slogate::train::LogSource::Simulated(2), out: model.clone(), seed: 2, steps: Some(20) }).unwrap();
     // With ONNX Runtime in the build and ORT_DYLIB_PATH set (as .ci/run
@@ -57,7 +58,8 @@ async fn a_pool_predicts_with_a_trained_iconq_model_and_serves_every_query() {
 
 #[actix_rt::test]
 async fn an_iconq_pool_whose_model_is_missing_or_broken_stops_the_node_at_start_naming_the_file() {
-    let dir = scratch("iconq-missing");
+    let scratch_dir = scratch("iconq-missing");
+    let dir = scratch_dir.path();
     let error = node::start(iconq_config(&dir.join("data"), &dir.join("no-model"))).await.err().expect("no model, no node");
     let text = error.to_string();
     assert!(text.contains("pool `default`") && text.contains("no-model/model.json"), "{text}");
@@ -97,7 +99,8 @@ async fn wait_for_retraining(addr: std::net::SocketAddr, runs: u64) -> serde_jso
 #[cfg(feature = "learn")]
 #[actix_rt::test]
 async fn an_operator_retrains_a_worse_model_away_and_the_new_one_survives_a_restart() {
-    let dir = scratch("iconq-retrain");
+    let scratch_dir = scratch("iconq-retrain");
+    let dir = scratch_dir.path();
     let model = dir.join("model");
     slogate::train::run(&slogate::train::TrainRequest { source: slogate::train::LogSource::Simulated(3), out: model.clone(), seed: 3, steps: Some(20) }).unwrap();
     // A model that over-predicts every latency e⁴-fold: a retrained one
@@ -164,7 +167,8 @@ async fn an_operator_retrains_a_worse_model_away_and_the_new_one_survives_a_rest
 
 #[actix_rt::test]
 async fn retraining_a_pool_without_a_learned_model_is_a_conflict_that_says_why() {
-    let dir = scratch("retrain-none");
+    let scratch_dir = scratch("retrain-none");
+    let dir = scratch_dir.path();
     let node = node::start(config(&dir)).await.unwrap();
     let (status, body) = admin(node.admin_addr, "POST", "/v1/pools/default/predictor/retrain", Some("s3cret"), "").await;
     assert_eq!(status, 409, "{body}");

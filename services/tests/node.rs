@@ -39,7 +39,8 @@ fn submit_to_pools(
 
 #[actix_rt::test]
 async fn three_hundred_concurrent_submissions_all_complete_and_show_in_the_admin_api() {
-    let dir = scratch("300");
+    let scratch_dir = scratch("300");
+    let dir = scratch_dir.path();
     // It compares slogate's billing estimate with the warehouse's bill: at
     // 20,000x a millisecond of actor scheduling is 20 billed seconds, and
     // parallel tests make that jitter, so this node runs at 2,000x.
@@ -102,7 +103,8 @@ async fn three_hundred_concurrent_submissions_all_complete_and_show_in_the_admin
 
 #[actix_rt::test]
 async fn bad_requests_get_the_documented_statuses_and_retries_run_once() {
-    let dir = scratch("bad");
+    let scratch_dir = scratch("bad");
+    let dir = scratch_dir.path();
     let node = node::start(config(&dir)).await.unwrap();
     let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
 
@@ -133,7 +135,8 @@ async fn bad_requests_get_the_documented_statuses_and_retries_run_once() {
 
 #[actix_rt::test]
 async fn a_stream_answers_each_request_by_id_and_rejects_bad_ones_without_ending() {
-    let dir = scratch("stream");
+    let scratch_dir = scratch("stream");
+    let dir = scratch_dir.path();
     let node = node::start(config(&dir)).await.unwrap();
     let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
     let mut requests: Vec<SubmitRequest> = (0..50u32).map(|i| request(&format!("s{i}"), 1 + i, 600_000)).collect();
@@ -156,7 +159,8 @@ async fn a_stream_answers_each_request_by_id_and_rejects_bad_ones_without_ending
 
 #[actix_rt::test]
 async fn after_shutdown_starts_new_submissions_are_unavailable() {
-    let dir = scratch("drain");
+    let scratch_dir = scratch("drain");
+    let dir = scratch_dir.path();
     let config = config(&dir);
     let node = node::start(config).await.unwrap();
     let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
@@ -198,7 +202,8 @@ async fn wait_for_cluster_state(addr: std::net::SocketAddr, index: usize, wanted
 
 #[actix_rt::test]
 async fn operators_add_and_remove_clusters_with_the_token_only() {
-    let dir = scratch("clusters");
+    let scratch_dir = scratch("clusters");
+    let dir = scratch_dir.path();
     let node = node::start(config(&dir)).await.unwrap();
     let addr = node.admin_addr;
 
@@ -241,7 +246,8 @@ async fn operators_add_and_remove_clusters_with_the_token_only() {
 
 #[actix_rt::test]
 async fn the_slo_aware_router_serves_live_with_predictions_and_learns_from_completions() {
-    let dir = scratch("slogate-policy");
+    let scratch_dir = scratch("slogate-policy");
+    let dir = scratch_dir.path();
     let text = format!(
         "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\n[[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [32, 16]\n",
         dir.display()
@@ -290,7 +296,8 @@ async fn wait_for_scale_decision(addr: std::net::SocketAddr, kind: &str) -> Vec<
 /// TOML for it), and a burst of 60 queries with 20 s SLOs that makes its
 /// autoscaler ask for a cluster.
 async fn bursting_node(name: &str, extra: &str) -> (node::Node, std::path::PathBuf, Vec<tokio::task::JoinHandle<Result<tonic::Response<slogate_proto::v1::SubmitResponse>, tonic::Status>>>) {
-    let dir = scratch(name);
+    let scratch_dir = scratch(name);
+    let dir = scratch_dir.path();
     let text = format!(
         "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 2000.0\nadmin_token = \"s3cret\"\n\
          [[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [4]\n\
@@ -373,7 +380,8 @@ async fn a_dry_run_provider_shows_what_the_autoscaler_would_create_and_creates_n
 
 #[actix_rt::test]
 async fn a_burst_spins_a_cluster_up_and_an_idle_period_tears_one_down() {
-    let dir = scratch("autoscale");
+    let scratch_dir = scratch("autoscale");
+    let dir = scratch_dir.path();
     // δ = 300 virtual seconds is 150 ms at this compression; T_idle and
     // T_min_lifetime are 120 virtual seconds.
     let text = format!(
@@ -430,7 +438,8 @@ async fn a_burst_spins_a_cluster_up_and_an_idle_period_tears_one_down() {
 
 #[actix_rt::test]
 async fn queries_no_cluster_can_serve_in_time_are_offloaded_to_the_elastic_tier() {
-    let dir = scratch("elastic");
+    let scratch_dir = scratch("elastic");
+    let dir = scratch_dir.path();
     let text = format!(
         "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 2000.0\n\
          [[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [4]\n\
@@ -468,7 +477,8 @@ async fn queries_no_cluster_can_serve_in_time_are_offloaded_to_the_elastic_tier(
 
 #[actix_rt::test]
 async fn the_slo_director_offloads_what_overflows_a_clusters_queue() {
-    let dir = scratch("director");
+    let scratch_dir = scratch("director");
+    let dir = scratch_dir.path();
     // One 4-RPU cluster whose queue holds 2 (8 per 16 RPU).
     let text = format!(
         "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 200.0\n\
@@ -529,7 +539,8 @@ async fn wait_for_tuning_runs(addr: std::net::SocketAddr, runs: u64) -> serde_js
 
 #[actix_rt::test]
 async fn an_operator_tunes_a_pool_and_the_choice_survives_a_restart() {
-    let dir = scratch("tune");
+    let scratch_dir = scratch("tune");
+    let dir = scratch_dir.path();
     let node = node::start(tuned_config(&dir)).await.unwrap();
     let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
     // Today's arrivals are the history the tuner forecasts tomorrow from.
@@ -583,7 +594,8 @@ async fn an_operator_tunes_a_pool_and_the_choice_survives_a_restart() {
 
 #[actix_rt::test]
 async fn provisioned_clusters_bill_while_they_exist_and_trackers_agree() {
-    let dir = scratch("provisioned");
+    let scratch_dir = scratch("provisioned");
+    let dir = scratch_dir.path();
     let text = format!(
         "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 1000.0\n\
          [[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [16]\nbilling = \"provisioned\"\n",
@@ -623,7 +635,8 @@ async fn provisioned_clusters_bill_while_they_exist_and_trackers_agree() {
 /// second 0 is 00:00 and its times of day are the fragment's.
 #[actix_rt::test]
 async fn planned_spinups_fire_at_their_time_of_day_in_a_live_replay_of_the_trace() {
-    let dir = scratch("planned");
+    let scratch_dir = scratch("planned");
+    let dir = scratch_dir.path();
     // The fragment `slogate tune` writes, with one planned spinup at
     // 01:00 (3,600 s into the trace's day; 1.8 s after the node starts at
     // 2,000x, well after its actors are up).
@@ -672,7 +685,8 @@ async fn planned_spinups_fire_at_their_time_of_day_in_a_live_replay_of_the_trace
 
 #[actix_rt::test]
 async fn grpc_on_a_runtime_of_its_own_answers_every_query_and_shuts_down_cleanly() {
-    let dir = scratch("grpc-threads");
+    let scratch_dir = scratch("grpc-threads");
+    let dir = scratch_dir.path();
     let mut config = config(&dir);
     config.file.node.grpc_threads = 2;
     let node = node::start(config).await.unwrap();
@@ -700,7 +714,8 @@ async fn grpc_on_a_runtime_of_its_own_answers_every_query_and_shuts_down_cleanly
 
 #[actix_rt::test]
 async fn pools_on_two_router_shards_route_on_their_own_threads_and_the_admin_api_merges_them() {
-    let dir = scratch("shards");
+    let scratch_dir = scratch("shards");
+    let dir = scratch_dir.path();
     // Three pools on two shards: `a` and `c` on shard 0 (by index), `b`
     // pinned to shard 1; `c` autoscales, so its Autoscaler talks to its
     // own shard.
@@ -765,7 +780,8 @@ async fn pools_on_two_router_shards_route_on_their_own_threads_and_the_admin_api
 
 #[actix_rt::test]
 async fn a_shutdown_answers_every_query_in_flight_on_every_shard() {
-    let dir = scratch("shards-drain");
+    let scratch_dir = scratch("shards-drain");
+    let dir = scratch_dir.path();
     // Real time: BaseWorkload's templates take seconds, so the queries are
     // still running when the (zero) grace period ends.
     let text = format!(
@@ -806,7 +822,8 @@ async fn a_shutdown_answers_every_query_in_flight_on_every_shard() {
 
 #[actix_rt::test]
 async fn every_route_the_openapi_description_lists_answers_and_refuses_other_methods_naming_its_own() {
-    let dir = scratch("openapi");
+    let scratch_dir = scratch("openapi");
+    let dir = scratch_dir.path();
     let node = node::start(config(&dir)).await.unwrap();
     let addr = node.admin_addr;
     let (status, body) = admin_get(addr, "/v1/openapi.json").await;
@@ -835,7 +852,8 @@ async fn every_route_the_openapi_description_lists_answers_and_refuses_other_met
 
 #[actix_rt::test]
 async fn every_metric_the_grafana_dashboard_charts_is_exported_by_the_node() {
-    let dir = scratch("grafana");
+    let scratch_dir = scratch("grafana");
+    let dir = scratch_dir.path();
     let node = node::start(config(&dir)).await.unwrap();
     let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
     let reply = client.submit(request("g1", 3, 600_000)).await.unwrap().into_inner();
@@ -881,7 +899,8 @@ async fn shadow_mode_never_changes_where_a_query_runs_and_records_what_slogate_w
     // Two pools alike but for the mode: `plain` routes round-robin;
     // `shadowed` routes round-robin with slogate (and its autoscaler) in
     // its shadow. The same queries, one at a time, must land alike.
-    let dir = scratch("shadow");
+    let scratch_dir = scratch("shadow");
+    let dir = scratch_dir.path();
     let pool = |name: &str, extra: &str| {
         format!("[[pool]]\nname = \"{name}\"\npolicy = \"{}\"\nclusters = [4, 32]\n{extra}", if extra.is_empty() { "round-robin" } else { "slogate" })
     };

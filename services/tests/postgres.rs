@@ -12,11 +12,9 @@ use slogate_proto::v1::gateway_client::GatewayClient;
 use slogate_proto::v1::submit_request::Query;
 use slogate_proto::v1::{QueryStatus, SubmitRequest};
 
-fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("slogate-pg-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory for one test, removed when it drops.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("slogate-pg-{name}-")).tempdir().unwrap()
 }
 
 /// A node config with one postgres pool over `servers`, routed by the SLO
@@ -117,7 +115,8 @@ async fn admin_get(addr: std::net::SocketAddr, path: &str) -> serde_json::Value 
 
 #[actix_rt::test]
 async fn a_query_runs_and_returns_its_rows_within_the_row_limit() {
-    let dir = scratch("rows");
+    let scratch_dir = scratch("rows");
+    let dir = scratch_dir.path();
     let server = LocalPostgres::start(&dir).unwrap();
     let (node, mut client) = serve(&config(&dir, &[&server], "result_rows_max = 5", 5)).await;
 
@@ -144,7 +143,8 @@ async fn a_query_runs_and_returns_its_rows_within_the_row_limit() {
 
 #[actix_rt::test]
 async fn a_timeout_cancels_the_query_on_the_server() {
-    let dir = scratch("timeout");
+    let scratch_dir = scratch("timeout");
+    let dir = scratch_dir.path();
     let server = LocalPostgres::start(&dir).unwrap();
     let (node, mut client) = serve(&config(&dir, &[&server], "query_timeout_s = 0.5", 5)).await;
     let started = std::time::Instant::now();
@@ -157,7 +157,8 @@ async fn a_timeout_cancels_the_query_on_the_server() {
 
 #[actix_rt::test]
 async fn a_client_that_hangs_up_cancels_its_query_on_the_server() {
-    let dir = scratch("disconnect");
+    let scratch_dir = scratch("disconnect");
+    let dir = scratch_dir.path();
     let server = LocalPostgres::start(&dir).unwrap();
     let (node, mut client) = serve(&config(&dir, &[&server], "", 5)).await;
 
@@ -179,7 +180,8 @@ async fn a_client_that_hangs_up_cancels_its_query_on_the_server() {
 
 #[actix_rt::test]
 async fn sql_errors_fail_the_query_with_their_sqlstate() {
-    let dir = scratch("sqlstate");
+    let scratch_dir = scratch("sqlstate");
+    let dir = scratch_dir.path();
     let server = LocalPostgres::start(&dir).unwrap();
     let (node, mut client) = serve(&config(&dir, &[&server], "", 5)).await;
     for (id, text, sqlstate) in [("syntax", "SELEC 1", "42601"), ("zero", "SELECT 1 / 0", "22012"), ("missing", "SELECT * FROM no_such_table", "42P01")] {
@@ -195,7 +197,8 @@ async fn sql_errors_fail_the_query_with_their_sqlstate() {
 
 #[actix_rt::test]
 async fn a_server_killed_mid_query_fails_its_queries_and_is_routed_around_until_it_is_back() {
-    let dir = scratch("kill");
+    let scratch_dir = scratch("kill");
+    let dir = scratch_dir.path();
     let (first, second) = (LocalPostgres::start(&dir).unwrap(), LocalPostgres::start(&dir).unwrap());
     // Least-loaded spreads the two long queries, one on each server.
     let (node, client) = serve(&config_with_policy(&dir, &[&first, &second], "", 5, "least-loaded")).await;
@@ -245,7 +248,8 @@ async fn a_server_killed_mid_query_fails_its_queries_and_is_routed_around_until_
 
 #[actix_rt::test]
 async fn shutdown_past_its_grace_cancels_running_queries_on_the_server() {
-    let dir = scratch("shutdown");
+    let scratch_dir = scratch("shutdown");
+    let dir = scratch_dir.path();
     let server = LocalPostgres::start(&dir).unwrap();
     let (node, mut client) = serve(&config(&dir, &[&server], "", 0)).await;
     let call = tokio::spawn(async move { client.submit(sql("held", "SELECT pg_sleep(30)", 60_000)).await });
@@ -258,7 +262,8 @@ async fn shutdown_past_its_grace_cancels_running_queries_on_the_server() {
 
 #[actix_rt::test]
 async fn a_restarted_node_learns_from_the_real_execution_log() {
-    let dir = scratch("restart");
+    let scratch_dir = scratch("restart");
+    let dir = scratch_dir.path();
     let server = LocalPostgres::start(&dir).unwrap();
     let text = config(&dir, &[&server], "", 5);
     let (node, mut client) = serve(&text).await;
@@ -282,7 +287,8 @@ async fn a_restarted_node_learns_from_the_real_execution_log() {
 
 #[actix_rt::test]
 async fn start_up_fails_naming_the_cluster_for_a_bad_endpoint() {
-    let dir = scratch("startup");
+    let scratch_dir = scratch("startup");
+    let dir = scratch_dir.path();
     let server = LocalPostgres::start(&dir).unwrap();
     let good = config(&dir, &[&server], "connect_timeout_ms = 2000", 5);
     // Nothing listens on the port.
@@ -305,7 +311,8 @@ async fn start_up_fails_naming_the_cluster_for_a_bad_endpoint() {
 
 #[actix_rt::test]
 async fn tls_connections_are_encrypted_and_an_untrusted_certificate_fails_start_up() {
-    let dir = scratch("tls");
+    let scratch_dir = scratch("tls");
+    let dir = scratch_dir.path();
     let secured = LocalPostgres::start_with_tls(&dir).unwrap();
     let plain = LocalPostgres::start(&dir).unwrap();
     let ca_file = secured.ca_file.clone().unwrap();

@@ -24,10 +24,9 @@ pub fn load(text: &str) -> NodeConfig {
     NodeConfig::load(text, &std::collections::HashMap::new(), &Overrides::default()).unwrap()
 }
 
-pub fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("slogate-node-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// A scratch directory for one test, removed when it drops.
+pub fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("slogate-node-{name}-")).tempdir().unwrap()
 }
 
 pub fn request(id: &str, template: u32, slo_ms: u64) -> SubmitRequest {
