@@ -35,7 +35,7 @@ async fn counts_and_executions_survive_a_restart() {
     let dir = scratch_dir.path();
     let config = ReservoirConfig { arrival_samples_per_hour_max: 8, seed: 1, ..ReservoirConfig::default() };
     {
-        let actor = ReservoirActor::new(config.clone(), Box::new(SledStore::open(&dir).unwrap()), 1_000, 64).unwrap().start();
+        let actor = ReservoirActor::new(config.clone(), Box::new(SledStore::open(dir).unwrap()), 1_000, 64).unwrap().start();
         for i in 0..30 {
             actor.send(ArrivalUpdate { unix_secs: MONDAY_1PM + i * 60, template: TemplateId((i % 3) as u32 + 1) }).await.unwrap().unwrap();
         }
@@ -47,7 +47,7 @@ async fn counts_and_executions_survive_a_restart() {
         assert_eq!((state.arrivals, state.executions, state.unflushed), (30, 5, 0));
         actor.send(Shutdown).await.unwrap().unwrap();
     }
-    let store = SledStore::open(&dir).unwrap();
+    let store = SledStore::open(dir).unwrap();
     assert_eq!(store.recent_executions(100).unwrap(), (0..5).map(record).collect::<Vec<_>>());
     let actor = ReservoirActor::new(config, Box::new(store), 1_000, 64).unwrap().start();
     let (hour, _) = CalendarHour::from_unix_secs(MONDAY_1PM);
@@ -59,7 +59,6 @@ async fn counts_and_executions_survive_a_restart() {
     let recent = actor.send(GetRecentExecutions { limit: 3 }).await.unwrap().unwrap();
     assert_eq!(recent, (2..5).map(record).collect::<Vec<_>>());
     actor.send(Shutdown).await.unwrap().unwrap();
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -73,16 +72,15 @@ fn execution_records_logged_before_queueing_was_recorded_read_zero_queueing() {
 async fn arrival_samples_stay_within_the_bound() {
     let scratch_dir = scratch("bound");
     let dir = scratch_dir.path();
-    let store = SledStore::open(&dir).unwrap();
+    let store = SledStore::open(dir).unwrap();
     let actor = ReservoirActor::new(ReservoirConfig { arrival_samples_per_hour_max: 16, seed: 2, ..ReservoirConfig::default() }, Box::new(store), 10, 64).unwrap().start();
     for i in 0..500 {
         actor.send(ArrivalUpdate { unix_secs: MONDAY_1PM + i * 7, template: TemplateId(1) }).await.unwrap().unwrap();
     }
     actor.send(Shutdown).await.unwrap().unwrap();
-    let stored = SledStore::open(&dir).unwrap().load().unwrap();
+    let stored = SledStore::open(dir).unwrap().load().unwrap();
     assert_eq!(stored.totals.iter().map(|(_, t)| t).sum::<u64>(), 500);
     assert!(stored.samples.len() <= 16, "{} samples kept", stored.samples.len());
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
@@ -90,13 +88,12 @@ async fn unflushed_updates_are_flushed_within_a_second() {
     tokio::time::pause();
     let scratch_dir = scratch("interval");
     let dir = scratch_dir.path();
-    let actor = ReservoirActor::new(ReservoirConfig::default(), Box::new(SledStore::open(&dir).unwrap()), 1_000_000, 64).unwrap().start();
+    let actor = ReservoirActor::new(ReservoirConfig::default(), Box::new(SledStore::open(dir).unwrap()), 1_000_000, 64).unwrap().start();
     actor.send(ArrivalUpdate { unix_secs: MONDAY_1PM, template: TemplateId(1) }).await.unwrap().unwrap();
     assert_eq!(actor.send(GetState).await.unwrap().unflushed, 1);
     tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
     assert_eq!(actor.send(GetState).await.unwrap().unflushed, 0);
     actor.send(Shutdown).await.unwrap().unwrap();
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Executions per batch row in [`fill`].
@@ -137,8 +134,8 @@ fn truncate_log(dir: &std::path::Path, fraction: f64) {
 fn a_store_reopens_intact_and_its_manifest_matches_its_rows() {
     let scratch_dir = scratch("intact");
     let dir = scratch_dir.path();
-    fill(&dir, 3_000);
-    let store = SledStore::open(&dir).unwrap();
+    fill(dir, 3_000);
+    let store = SledStore::open(dir).unwrap();
     assert!(store.repair_report().is_none());
     assert_eq!(store.rows().executions, 3_000 / FILL_BATCH, "a row per batch");
     assert_eq!(store.recent_executions(10_000).unwrap(), (0..3_000).map(record).collect::<Vec<_>>());
@@ -149,14 +146,14 @@ fn a_store_reopens_intact_and_its_manifest_matches_its_rows() {
 fn a_truncated_store_is_a_clear_error_naming_what_was_lost() {
     let scratch_dir = scratch("truncated");
     let dir = scratch_dir.path();
-    fill(&dir, 20_000);
-    truncate_log(&dir, 0.5);
-    let error = SledStore::open(&dir).err().expect("a truncated store must not open silently");
+    fill(dir, 20_000);
+    truncate_log(dir, 0.5);
+    let error = SledStore::open(dir).err().expect("a truncated store must not open silently");
     let message = error.to_string();
     assert!(matches!(error, slogate_actors::Error::DamagedStore { .. }), "{message}");
     assert!(message.contains("--repair"), "the error says how to go on: {message}");
     // Failing to open does not bless the damage for the next try.
-    let again = SledStore::open(&dir).err().expect("a damaged store stays damaged until repaired");
+    let again = SledStore::open(dir).err().expect("a damaged store stays damaged until repaired");
     assert!(matches!(again, slogate_actors::Error::DamagedStore { .. }), "{again}");
 }
 
@@ -164,10 +161,10 @@ fn a_truncated_store_is_a_clear_error_naming_what_was_lost() {
 fn a_repair_keeps_what_is_left_says_what_it_dropped_and_the_store_then_opens_cleanly() {
     let scratch_dir = scratch("repair");
     let dir = scratch_dir.path();
-    fill(&dir, 20_000);
-    truncate_log(&dir, 0.5);
+    fill(dir, 20_000);
+    truncate_log(dir, 0.5);
     let options = slogate_actors::reservoir::StoreOptions { repair: true, ..Default::default() };
-    let store = SledStore::open_with(&dir, &options).unwrap();
+    let store = SledStore::open_with(dir, &options).unwrap();
     let report = store.repair_report().expect("damage is reported").clone();
     assert!(!report.damage.is_empty());
     let kept = report.kept;
@@ -177,7 +174,7 @@ fn a_repair_keeps_what_is_left_says_what_it_dropped_and_the_store_then_opens_cle
     }
     assert_eq!(store.rows(), kept);
     drop(store);
-    let store = SledStore::open(&dir).expect("a repaired store opens without --repair");
+    let store = SledStore::open(dir).expect("a repaired store opens without --repair");
     assert!(store.repair_report().is_none());
     assert_eq!(store.rows(), kept);
 }
@@ -186,14 +183,14 @@ fn a_repair_keeps_what_is_left_says_what_it_dropped_and_the_store_then_opens_cle
 fn a_missing_or_edited_manifest_is_damage() {
     let scratch_dir = scratch("manifest");
     let dir = scratch_dir.path();
-    fill(&dir, 100);
+    fill(dir, 100);
     let manifest = dir.join("slogate-manifest.json");
     let text = std::fs::read_to_string(&manifest).unwrap();
     std::fs::write(&manifest, text.replace("\"executions\": 10", "\"executions\": 9")).unwrap();
-    let error = SledStore::open(&dir).err().expect("an edited manifest is damage").to_string();
+    let error = SledStore::open(dir).err().expect("an edited manifest is damage").to_string();
     assert!(error.contains("checksum"), "{error}");
     std::fs::remove_file(&manifest).unwrap();
-    let error = SledStore::open(&dir).err().expect("a missing manifest is damage").to_string();
+    let error = SledStore::open(dir).err().expect("a missing manifest is damage").to_string();
     assert!(error.contains("missing"), "{error}");
 }
 
@@ -201,8 +198,8 @@ fn a_missing_or_edited_manifest_is_damage() {
 fn pruning_keeps_the_newest_executions_and_none_older_than_the_cutoff() {
     let scratch_dir = scratch("prune");
     let dir = scratch_dir.path();
-    fill(&dir, 1_000);
-    let mut store = SledStore::open(&dir).unwrap();
+    fill(dir, 1_000);
+    let mut store = SledStore::open(dir).unwrap();
     // By count, at most a budget per prune.
     assert_eq!(store.prune_executions(800, 0.0, 150).unwrap(), 150);
     assert_eq!(store.prune_executions(800, 0.0, 150).unwrap(), 50);
@@ -216,7 +213,7 @@ fn pruning_keeps_the_newest_executions_and_none_older_than_the_cutoff() {
     assert_eq!(store.prune_executions(10_000, 1_900.0, 10_000).unwrap(), 695);
     assert_eq!(store.recent_executions(10_000).unwrap(), (900..1_000).map(record).collect::<Vec<_>>());
     drop(store);
-    let store = SledStore::open(&dir).expect("pruning keeps the manifest truthful");
+    let store = SledStore::open(dir).expect("pruning keeps the manifest truthful");
     assert_eq!(store.rows().executions, 100 / FILL_BATCH);
     assert_eq!(store.recent_executions(10_000).unwrap().len(), 100);
 }
@@ -226,7 +223,7 @@ async fn the_actor_prunes_the_log_to_its_retention() {
     let scratch_dir = scratch("retention");
     let dir = scratch_dir.path();
     let retention = slogate_actors::reservoir::Retention { executions_kept_max: 50, ..Default::default() };
-    let actor = ReservoirActor::new(ReservoirConfig::default(), Box::new(SledStore::open(&dir).unwrap()), 1_000, 256)
+    let actor = ReservoirActor::new(ReservoirConfig::default(), Box::new(SledStore::open(dir).unwrap()), 1_000, 256)
         .unwrap()
         .with_retention(retention)
         .start();
@@ -260,7 +257,7 @@ async fn one_prune_deletes_everything_written_beyond_the_bound_since_the_last_wh
         prune_interval: std::time::Duration::from_secs(3_600),
         ..Default::default()
     };
-    let actor = ReservoirActor::new(ReservoirConfig::default(), Box::new(SledStore::open(&dir).unwrap()), 10_000, 70_000)
+    let actor = ReservoirActor::new(ReservoirConfig::default(), Box::new(SledStore::open(dir).unwrap()), 10_000, 70_000)
         .unwrap()
         .with_retention(retention)
         .start();
@@ -323,7 +320,7 @@ fn idempotency_record(id: u64, finished_unix_s: f64) -> slogate_actors::idempote
 fn idempotency_records_are_pruned_oldest_first_by_count_and_age() {
     let scratch_dir = scratch("idempotency-prune");
     let dir = scratch_dir.path();
-    let mut store = SledStore::open(&dir).unwrap();
+    let mut store = SledStore::open(dir).unwrap();
     // Ten batches of a hundred, in finish order: id i finished at 10,000 + i.
     let finished = |i: u64| 10_000.0 + i as f64;
     for first in (0..1_000).step_by(100) {
@@ -346,7 +343,7 @@ fn idempotency_records_are_pruned_oldest_first_by_count_and_age() {
     // Reading from a time skips what finished before it.
     assert_eq!(store.idempotency_records(10_950.0).unwrap().len(), 50);
     drop(store);
-    let store = SledStore::open(&dir).expect("pruning keeps the manifest truthful");
+    let store = SledStore::open(dir).expect("pruning keeps the manifest truthful");
     assert_eq!(store.idempotency_records(0.0).unwrap().len(), kept.len());
 }
 
@@ -356,9 +353,9 @@ fn a_store_with_one_row_per_idempotency_record_moves_them_into_batches_when_it_o
     let dir = scratch_dir.path();
     // A store as an older node left it: an intact manifest of zero rows,
     // then the records in their own tree, one row each, with an index.
-    drop(SledStore::open(&dir).unwrap());
+    drop(SledStore::open(dir).unwrap());
     {
-        let db = sled::open(&dir).unwrap();
+        let db = sled::open(dir).unwrap();
         let (legacy, index) = (db.open_tree("idempotency").unwrap(), db.open_tree("idempotency_by_time").unwrap());
         for i in 0..2_500u64 {
             let record = idempotency_record(i, 20_000.0 - i as f64);
@@ -367,17 +364,17 @@ fn a_store_with_one_row_per_idempotency_record_moves_them_into_batches_when_it_o
         }
         db.flush().unwrap();
     }
-    let store = SledStore::open(&dir).unwrap();
+    let store = SledStore::open(dir).unwrap();
     let records = store.idempotency_records(0.0).unwrap();
     assert_eq!(records.len(), 2_500);
     assert!(records.windows(2).all(|w| w[0].finished_unix_s <= w[1].finished_unix_s), "oldest finish first");
     let rows = store.rows().idempotency;
     assert!(rows < 2_500 / 10, "batched: {rows} rows");
     drop(store);
-    let store = SledStore::open(&dir).expect("the moved store opens as it is");
+    let store = SledStore::open(dir).expect("the moved store opens as it is");
     assert_eq!((store.rows().idempotency, store.idempotency_records(0.0).unwrap().len()), (rows, 2_500));
     drop(store);
-    let db = sled::open(&dir).unwrap();
+    let db = sled::open(dir).unwrap();
     assert!(!db.tree_names().iter().any(|name| name.as_ref() == b"idempotency" || name.as_ref() == b"idempotency_by_time"), "the old trees are gone");
 }
 
@@ -385,9 +382,9 @@ fn a_store_with_one_row_per_idempotency_record_moves_them_into_batches_when_it_o
 fn single_record_execution_rows_from_before_batches_read_and_prune_with_the_batches() {
     let scratch_dir = scratch("legacy-executions");
     let dir = scratch_dir.path();
-    drop(SledStore::open(&dir).unwrap());
+    drop(SledStore::open(dir).unwrap());
     {
-        let db = sled::open(&dir).unwrap();
+        let db = sled::open(dir).unwrap();
         let executions = db.open_tree("executions").unwrap();
         // One row of JSON alone, one of the logged time then JSON.
         executions.insert(1u64.to_be_bytes(), serde_json::to_vec(&record(0)).unwrap()).unwrap();
@@ -396,7 +393,7 @@ fn single_record_execution_rows_from_before_batches_read_and_prune_with_the_batc
         executions.insert(2u64.to_be_bytes(), timed).unwrap();
         db.flush().unwrap();
     }
-    let mut store = SledStore::open(&dir).unwrap();
+    let mut store = SledStore::open(dir).unwrap();
     store.append_executions(&(2..12).map(record).collect::<Vec<_>>(), 1_000.0).unwrap();
     assert_eq!(store.recent_executions(100).unwrap(), (0..12).map(record).collect::<Vec<_>>());
     assert_eq!(store.prune_executions(5, 0.0, 100).unwrap(), 7, "the single rows, then five of the batch");
@@ -414,9 +411,9 @@ fn a_store_with_a_row_per_count_and_sample_moves_its_history_into_hour_rows_when
     }
     // The layout an older node wrote: a row per count, per hour total and
     // per sample slot.
-    drop(SledStore::open(&dir).unwrap());
+    drop(SledStore::open(dir).unwrap());
     {
-        let db = sled::open(&dir).unwrap();
+        let db = sled::open(dir).unwrap();
         let (counts, totals, samples) = (db.open_tree("counts").unwrap(), db.open_tree("totals").unwrap(), db.open_tree("samples").unwrap());
         let hour_key = |hour: slogate_core::reservoir::CalendarHour| {
             let day = (hour.day as u32 ^ 0x8000_0000).to_be_bytes();
@@ -434,7 +431,7 @@ fn a_store_with_a_row_per_count_and_sample_moves_its_history_into_hour_rows_when
     }
     let expected: Vec<HourRow> = reservoir.hours().filter_map(|hour| HourRow::of(&reservoir, hour)).collect();
     for _ in 0..2 {
-        let store = SledStore::open(&dir).expect("the older layout opens, and so does the moved one");
+        let store = SledStore::open(dir).expect("the older layout opens, and so does the moved one");
         let rows = store.rows();
         assert_eq!((rows.counts, rows.samples, rows.totals), (0, 0, expected.len() as u64), "a row per hour, nothing else");
         let mut restored = slogate_core::reservoir::Reservoir::new(ReservoirConfig { arrival_samples_per_hour_max: 8, ..ReservoirConfig::default() });
@@ -448,7 +445,7 @@ fn a_store_with_a_row_per_count_and_sample_moves_its_history_into_hour_rows_when
 fn a_large_hour_is_kept_in_chunks_that_load_back_whole_and_a_half_pruned_hour_is_skipped() {
     let scratch_dir = scratch("hour-chunks");
     let dir = scratch_dir.path();
-    let mut store = SledStore::open(&dir).unwrap();
+    let mut store = SledStore::open(dir).unwrap();
     let hour = |h: u8| CalendarHour { day: 19_870, hour: h };
     // 2,000 templates and 4,096 samples: about 32 KB, six chunks.
     let large = |h: u8| HourRow {
@@ -461,7 +458,7 @@ fn a_large_hour_is_kept_in_chunks_that_load_back_whole_and_a_half_pruned_hour_is
     assert!(store.rows().totals >= 10, "{:?}", store.rows());
     store.flush().unwrap();
     drop(store);
-    let mut store = SledStore::open(&dir).unwrap();
+    let mut store = SledStore::open(dir).unwrap();
     let tables = store.load().unwrap();
     assert_eq!(tables.totals, vec![(hour(1), 10_000), (hour(2), 10_000)]);
     assert_eq!(tables.counts.len(), 4_000);
@@ -473,5 +470,5 @@ fn a_large_hour_is_kept_in_chunks_that_load_back_whole_and_a_half_pruned_hour_is
     assert_eq!(tables.totals, vec![(hour(2), 10_000)]);
     assert_eq!(tables.counts.len(), 2_000);
     drop(store);
-    assert!(SledStore::open(&dir).is_ok(), "the manifest follows the chunks");
+    assert!(SledStore::open(dir).is_ok(), "the manifest follows the chunks");
 }

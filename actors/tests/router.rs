@@ -254,7 +254,7 @@ async fn the_execution_log_records_queueing_and_whether_a_query_ran_alone() {
     tokio::time::pause();
     let scratch_dir = tempfile::Builder::new().prefix("slogate-router-log-").tempdir().unwrap();
     let dir = scratch_dir.path();
-    let store = SledStore::open(&dir).unwrap();
+    let store = SledStore::open(dir).unwrap();
     let reservoir = ReservoirActor::new(slogate_core::reservoir::ReservoirConfig::default(), Box::new(store), 1, 64).unwrap().start_linked();
     // One 16-RPU cluster: a lone query, then eight at once, more than its
     // admission slots.
@@ -274,7 +274,6 @@ async fn the_execution_log_records_queueing_and_whether_a_query_ran_alone() {
     assert!(log[0].ran_alone && log[0].queued == Duration::ZERO, "{:?}", log[0]);
     assert!(log[1..].iter().all(|r| !r.ran_alone));
     assert!(log[1..].iter().any(|r| r.queued > Duration::from_secs(1)), "{log:?}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]

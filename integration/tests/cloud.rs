@@ -84,21 +84,21 @@ fn wait_until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
 /// stand-in whose workgroups all serve at that server, and a node config
 /// for them.
 struct Bench {
-    dir: PathBuf,
     /// Alive as long as the bench.
     _server: LocalPostgres,
     stand_in: ServerlessStandIn,
     config: PathBuf,
+    /// Removed last, after the server has stopped.
+    dir: tempfile::TempDir,
 }
 
 impl Bench {
     fn new(name: &str, autoscale: &str, ready_timeout_s: u64) -> Bench {
-        let scratch_dir = scratch(name);
-        let dir = scratch_dir.path();
-        let server = LocalPostgres::start(&dir).unwrap();
+        let dir = scratch(name);
+        let server = LocalPostgres::start(dir.path()).unwrap();
         let stand_in = ServerlessStandIn::start(Behaviour { endpoint: ("127.0.0.1".into(), server.port), ..Behaviour::default() });
-        let config = write_config(&dir, &stand_in, &server, autoscale, ready_timeout_s, "");
-        Bench { dir, _server: server, stand_in, config }
+        let config = write_config(dir.path(), &stand_in, &server, autoscale, ready_timeout_s, "");
+        Bench { _server: server, stand_in, config, dir }
     }
 
     /// `slogate serve` on the config, with the stand-in's credentials.
@@ -117,7 +117,7 @@ fn sql(id: &str, text: &str, slo_ms: u64) -> SubmitRequest {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_creates_a_workgroup_that_serves_once_healthy_and_idleness_deletes_it() {
     let bench = Bench::new("burst", AUTOSCALE, 30);
-    let (dir, stand_in) = (&bench.dir, &bench.stand_in);
+    let (_dir, stand_in) = (bench.dir.path(), &bench.stand_in);
     let node = bench.start_node();
     let admin = node.admin_addr;
 
@@ -177,13 +177,12 @@ async fn a_burst_creates_a_workgroup_that_serves_once_healthy_and_idleness_delet
     let bill = json(&pool)["billed_usd"].as_f64();
     assert!(bill.is_some_and(|b| b > 0.0), "the bill shows: {pool}");
     drop(node);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_killed_between_a_create_and_its_record_leaks_nothing_and_duplicates_nothing_after_a_restart() {
     let bench = Bench::new("kill", "", 30);
-    let (dir, stand_in) = (&bench.dir, &bench.stand_in);
+    let (_dir, stand_in) = (bench.dir.path(), &bench.stand_in);
     let node = bench.start_node();
     let admin = node.admin_addr;
     wait_until(Duration::from_secs(30), "c0 ready", || clusters(admin).contains(&("c0".into(), "ready".into())));
@@ -226,13 +225,12 @@ async fn a_node_killed_between_a_create_and_its_record_leaks_nothing_and_duplica
     let reply = client.submit(sql("after", "SELECT 6 * 7 AS answer", 5_000)).await.unwrap().into_inner();
     assert_eq!((reply.status(), reply.target.as_str()), (QueryStatus::Completed, "c0"), "{reply:?}");
     drop(node);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn a_workgroup_that_never_becomes_available_is_deleted_and_its_abandonment_is_a_decision_with_the_reason() {
     let bench = Bench::new("never", AUTOSCALE, 2);
-    let (dir, stand_in) = (&bench.dir, &bench.stand_in);
+    let (_dir, stand_in) = (bench.dir.path(), &bench.stand_in);
     stand_in.never_available(1);
     let node = bench.start_node();
     let admin = node.admin_addr;
@@ -245,14 +243,13 @@ fn a_workgroup_that_never_becomes_available_is_deleted_and_its_abandonment_is_a_
     let reason = abandoned["reason"].as_str().unwrap();
     assert!(reason.contains("slogate-default-sls-c0 did not become available within 2 s") && reason.contains("deleted it"), "{reason}");
     drop(node);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offloaded_queries_go_through_the_sdk_to_lambda_and_bill_their_duration() {
     let scratch_dir = scratch("lambda");
     let dir = scratch_dir.path();
-    let server = LocalPostgres::start(&dir).unwrap();
+    let server = LocalPostgres::start(dir).unwrap();
     let moto = slogate_integration::moto::Moto::start();
     moto.lambda_function("offload");
     let config = dir.join("node.toml");
@@ -299,16 +296,15 @@ async fn offloaded_queries_go_through_the_sdk_to_lambda_and_bill_their_duration(
     assert_eq!(elastic["kind"], "lambda", "{pool}");
     assert_eq!(elastic["detail"]["tally"]["invocations"].as_u64(), Some(offloaded as u64), "{pool}");
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_missing_namespace_is_a_start_up_error_naming_the_pool() {
     let scratch_dir = scratch("namespace");
     let dir = scratch_dir.path();
-    let server = LocalPostgres::start(&dir).unwrap();
+    let server = LocalPostgres::start(dir).unwrap();
     let stand_in = ServerlessStandIn::start(Behaviour { namespaces: vec!["other".into()], ..Behaviour::default() });
-    let config = write_config(&dir, &stand_in, &server, "", 30, "");
+    let config = write_config(dir, &stand_in, &server, "", 30, "");
     let output = std::process::Command::new(slogate_integration::slogate_binary())
         .args(["serve", "--config"])
         .arg(&config)
@@ -318,7 +314,6 @@ fn a_missing_namespace_is_a_start_up_error_naming_the_pool() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("pool `sls`") && stderr.contains("namespace `analytics`") && stderr.contains("ResourceNotFoundException"), "{stderr}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The pools `admin`'s node owns, from `/v1/fleet`.
@@ -341,7 +336,7 @@ fn provider_actions(admin: SocketAddr) -> Vec<String> {
 async fn in_a_fleet_only_the_owner_manages_a_cloud_pool_and_each_next_owner_adopts_its_workgroup_without_creating_one() {
     let scratch_dir = scratch("fleet");
     let dir = scratch_dir.path();
-    let server = LocalPostgres::start(&dir).unwrap();
+    let server = LocalPostgres::start(dir).unwrap();
     let stand_in = ServerlessStandIn::start(Behaviour { endpoint: ("127.0.0.1".into(), server.port), ..Behaviour::default() });
     let etcd = slogate_integration::EtcdProcess::start(&dir.join("etcd"));
     // `joiner` is first in rendezvous order for `sls`: when it joins, the
@@ -399,5 +394,4 @@ async fn in_a_fleet_only_the_owner_manages_a_cloud_pool_and_each_next_owner_adop
     assert_eq!(stand_in.workgroups().len(), 1);
     drop(first_node);
     drop(etcd);
-    let _ = std::fs::remove_dir_all(&dir);
 }

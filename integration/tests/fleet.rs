@@ -140,7 +140,7 @@ async fn three_nodes_on_etcd_answer_through_any_node_fail_over_within_two_ttls_a
     let etcd = EtcdProcess::start(&dir.join("etcd"));
     let fleet = etcd_fleet(&etcd.client_url);
     let mut nodes: Vec<Option<NodeProcess>> =
-        (0..3).map(|i| Some(NodeProcess::start(&node_config(&dir, &format!("n{i}"), "127.0.0.1:0", &fleet)))).collect();
+        (0..3).map(|i| Some(NodeProcess::start(&node_config(dir, &format!("n{i}"), "127.0.0.1:0", &fleet)))).collect();
     let admins: Vec<SocketAddr> = nodes.iter().flatten().map(|n| n.admin_addr).collect();
     let owners = settled(&admins, 3, Duration::from_secs(20)).await;
     let distinct: BTreeSet<&String> = owners.values().collect();
@@ -238,7 +238,7 @@ async fn three_nodes_on_etcd_answer_through_any_node_fail_over_within_two_ttls_a
     assert!(recalled >= 10, "{recalled} retries checked");
 
     // 3. A node joins under the same load and takes its share.
-    let joiner = NodeProcess::start(&node_config(&dir, "n3", "127.0.0.1:0", &fleet));
+    let joiner = NodeProcess::start(&node_config(dir, "n3", "127.0.0.1:0", &fleet));
     let mut admins: Vec<SocketAddr> = nodes.iter().flatten().map(|n| n.admin_addr).collect();
     admins.push(joiner.admin_addr);
     let owners = settled(&admins, 3, Duration::from_secs(20)).await;
@@ -268,8 +268,8 @@ async fn a_node_cut_off_from_etcd_stops_routing_within_the_ttl_and_never_overlap
     let dir = scratch_dir.path();
     let etcd = EtcdProcess::start(&dir.join("etcd"));
     let proxy = CuttableProxy::start(etcd.client_addr);
-    let cut_node = NodeProcess::start(&node_config(&dir, "a", "127.0.0.1:0", &etcd_fleet(&format!("http://{}", proxy.addr))));
-    let other = NodeProcess::start(&node_config(&dir, "b", "127.0.0.1:0", &etcd_fleet(&etcd.client_url)));
+    let cut_node = NodeProcess::start(&node_config(dir, "a", "127.0.0.1:0", &etcd_fleet(&format!("http://{}", proxy.addr))));
+    let other = NodeProcess::start(&node_config(dir, "b", "127.0.0.1:0", &etcd_fleet(&etcd.client_url)));
     let admins = [cut_node.admin_addr, other.admin_addr];
     let owners = settled(&admins, 2, Duration::from_secs(20)).await;
     let owned_by_a: BTreeSet<String> = owners.iter().filter(|(_, o)| *o == "a").map(|(p, _)| p.clone()).collect();
@@ -327,7 +327,7 @@ async fn a_static_member_list_splits_the_pools_and_forwards_between_two_nodes() 
         ports[0], ports[1]
     );
     let nodes: Vec<NodeProcess> =
-        (0..2).map(|i| NodeProcess::start(&node_config(&dir, &format!("s{i}"), &format!("127.0.0.1:{}", ports[i]), &members))).collect();
+        (0..2).map(|i| NodeProcess::start(&node_config(dir, &format!("s{i}"), &format!("127.0.0.1:{}", ports[i]), &members))).collect();
     let admins: Vec<SocketAddr> = nodes.iter().map(|n| n.admin_addr).collect();
     let owners = settled(&admins, 2, Duration::from_secs(10)).await;
     // The split is rendezvous hashing's, as `slogate_core::ownership` computes it.
@@ -443,9 +443,9 @@ async fn a_grpcio_client_spread_over_three_nodes_sees_what_one_node_answers() {
     let ports = [free_port(), free_port(), free_port()];
     let members: String = (0..3).map(|i| format!("[[fleet.member]]\nid = \"g{i}\"\ngrpc_addr = \"127.0.0.1:{}\"\n", ports[i])).collect();
     let nodes: Vec<NodeProcess> =
-        (0..3).map(|i| NodeProcess::start(&node_config(&dir, &format!("g{i}"), &format!("127.0.0.1:{}", ports[i]), &members))).collect();
+        (0..3).map(|i| NodeProcess::start(&node_config(dir, &format!("g{i}"), &format!("127.0.0.1:{}", ports[i]), &members))).collect();
     // The same pools on one node alone (an empty [fleet]).
-    let alone = NodeProcess::start(&node_config(&dir, "", "127.0.0.1:0", ""));
+    let alone = NodeProcess::start(&node_config(dir, "", "127.0.0.1:0", ""));
     let grpc: Vec<SocketAddr> = nodes.iter().map(|n| n.grpc_addr).collect();
     let alone_addr = alone.grpc_addr;
     tokio::task::spawn_blocking(move || {
@@ -605,7 +605,7 @@ async fn nodes_serving_tls_forward_to_each_other_over_tls() {
     );
     let nodes: Vec<NodeProcess> = (0..2)
         .map(|i| {
-            let path = node_config(&dir, &format!("x{i}"), &format!("127.0.0.1:{}", ports[i]), &fleet);
+            let path = node_config(dir, &format!("x{i}"), &format!("127.0.0.1:{}", ports[i]), &fleet);
             // The [node] keys go before [fleet]: splice TLS in.
             let text = std::fs::read_to_string(&path)
                 .unwrap()
@@ -654,7 +654,7 @@ async fn a_fleet_reaches_etcd_over_tls() {
     let etcd = EtcdProcess::start_tls(&dir.join("etcd"), &tls);
     assert!(etcd.client_url.starts_with("https://"));
     let fleet = format!("{}etcd_ca_path = \"{}\"\n", etcd_fleet(&etcd.client_url), ca.display());
-    let nodes: Vec<NodeProcess> = ["e0", "e1"].iter().map(|id| NodeProcess::start(&node_config(&dir, id, "127.0.0.1:0", &fleet))).collect();
+    let nodes: Vec<NodeProcess> = ["e0", "e1"].iter().map(|id| NodeProcess::start(&node_config(dir, id, "127.0.0.1:0", &fleet))).collect();
     let admins: Vec<SocketAddr> = nodes.iter().map(|n| n.admin_addr).collect();
     // Both join and the pools are claimed, all through etcd over TLS.
     let owners = settled(&admins, 2, Duration::from_secs(20)).await;

@@ -25,7 +25,7 @@ fn request(id: &str, template: u32, slo_ms: u64) -> SubmitRequest {
 async fn node_survives_sigkill_with_its_reservoir_and_stops_cleanly_on_sigterm() {
     let scratch_dir = tempfile::Builder::new().prefix("slogate-it-").tempdir().unwrap();
     let dir = scratch_dir.path();
-    let config = write_config(&dir);
+    let config = write_config(dir);
 
     // 1. 300 concurrent submissions all complete with a status and latency.
     let node = NodeProcess::start(&config);
@@ -95,7 +95,6 @@ async fn node_survives_sigkill_with_its_reservoir_and_stops_cleanly_on_sigterm()
     // 6. SIGTERM drains and exits cleanly.
     let lines = tokio::task::spawn_blocking(move || node.terminate()).await.unwrap();
     assert!(lines.iter().any(|l| l.contains("Stopped.") && l.contains("in_flight_left=0")), "{lines:?}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,5 +167,4 @@ async fn the_console_shows_pools_live_charts_and_explained_decisions_in_a_real_b
         task.await.unwrap();
     }
     node.terminate();
-    std::fs::remove_dir_all(&dir).ok();
 }

@@ -77,14 +77,13 @@ fn postgres_demo_runs_at_least_ninety_tpcds_templates_as_sql_and_reports_each_po
     assert!(trained.status.success(), "{}", String::from_utf8_lossy(&trained.stderr));
     assert!(String::from_utf8_lossy(&trained.stdout).contains("concurrency-aware"), "{}", String::from_utf8_lossy(&trained.stdout));
     assert!(dir.join("model/model.onnx").exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn the_readme_python_client_runs_sql_on_a_postgres_pool() {
     let scratch_dir = scratch("client");
     let dir = scratch_dir.path();
-    let server = LocalPostgres::start(&dir).unwrap();
+    let server = LocalPostgres::start(dir).unwrap();
     let config = dir.join("node.toml");
     std::fs::write(
         &config,
@@ -112,5 +111,4 @@ fn the_readme_python_client_runs_sql_on_a_postgres_pool() {
     let failed = run(&["--sql", "SELEC 1", "--slo-ms", "5000"]);
     assert_eq!((failed["status"].as_str(), failed["sqlstate"].as_str()), (Some("QUERY_STATUS_FAILED"), Some("42601")), "{failed}");
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
 }

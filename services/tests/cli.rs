@@ -243,7 +243,6 @@ fn train_predictor_writes_the_model_and_its_metadata_and_the_same_seed_gives_the
         let version = slogate::model::check_onnx(&dir.join("a"), &weights, Some(&library)).unwrap();
         assert!(version.starts_with("1."), "{version}");
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -258,5 +257,4 @@ fn train_predictor_refuses_a_log_it_cannot_read_naming_the_line() {
     // Without the trainer the build says how to get it; with it, the
     // bad line is named.
     assert!(stderr.contains("log.jsonl:1: not an execution record") || stderr.contains("--features learn"), "{stderr}");
-    std::fs::remove_dir_all(&dir).ok();
 }

@@ -53,7 +53,6 @@ async fn a_pool_predicts_with_a_trained_iconq_model_and_serves_every_query() {
     assert_eq!(pool["predictor"], "iconq", "{body}");
     assert_eq!(pool["policy"], "slogate", "{body}");
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
@@ -67,7 +66,6 @@ async fn an_iconq_pool_whose_model_is_missing_or_broken_stops_the_node_at_start_
     std::fs::write(dir.join("broken/model.json"), "{\"schema_version\": 1}").unwrap();
     let error = node::start(iconq_config(&dir.join("data"), &dir.join("broken"))).await.err().expect("a broken model, no node");
     assert!(error.to_string().contains("is not an Iconq+ model"), "{error}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -162,19 +160,17 @@ async fn an_operator_retrains_a_worse_model_away_and_the_new_one_survives_a_rest
     let actors: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(actors["retrainers"]["default"]["model"]["version"], 2, "{body}");
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
 async fn retraining_a_pool_without_a_learned_model_is_a_conflict_that_says_why() {
     let scratch_dir = scratch("retrain-none");
     let dir = scratch_dir.path();
-    let node = node::start(config(&dir)).await.unwrap();
+    let node = node::start(config(dir)).await.unwrap();
     let (status, body) = admin(node.admin_addr, "POST", "/v1/pools/default/predictor/retrain", Some("s3cret"), "").await;
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("predictor = \\\"iconq\\\""), "{body}");
     let (status, _) = admin(node.admin_addr, "POST", "/v1/pools/nope/predictor/retrain", Some("s3cret"), "").await;
     assert_eq!(status, 404);
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }

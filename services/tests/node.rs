@@ -44,7 +44,7 @@ async fn three_hundred_concurrent_submissions_all_complete_and_show_in_the_admin
     // It compares slogate's billing estimate with the warehouse's bill: at
     // 20,000x a millisecond of actor scheduling is 20 billed seconds, and
     // parallel tests make that jitter, so this node runs at 2,000x.
-    let node = node::start(config_at(&dir, 2_000.0)).await.unwrap();
+    let node = node::start(config_at(dir, 2_000.0)).await.unwrap();
     let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
     let mut tasks = Vec::new();
     for i in 0..300u32 {
@@ -98,14 +98,13 @@ async fn three_hundred_concurrent_submissions_all_complete_and_show_in_the_admin
     assert!(body.contains("# TYPE slogate_reservoir_backlog gauge"), "{body}");
     assert!(actors["reservoir"]["disk_bytes"].as_u64().is_some_and(|bytes| bytes > 0), "{actors}");
     assert_eq!(node.shutdown().await, 0);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
 async fn bad_requests_get_the_documented_statuses_and_retries_run_once() {
     let scratch_dir = scratch("bad");
     let dir = scratch_dir.path();
-    let node = node::start(config(&dir)).await.unwrap();
+    let node = node::start(config(dir)).await.unwrap();
     let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
 
     let zero_slo = client.submit(request("a", 4, 0)).await.unwrap_err();
@@ -130,14 +129,13 @@ async fn bad_requests_get_the_documented_statuses_and_retries_run_once() {
     assert_eq!(status, 404);
     assert!(body.contains("\"code\":\"NOT_FOUND\""));
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
 async fn a_stream_answers_each_request_by_id_and_rejects_bad_ones_without_ending() {
     let scratch_dir = scratch("stream");
     let dir = scratch_dir.path();
-    let node = node::start(config(&dir)).await.unwrap();
+    let node = node::start(config(dir)).await.unwrap();
     let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
     let mut requests: Vec<SubmitRequest> = (0..50u32).map(|i| request(&format!("s{i}"), 1 + i, 600_000)).collect();
     requests.push(request("bad", 4, 0));
@@ -154,14 +152,13 @@ async fn a_stream_answers_each_request_by_id_and_rejects_bad_ones_without_ending
     }
     assert_eq!(seen.len(), 51);
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
 async fn after_shutdown_starts_new_submissions_are_unavailable() {
     let scratch_dir = scratch("drain");
     let dir = scratch_dir.path();
-    let config = config(&dir);
+    let config = config(dir);
     let node = node::start(config).await.unwrap();
     let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
     let in_flight = {
@@ -182,7 +179,6 @@ async fn after_shutdown_starts_new_submissions_are_unavailable() {
     let reply = in_flight.await.unwrap().unwrap().into_inner();
     assert_eq!(reply.status(), QueryStatus::Completed);
     assert!(client.submit(request("late", 4, 1_000)).await.is_err());
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Polls the pool (at most 200 times, 10 ms apart) until cluster `index`
@@ -204,7 +200,7 @@ async fn wait_for_cluster_state(addr: std::net::SocketAddr, index: usize, wanted
 async fn operators_add_and_remove_clusters_with_the_token_only() {
     let scratch_dir = scratch("clusters");
     let dir = scratch_dir.path();
-    let node = node::start(config(&dir)).await.unwrap();
+    let node = node::start(config(dir)).await.unwrap();
     let addr = node.admin_addr;
 
     let (status, body) = admin(addr, "POST", "/v1/pools/default/clusters", None, r#"{"size": 32}"#).await;
@@ -241,7 +237,6 @@ async fn operators_add_and_remove_clusters_with_the_token_only() {
         .collect();
     assert_eq!(actions, vec!["spin_down", "spin_up"]);
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
@@ -272,7 +267,6 @@ async fn the_slo_aware_router_serves_live_with_predictions_and_learns_from_compl
     let reply = client.submit(request("after-restart", 5, 600_000)).await.unwrap().into_inner();
     assert_eq!(reply.status(), QueryStatus::Completed);
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Polls `/v1/decisions?kind=scaling` (at most 1,600 times, 25 ms apart:
@@ -295,7 +289,7 @@ async fn wait_for_scale_decision(addr: std::net::SocketAddr, kind: &str) -> Vec<
 /// A node with one autoscaled pool of one 4-RPU cluster (and `extra`
 /// TOML for it), and a burst of 60 queries with 20 s SLOs that makes its
 /// autoscaler ask for a cluster.
-async fn bursting_node(name: &str, extra: &str) -> (node::Node, std::path::PathBuf, Vec<tokio::task::JoinHandle<Result<tonic::Response<slogate_proto::v1::SubmitResponse>, tonic::Status>>>) {
+async fn bursting_node(name: &str, extra: &str) -> (node::Node, tempfile::TempDir, Vec<tokio::task::JoinHandle<Result<tonic::Response<slogate_proto::v1::SubmitResponse>, tonic::Status>>>) {
     let scratch_dir = scratch(name);
     let dir = scratch_dir.path();
     let text = format!(
@@ -312,7 +306,7 @@ async fn bursting_node(name: &str, extra: &str) -> (node::Node, std::path::PathB
             tokio::spawn(async move { client.submit(request(&format!("{i}"), 1 + i, 20_000)).await })
         })
         .collect();
-    (node, dir, tasks)
+    (node, scratch_dir, tasks)
 }
 
 /// Every burst query answered; then an operator's request for a cluster
@@ -332,7 +326,7 @@ async fn burst_answered_and_operator_refused(node: &node::Node, tasks: Vec<tokio
 
 #[actix_rt::test]
 async fn a_pool_at_its_cap_refuses_the_autoscaler_s_spinup_and_the_operator_s_and_says_why() {
-    let (node, dir, tasks) = bursting_node("caps", "[pool.caps]\nrpu_total_max = 4\n").await;
+    let (node, _dir, tasks) = bursting_node("caps", "[pool.caps]\nrpu_total_max = 4\n").await;
     let addr = node.admin_addr;
     let mut decisions = wait_for_scale_decision(addr, "refused").await;
     let refused = decisions.iter().find(|d| d["kind"] == "refused").unwrap_or_else(|| panic!("no refusal: {decisions:?}"));
@@ -351,12 +345,11 @@ async fn a_pool_at_its_cap_refuses_the_autoscaler_s_spinup_and_the_operator_s_an
     // The operator is refused too, with the same reason.
     burst_answered_and_operator_refused(&node, tasks, "cap of 4 RPU").await;
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
 async fn a_dry_run_provider_shows_what_the_autoscaler_would_create_and_creates_nothing() {
-    let (node, dir, tasks) = bursting_node("dry-run", "[pool.provider]\ndry_run = true\n").await;
+    let (node, _dir, tasks) = bursting_node("dry-run", "[pool.provider]\ndry_run = true\n").await;
     let addr = node.admin_addr;
     let decisions = wait_for_scale_decision(addr, "refused").await;
     let refused = decisions.iter().find(|d| d["kind"] == "refused").unwrap_or_else(|| panic!("no refusal: {decisions:?}"));
@@ -375,7 +368,6 @@ async fn a_dry_run_provider_shows_what_the_autoscaler_would_create_and_creates_n
     let pool: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(pool["clusters"][0]["state"], "ready", "{pool}");
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
@@ -433,7 +425,6 @@ async fn a_burst_spins_a_cluster_up_and_an_idle_period_tears_one_down() {
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("kind"));
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
@@ -472,7 +463,6 @@ async fn queries_no_cluster_can_serve_in_time_are_offloaded_to_the_elastic_tier(
     assert_eq!(warehouse["elastic_invocations"].as_u64().unwrap(), offloaded, "{warehouse}");
     assert!(warehouse["elastic_billed_usd"].as_f64().unwrap() > 0.0);
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
@@ -510,7 +500,6 @@ async fn the_slo_director_offloads_what_overflows_a_clusters_queue() {
     let actors: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(actors["backends"]["default"]["detail"]["elastic_invocations"].as_u64().unwrap(), offloaded, "{actors}");
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 fn tuned_config(dir: &std::path::Path) -> NodeConfig {
@@ -541,7 +530,7 @@ async fn wait_for_tuning_runs(addr: std::net::SocketAddr, runs: u64) -> serde_js
 async fn an_operator_tunes_a_pool_and_the_choice_survives_a_restart() {
     let scratch_dir = scratch("tune");
     let dir = scratch_dir.path();
-    let node = node::start(tuned_config(&dir)).await.unwrap();
+    let node = node::start(tuned_config(dir)).await.unwrap();
     let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
     // Today's arrivals are the history the tuner forecasts tomorrow from.
     let mut tasks = Vec::new();
@@ -576,7 +565,7 @@ async fn an_operator_tunes_a_pool_and_the_choice_survives_a_restart() {
     node.shutdown().await;
 
     // A restart restores the choice from the data directory.
-    let node = node::start(tuned_config(&dir)).await.unwrap();
+    let node = node::start(tuned_config(dir)).await.unwrap();
     let mut restored = serde_json::Value::Null;
     for _ in 0..100 {
         let (_, body) = admin_get(node.admin_addr, "/v1/actors").await;
@@ -589,7 +578,6 @@ async fn an_operator_tunes_a_pool_and_the_choice_survives_a_restart() {
     assert_eq!(restored["autoscalers"]["default"]["tuning"]["source"], "tuner (restored)", "{restored}");
     assert_eq!(restored["tuners"]["default"]["active"], *active);
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
@@ -627,7 +615,6 @@ async fn provisioned_clusters_bill_while_they_exist_and_trackers_agree() {
     let estimated = estimate2 - estimate1;
     assert!((estimated / expected - 1.0).abs() < 0.05, "tracker {estimated} vs {expected}");
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A tuned fragment's planned spinups fire in a live replay of the trace it
@@ -680,14 +667,13 @@ async fn planned_spinups_fire_at_their_time_of_day_in_a_live_replay_of_the_trace
     assert!((3_600.0..3_700.0).contains(&at_s), "fired at {at_s} s: {spinup}");
     assert!(spinup["reason"].as_str().unwrap().contains("scheduled") || spinup["reason"].as_str().unwrap().contains("planned"), "{spinup}");
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
 async fn grpc_on_a_runtime_of_its_own_answers_every_query_and_shuts_down_cleanly() {
     let scratch_dir = scratch("grpc-threads");
     let dir = scratch_dir.path();
-    let mut config = config(&dir);
+    let mut config = config(dir);
     config.file.node.grpc_threads = 2;
     let node = node::start(config).await.unwrap();
     let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
@@ -709,7 +695,6 @@ async fn grpc_on_a_runtime_of_its_own_answers_every_query_and_shuts_down_cleanly
         .collect();
     assert!(threads.iter().filter(|name| name.as_str() == "slogate-grpc").count() >= 2, "{threads:?}");
     assert_eq!(node.shutdown().await, 0);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
@@ -775,7 +760,6 @@ async fn pools_on_two_router_shards_route_on_their_own_threads_and_the_admin_api
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("zzz"), "{body}");
     assert_eq!(node.shutdown().await, 0);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
@@ -817,14 +801,13 @@ async fn a_shutdown_answers_every_query_in_flight_on_every_shard() {
     }
     assert!(failed > 0, "the queries were still running");
     assert_eq!(failed_replies, failed);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
 async fn every_route_the_openapi_description_lists_answers_and_refuses_other_methods_naming_its_own() {
     let scratch_dir = scratch("openapi");
     let dir = scratch_dir.path();
-    let node = node::start(config(&dir)).await.unwrap();
+    let node = node::start(config(dir)).await.unwrap();
     let addr = node.admin_addr;
     let (status, body) = admin_get(addr, "/v1/openapi.json").await;
     assert_eq!(status, 200);
@@ -847,14 +830,13 @@ async fn every_route_the_openapi_description_lists_answers_and_refuses_other_met
     let (status, body) = admin_get(addr, "/v1/undocumented").await;
     assert_eq!(status, 404, "{body}");
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[actix_rt::test]
 async fn every_metric_the_grafana_dashboard_charts_is_exported_by_the_node() {
     let scratch_dir = scratch("grafana");
     let dir = scratch_dir.path();
-    let node = node::start(config(&dir)).await.unwrap();
+    let node = node::start(config(dir)).await.unwrap();
     let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
     let reply = client.submit(request("g1", 3, 600_000)).await.unwrap().into_inner();
     assert_eq!(reply.status(), QueryStatus::Completed);
@@ -882,7 +864,6 @@ async fn every_metric_the_grafana_dashboard_charts_is_exported_by_the_node() {
     // The query's latency was observed under its pool.
     assert!(metrics.contains("slogate_query_latency_seconds_count{pool=\"default\"} 1"), "{metrics}");
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// The targets of `pool`'s routing decisions, by client query id.
@@ -976,5 +957,4 @@ async fn shadow_mode_never_changes_where_a_query_runs_and_records_what_slogate_w
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("not in shadow mode"), "{body}");
     node.shutdown().await;
-    std::fs::remove_dir_all(&dir).ok();
 }

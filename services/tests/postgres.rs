@@ -117,8 +117,8 @@ async fn admin_get(addr: std::net::SocketAddr, path: &str) -> serde_json::Value 
 async fn a_query_runs_and_returns_its_rows_within_the_row_limit() {
     let scratch_dir = scratch("rows");
     let dir = scratch_dir.path();
-    let server = LocalPostgres::start(&dir).unwrap();
-    let (node, mut client) = serve(&config(&dir, &[&server], "result_rows_max = 5", 5)).await;
+    let server = LocalPostgres::start(dir).unwrap();
+    let (node, mut client) = serve(&config(dir, &[&server], "result_rows_max = 5", 5)).await;
 
     let reply = client.submit(sql("few", "SELECT 42 AS answer, NULL::text AS nothing", 10_000)).await.unwrap().into_inner();
     assert_eq!(reply.status(), QueryStatus::Completed, "{reply:?}");
@@ -145,8 +145,8 @@ async fn a_query_runs_and_returns_its_rows_within_the_row_limit() {
 async fn a_timeout_cancels_the_query_on_the_server() {
     let scratch_dir = scratch("timeout");
     let dir = scratch_dir.path();
-    let server = LocalPostgres::start(&dir).unwrap();
-    let (node, mut client) = serve(&config(&dir, &[&server], "query_timeout_s = 0.5", 5)).await;
+    let server = LocalPostgres::start(dir).unwrap();
+    let (node, mut client) = serve(&config(dir, &[&server], "query_timeout_s = 0.5", 5)).await;
     let started = std::time::Instant::now();
     let reply = client.submit(sql("slow", "SELECT pg_sleep(30)", 60_000)).await.unwrap().into_inner();
     assert_eq!(reply.status(), QueryStatus::TimedOut, "{reply:?}");
@@ -159,8 +159,8 @@ async fn a_timeout_cancels_the_query_on_the_server() {
 async fn a_client_that_hangs_up_cancels_its_query_on_the_server() {
     let scratch_dir = scratch("disconnect");
     let dir = scratch_dir.path();
-    let server = LocalPostgres::start(&dir).unwrap();
-    let (node, mut client) = serve(&config(&dir, &[&server], "", 5)).await;
+    let server = LocalPostgres::start(dir).unwrap();
+    let (node, mut client) = serve(&config(dir, &[&server], "", 5)).await;
 
     // A gRPC deadline that passes while the query runs.
     let mut request = tonic::Request::new(sql("deadline", "SELECT pg_sleep(30)", 60_000));
@@ -182,8 +182,8 @@ async fn a_client_that_hangs_up_cancels_its_query_on_the_server() {
 async fn sql_errors_fail_the_query_with_their_sqlstate() {
     let scratch_dir = scratch("sqlstate");
     let dir = scratch_dir.path();
-    let server = LocalPostgres::start(&dir).unwrap();
-    let (node, mut client) = serve(&config(&dir, &[&server], "", 5)).await;
+    let server = LocalPostgres::start(dir).unwrap();
+    let (node, mut client) = serve(&config(dir, &[&server], "", 5)).await;
     for (id, text, sqlstate) in [("syntax", "SELEC 1", "42601"), ("zero", "SELECT 1 / 0", "22012"), ("missing", "SELECT * FROM no_such_table", "42P01")] {
         let reply = client.submit(sql(id, text, 10_000)).await.unwrap().into_inner();
         assert_eq!((reply.status(), reply.sqlstate.as_str()), (QueryStatus::Failed, sqlstate), "{reply:?}");
@@ -199,9 +199,9 @@ async fn sql_errors_fail_the_query_with_their_sqlstate() {
 async fn a_server_killed_mid_query_fails_its_queries_and_is_routed_around_until_it_is_back() {
     let scratch_dir = scratch("kill");
     let dir = scratch_dir.path();
-    let (first, second) = (LocalPostgres::start(&dir).unwrap(), LocalPostgres::start(&dir).unwrap());
+    let (first, second) = (LocalPostgres::start(dir).unwrap(), LocalPostgres::start(dir).unwrap());
     // Least-loaded spreads the two long queries, one on each server.
-    let (node, client) = serve(&config_with_policy(&dir, &[&first, &second], "", 5, "least-loaded")).await;
+    let (node, client) = serve(&config_with_policy(dir, &[&first, &second], "", 5, "least-loaded")).await;
 
     let mut calls = Vec::new();
     for i in 0..2 {
@@ -250,8 +250,8 @@ async fn a_server_killed_mid_query_fails_its_queries_and_is_routed_around_until_
 async fn shutdown_past_its_grace_cancels_running_queries_on_the_server() {
     let scratch_dir = scratch("shutdown");
     let dir = scratch_dir.path();
-    let server = LocalPostgres::start(&dir).unwrap();
-    let (node, mut client) = serve(&config(&dir, &[&server], "", 0)).await;
+    let server = LocalPostgres::start(dir).unwrap();
+    let (node, mut client) = serve(&config(dir, &[&server], "", 0)).await;
     let call = tokio::spawn(async move { client.submit(sql("held", "SELECT pg_sleep(30)", 60_000)).await });
     until_sleeping(&server).await;
     node.shutdown().await;
@@ -264,8 +264,8 @@ async fn shutdown_past_its_grace_cancels_running_queries_on_the_server() {
 async fn a_restarted_node_learns_from_the_real_execution_log() {
     let scratch_dir = scratch("restart");
     let dir = scratch_dir.path();
-    let server = LocalPostgres::start(&dir).unwrap();
-    let text = config(&dir, &[&server], "", 5);
+    let server = LocalPostgres::start(dir).unwrap();
+    let text = config(dir, &[&server], "", 5);
     let (node, mut client) = serve(&text).await;
     for i in 0..12 {
         let reply = client.submit(sql(&format!("q{i}"), &format!("SELECT pg_sleep(0.0{})", i % 5), 10_000)).await.unwrap().into_inner();
@@ -289,8 +289,8 @@ async fn a_restarted_node_learns_from_the_real_execution_log() {
 async fn start_up_fails_naming_the_cluster_for_a_bad_endpoint() {
     let scratch_dir = scratch("startup");
     let dir = scratch_dir.path();
-    let server = LocalPostgres::start(&dir).unwrap();
-    let good = config(&dir, &[&server], "connect_timeout_ms = 2000", 5);
+    let server = LocalPostgres::start(dir).unwrap();
+    let good = config(dir, &[&server], "connect_timeout_ms = 2000", 5);
     // Nothing listens on the port.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let unreachable = good.replace(&format!("port = {}", server.port), &format!("port = {closed}"));
@@ -313,11 +313,11 @@ async fn start_up_fails_naming_the_cluster_for_a_bad_endpoint() {
 async fn tls_connections_are_encrypted_and_an_untrusted_certificate_fails_start_up() {
     let scratch_dir = scratch("tls");
     let dir = scratch_dir.path();
-    let secured = LocalPostgres::start_with_tls(&dir).unwrap();
-    let plain = LocalPostgres::start(&dir).unwrap();
+    let secured = LocalPostgres::start_with_tls(dir).unwrap();
+    let plain = LocalPostgres::start(dir).unwrap();
     let ca_file = secured.ca_file.clone().unwrap();
     let with_tls = |server: &LocalPostgres, tls: &str| {
-        config(&dir, &[server], "", 5).replace("size_rpu = 16", &format!("{tls}\nsize_rpu = 16"))
+        config(dir, &[server], "", 5).replace("size_rpu = 16", &format!("{tls}\nsize_rpu = 16"))
     };
 
     for tls in [format!("tls = \"verify-full\"\nca_file = \"{}\"", ca_file.display()), "tls = \"require\"".to_owned()] {

@@ -657,10 +657,9 @@ mod tests {
 
     /// A reservoir on an arbiter that is busy for `busy`, with `updates`
     /// arrivals offered behind the busy spell.
-    async fn busy_reservoir(name: &str, busy: std::time::Duration, updates: usize) -> (actix::Arbiter, slogate_actors::reservoir::ReservoirLink, std::path::PathBuf) {
-        let dir = std::env::temp_dir().join(format!("slogate-intake-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let store = SledStore::open(&dir).unwrap();
+    async fn busy_reservoir(name: &str, busy: std::time::Duration, updates: usize) -> (actix::Arbiter, slogate_actors::reservoir::ReservoirLink, tempfile::TempDir) {
+        let dir = tempfile::Builder::new().prefix(&format!("slogate-intake-{name}-")).tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
         let arbiter = actix::Arbiter::new();
         let link = ReservoirActor::new(Default::default(), Box::new(store), 1_000, 1_024).unwrap().start_linked_in(&arbiter.handle());
         link.addr().send(Flush).await.unwrap().unwrap();
@@ -677,7 +676,7 @@ mod tests {
 
     #[actix_rt::test]
     async fn the_intake_holds_queries_while_the_reservoir_is_behind_and_lets_them_in_once_it_catches_up() {
-        let (arbiter, link, dir) = busy_reservoir("holds", std::time::Duration::from_millis(300), 10).await;
+        let (arbiter, link, _dir) = busy_reservoir("holds", std::time::Duration::from_millis(300), 10).await;
         assert_eq!(link.backlog().len(), 10);
         let intake = Intake { reservoir_backlog: link.backlog(), backlog_max: 4, wait_max: std::time::Duration::from_secs(10), held: Arc::default() };
         let started = std::time::Instant::now();
@@ -689,17 +688,15 @@ mod tests {
         intake.admit().await.unwrap();
         assert_eq!(intake.held.load(std::sync::atomic::Ordering::Relaxed), 1);
         arbiter.stop();
-        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[actix_rt::test]
     async fn a_query_held_past_the_wait_limit_is_refused_as_unavailable_naming_the_backlog() {
-        let (arbiter, link, dir) = busy_reservoir("refuses", std::time::Duration::from_millis(500), 10).await;
+        let (arbiter, link, _dir) = busy_reservoir("refuses", std::time::Duration::from_millis(500), 10).await;
         let intake = Intake { reservoir_backlog: link.backlog(), backlog_max: 4, wait_max: std::time::Duration::from_millis(50), held: Arc::default() };
         let error = intake.admit().await.unwrap_err();
         assert_eq!(error.to_status().code(), tonic::Code::Unavailable, "{error}");
         assert!(error.to_string().contains("10 updates behind"), "{error}");
         arbiter.stop();
-        std::fs::remove_dir_all(&dir).ok();
     }
 }
