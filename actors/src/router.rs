@@ -23,9 +23,11 @@
 //! refit never stalls a routing decision (`predictor_fits` counts them).
 //! Learning's share of the machine is bounded: after a refit that took
 //! `d`, the pool's next starts no sooner than `FIT_REST_FACTOR × d` later,
-//! so refits take at most a quarter of a core however fast completions
-//! come (at 10,000 queries/s, a refit due every 256 completions took a
-//! quarter of this 2-core machine).
+//! so refits take at most a tenth of a core however fast completions come
+//! (at 10,000 queries/s, a refit due every 256 completions took a quarter
+//! of this 2-core machine; at a quarter of a core, learning was still 15%
+//! of a node's CPU under `bench-gateway`, and a tenth gave the slogate
+//! policy 10–20% more queries a second).
 //!
 //! Every accepted query gets exactly one outcome: completed, timed out, or
 //! failed with a reason (a SQL error, a refused dispatch, a lost backend
@@ -1395,7 +1397,7 @@ impl Handler<CompletionUpdate> for RouterShard {
 
 /// After a refit that took `d`, a pool's next waits `FIT_REST_FACTOR × d`:
 /// refits then use at most `1 / (1 + FIT_REST_FACTOR)` of a core.
-const FIT_REST_FACTOR: u32 = 3;
+const FIT_REST_FACTOR: u32 = 9;
 
 impl RouterShard {
     /// Runs the refit `pool`'s policy has due, if none is running and the
