@@ -15,11 +15,13 @@ use slogate_proto::v1::submit_request::Query;
 use slogate_proto::v1::{QueryStatus, SubmitRequest, SubmitResponse};
 use tokio_stream::StreamExt;
 
-/// A node whose `[limits]` section is `limits`, and its directory (which
-/// outlives it: the node is dropped first).
-fn node(name: &str, limits: &str) -> (NodeProcess, tempfile::TempDir) {
+/// A node whose `[limits]` section is `limits`, after its directory:
+/// bound as `let (_dir, node)`, the node drops first (bindings drop in
+/// reverse order), and then its directory is removed.
+fn node(name: &str, limits: &str) -> (tempfile::TempDir, NodeProcess) {
     let dir = scratch(name);
-    (NodeProcess::start(&node_config(dir.path(), limits, "")), dir)
+    let node = NodeProcess::start(&node_config(dir.path(), limits, ""));
+    (dir, node)
 }
 
 /// A scratch directory for one test, removed when it drops.
@@ -85,7 +87,7 @@ const UNDECODABLE: [u8; 3] = [0x0a, 0x7f, 0x41];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undecodable_requests_are_invalid_argument_and_a_stream_still_answers_what_it_accepted() {
-    let (node, _dir) = node("decode", "");
+    let (_dir, node) = node("decode", "");
     let mut grpc = raw_channel(&node).await;
 
     grpc.ready().await.unwrap();
@@ -125,7 +127,7 @@ async fn undecodable_requests_are_invalid_argument_and_a_stream_still_answers_wh
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_fields_are_refused_briefly_and_unread_streams_keep_memory_bounded() {
-    let (node, _dir) = node("sizes", "stream_in_flight_max = 16");
+    let (_dir, node) = node("sizes", "stream_in_flight_max = 16");
     let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
 
     // A 1 MB pool name: refused, and not echoed into grpc-message.
@@ -172,7 +174,7 @@ async fn oversized_fields_are_refused_briefly_and_unread_streams_keep_memory_bou
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_sockets_are_closed_and_the_connection_limit_holds_without_starving_the_node() {
-    let (node, _dir) = node("sockets", "grpc_handshake_timeout_s = 1\ngrpc_connections_max = 8");
+    let (_dir, node) = node("sockets", "grpc_handshake_timeout_s = 1\ngrpc_connections_max = 8");
     // A socket that never sends the HTTP/2 preface is closed by the node.
     let addr = node.grpc_addr;
     let closed_after = tokio::task::spawn_blocking(move || {
@@ -215,7 +217,7 @@ async fn silent_sockets_are_closed_and_the_connection_limit_holds_without_starvi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_holding_streams_open_cannot_keep_the_node_up_past_its_shutdown_deadline() {
-    let (node, _dir) = node("shutdown", "shutdown_grace_s = 1\nshutdown_close_s = 1");
+    let (_dir, node) = node("shutdown", "shutdown_grace_s = 1\nshutdown_close_s = 1");
     let endpoint = format!("http://{}", node.grpc_addr);
     // A health watch never ends on its own.
     let channel = tonic::transport::Endpoint::from_shared(endpoint.clone()).unwrap().connect().await.unwrap();
@@ -244,7 +246,7 @@ async fn a_client_holding_streams_open_cannot_keep_the_node_up_past_its_shutdown
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reflection_answers_both_the_v1_and_the_v1alpha_protocol() {
-    let (node, _dir) = node("reflection", "");
+    let (_dir, node) = node("reflection", "");
     let endpoint = format!("http://{}", node.grpc_addr);
     let channel = tonic::transport::Endpoint::from_shared(endpoint).unwrap().connect().await.unwrap();
     let mut alpha = tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient::new(channel.clone());
@@ -272,7 +274,7 @@ async fn reflection_answers_both_the_v1_and_the_v1alpha_protocol() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_answers_every_error_as_json() {
     use slogate_integration::{http, json};
-    let (node, _dir) = node("admin", "clusters_per_pool_max = 2");
+    let (_dir, node) = node("admin", "clusters_per_pool_max = 2");
     let admin = node.admin_addr;
     let cases = tokio::task::spawn_blocking(move || {
         let big = "x".repeat(100 << 10);

@@ -288,8 +288,9 @@ async fn wait_for_scale_decision(addr: std::net::SocketAddr, kind: &str) -> Vec<
 
 /// A node with one autoscaled pool of one 4-RPU cluster (and `extra`
 /// TOML for it), and a burst of 60 queries with 20 s SLOs that makes its
-/// autoscaler ask for a cluster.
-async fn bursting_node(name: &str, extra: &str) -> (node::Node, tempfile::TempDir, Vec<tokio::task::JoinHandle<Result<tonic::Response<slogate_proto::v1::SubmitResponse>, tonic::Status>>>) {
+/// autoscaler ask for a cluster. The directory comes first: bound as
+/// `let (_dir, node, tasks)`, the node drops before it is removed.
+async fn bursting_node(name: &str, extra: &str) -> (tempfile::TempDir, node::Node, Vec<tokio::task::JoinHandle<Result<tonic::Response<slogate_proto::v1::SubmitResponse>, tonic::Status>>>) {
     let scratch_dir = scratch(name);
     let dir = scratch_dir.path();
     let text = format!(
@@ -306,7 +307,7 @@ async fn bursting_node(name: &str, extra: &str) -> (node::Node, tempfile::TempDi
             tokio::spawn(async move { client.submit(request(&format!("{i}"), 1 + i, 20_000)).await })
         })
         .collect();
-    (node, scratch_dir, tasks)
+    (scratch_dir, node, tasks)
 }
 
 /// Every burst query answered; then an operator's request for a cluster
@@ -326,7 +327,7 @@ async fn burst_answered_and_operator_refused(node: &node::Node, tasks: Vec<tokio
 
 #[actix_rt::test]
 async fn a_pool_at_its_cap_refuses_the_autoscaler_s_spinup_and_the_operator_s_and_says_why() {
-    let (node, _dir, tasks) = bursting_node("caps", "[pool.caps]\nrpu_total_max = 4\n").await;
+    let (_dir, node, tasks) = bursting_node("caps", "[pool.caps]\nrpu_total_max = 4\n").await;
     let addr = node.admin_addr;
     let mut decisions = wait_for_scale_decision(addr, "refused").await;
     let refused = decisions.iter().find(|d| d["kind"] == "refused").unwrap_or_else(|| panic!("no refusal: {decisions:?}"));
@@ -349,7 +350,7 @@ async fn a_pool_at_its_cap_refuses_the_autoscaler_s_spinup_and_the_operator_s_an
 
 #[actix_rt::test]
 async fn a_dry_run_provider_shows_what_the_autoscaler_would_create_and_creates_nothing() {
-    let (node, _dir, tasks) = bursting_node("dry-run", "[pool.provider]\ndry_run = true\n").await;
+    let (_dir, node, tasks) = bursting_node("dry-run", "[pool.provider]\ndry_run = true\n").await;
     let addr = node.admin_addr;
     let decisions = wait_for_scale_decision(addr, "refused").await;
     let refused = decisions.iter().find(|d| d["kind"] == "refused").unwrap_or_else(|| panic!("no refusal: {decisions:?}"));

@@ -657,7 +657,7 @@ mod tests {
 
     /// A reservoir on an arbiter that is busy for `busy`, with `updates`
     /// arrivals offered behind the busy spell.
-    async fn busy_reservoir(name: &str, busy: std::time::Duration, updates: usize) -> (actix::Arbiter, slogate_actors::reservoir::ReservoirLink, tempfile::TempDir) {
+    async fn busy_reservoir(name: &str, busy: std::time::Duration, updates: usize) -> (tempfile::TempDir, actix::Arbiter, slogate_actors::reservoir::ReservoirLink) {
         let dir = tempfile::Builder::new().prefix(&format!("slogate-intake-{name}-")).tempdir().unwrap();
         let store = SledStore::open(dir.path()).unwrap();
         let arbiter = actix::Arbiter::new();
@@ -671,12 +671,12 @@ mod tests {
         sleeping.await.unwrap();
         let arrivals = (0..updates).map(|i| LogUpdate::Arrival(ArrivalUpdate { unix_secs: 1_716_817_510 + i as i64, template: TemplateId(1) })).collect();
         assert!(link.offer_batch(arrivals).is_ok());
-        (arbiter, link, dir)
+        (dir, arbiter, link)
     }
 
     #[actix_rt::test]
     async fn the_intake_holds_queries_while_the_reservoir_is_behind_and_lets_them_in_once_it_catches_up() {
-        let (arbiter, link, _dir) = busy_reservoir("holds", std::time::Duration::from_millis(300), 10).await;
+        let (_dir, arbiter, link) = busy_reservoir("holds", std::time::Duration::from_millis(300), 10).await;
         assert_eq!(link.backlog().len(), 10);
         let intake = Intake { reservoir_backlog: link.backlog(), backlog_max: 4, wait_max: std::time::Duration::from_secs(10), held: Arc::default() };
         let started = std::time::Instant::now();
@@ -692,7 +692,7 @@ mod tests {
 
     #[actix_rt::test]
     async fn a_query_held_past_the_wait_limit_is_refused_as_unavailable_naming_the_backlog() {
-        let (arbiter, link, _dir) = busy_reservoir("refuses", std::time::Duration::from_millis(500), 10).await;
+        let (_dir, arbiter, link) = busy_reservoir("refuses", std::time::Duration::from_millis(500), 10).await;
         let intake = Intake { reservoir_backlog: link.backlog(), backlog_max: 4, wait_max: std::time::Duration::from_millis(50), held: Arc::default() };
         let error = intake.admit().await.unwrap_err();
         assert_eq!(error.to_status().code(), tonic::Code::Unavailable, "{error}");
