@@ -160,7 +160,10 @@ fn a_truncated_store_is_a_clear_error_naming_what_was_lost() {
 #[test]
 fn a_repair_keeps_what_is_left_says_what_it_dropped_and_the_store_then_opens_cleanly() {
     let scratch_dir = scratch("repair");
-    let dir = scratch_dir.path();
+    // The store one level down: a repair moves the damaged store aside,
+    // beside it, and that copy must stay inside the scratch directory.
+    let store_dir = scratch_dir.path().join("store");
+    let dir = store_dir.as_path();
     fill(dir, 20_000);
     truncate_log(dir, 0.5);
     let options = slogate_actors::reservoir::StoreOptions { repair: true, ..Default::default() };
