@@ -496,10 +496,9 @@ impl IconqWeights {
     pub fn random(hidden: usize, width: usize, neighbours_max: usize, seed: u64) -> IconqWeights {
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut draw = |n: usize| (0..n).map(|_| rng.random_range(-0.3f32..0.3)).collect::<Vec<f32>>();
-        let mut lstm = || Lstm { input: FEATURES, hidden, w_ih: draw(4 * hidden * FEATURES), w_hh: draw(4 * hidden * hidden), b_ih: draw(4 * hidden), b_hh: draw(4 * hidden) };
-        let (before, after) = (lstm(), lstm());
+        let lstm = |draw: &mut dyn FnMut(usize) -> Vec<f32>| Lstm { input: FEATURES, hidden, w_ih: draw(4 * hidden * FEATURES), w_hh: draw(4 * hidden * hidden), b_ih: draw(4 * hidden), b_hh: draw(4 * hidden) };
+        let (before, after) = (lstm(&mut draw), lstm(&mut draw));
         let head_inputs = 2 * hidden + TARGET_FEATURES + CONTEXT_FEATURES;
-        let mut draw = |n: usize| (0..n).map(|_| rng.random_range(-0.3f32..0.3)).collect::<Vec<f32>>();
         IconqWeights {
             schema_version: FEATURE_SCHEMA_VERSION,
             before,
