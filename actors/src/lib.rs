@@ -77,6 +77,18 @@ pub mod tracker;
 pub mod tuner;
 pub mod warehouse;
 
+/// Replaces the file at `path` with `bytes` as a whole: written to a
+/// temporary beside it (`<name>.tmp`), then renamed over it, so a reader
+/// (or a restart after a crash) finds the old file or the new, never half
+/// of one. What the Tuner and the Retrainer keep across restarts is
+/// written so.
+pub(crate) fn replace_file(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".tmp");
+    std::fs::write(&temporary, bytes)?;
+    std::fs::rename(&temporary, path)
+}
+
 /// Errors of the actors: what a caller may be told in a reply.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -161,3 +173,17 @@ pub enum Error {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_replaced_file_holds_the_new_bytes_and_leaves_no_temporary() {
+        let dir = tempfile::Builder::new().prefix("slogate-replace-").tempdir().unwrap();
+        let path = dir.path().join("model.onnx");
+        std::fs::write(&path, b"old").unwrap();
+        super::replace_file(&path, b"new").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["model.onnx"], "only the file itself is left");
+    }
+}

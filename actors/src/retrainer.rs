@@ -202,9 +202,7 @@ impl RetrainerActor {
             (self.settings.state_dir.join("model.onnx"), onnx),
             (self.info_path(), serde_json::to_vec_pretty(&self.model).expect("model info serialises")),
         ] {
-            let temporary = path.with_extension("json.tmp");
-            std::fs::write(&temporary, bytes)?;
-            std::fs::rename(&temporary, &path)?;
+            crate::replace_file(&path, &bytes)?;
         }
         Ok(())
     }

@@ -207,9 +207,7 @@ impl TunerActor {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let temporary = path.with_extension("json.tmp");
-        std::fs::write(&temporary, serde_json::to_vec_pretty(tuned).expect("a tuned configuration serialises"))?;
-        std::fs::rename(&temporary, path)
+        crate::replace_file(path, &serde_json::to_vec_pretty(tuned).expect("a tuned configuration serialises"))
     }
 
     fn start(&mut self, reason: String, ctx: &mut Context<Self>) -> Result<()> {
