@@ -68,6 +68,17 @@ pub struct RetrainerSettings {
     pub train: TrainModel,
 }
 
+/// The kept model's description in a state directory; written last, so a
+/// directory that has it holds a whole model.
+const INFO_FILE: &str = "model-info.json";
+
+/// Whether `state_dir` holds a model a Retrainer installed and kept (a
+/// restarted node starts the pool on it rather than on the configured
+/// one).
+pub fn holds_kept_model(state_dir: &std::path::Path) -> bool {
+    state_dir.join(INFO_FILE).is_file()
+}
+
 /// The model in force and where it came from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelInfo {
@@ -190,7 +201,7 @@ impl RetrainerActor {
     }
 
     fn info_path(&self) -> PathBuf {
-        self.settings.state_dir.join("model-info.json")
+        self.settings.state_dir.join(INFO_FILE)
     }
 
     fn persist(&self) -> std::io::Result<()> {

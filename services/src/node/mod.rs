@@ -229,8 +229,8 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             ("iconq", Some(configured)) => {
                 // A model the pool's Retrainer installed before a restart
                 // wins over the file's.
-                let kept = config.data_dir.join("models").join(&pool.name);
-                let dir = if kept.join("model-info.json").is_file() { kept } else { configured.clone() };
+                let kept = kept_model_dir(&config.data_dir, &pool.name);
+                let dir = if slogate_actors::retrainer::holds_kept_model(&kept) { kept } else { configured.clone() };
                 Some(iconq_model(&id, &dir, file.node.onnxruntime_path.as_deref())?)
             }
             _ => None,
@@ -962,6 +962,12 @@ fn tuner_settings(config: &NodeConfig, pool: &crate::config::PoolSection, index:
     })
 }
 
+/// Where a pool's Retrainer keeps the model it installed (a model
+/// directory: `model.json`, `model.onnx`, `model-info.json`).
+fn kept_model_dir(data_dir: &std::path::Path, pool: &str) -> std::path::PathBuf {
+    data_dir.join("models").join(pool)
+}
+
 /// Pool `id`'s Iconq+ model from `dir`, checked; its ONNX graph checked
 /// in ONNX Runtime too when the build has it and a library is named.
 fn iconq_model(id: &PoolId, dir: &std::path::Path, onnxruntime: Option<&std::path::Path>) -> Result<Arc<slogate_core::predict::iconq::IconqWeights>> {
@@ -1004,7 +1010,7 @@ fn start_retrainers(
             every: (pool.retrain.every_hours > 0.0).then(|| std::time::Duration::from_secs_f64(pool.retrain.every_hours * 3_600.0)),
             min_executions: pool.retrain.min_executions,
             executions_max: 200_000,
-            state_dir: config.data_dir.join("models").join(&pool.name),
+            state_dir: kept_model_dir(&config.data_dir, &pool.name),
             train: crate::train::retrainer(pool.retrain.steps, config.file.node.seed),
         };
         let model = ModelInfo { version: 1, source: format!("config ({})", dir.display()), installed_at_unix_s: None, training_executions: None, held_out: configured_score(dir) };
