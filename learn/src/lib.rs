@@ -124,18 +124,17 @@ pub fn at_arrival(rows: &[Example]) -> Vec<Example> {
     rows.iter().filter(|r| r.reads == Reads::Every).map(|r| Example { after: Vec::new(), reads: Reads::AtArrival, ..r.clone() }).collect()
 }
 
+/// A model's Q-error on one row: its prediction against the row's label
+/// (for a censored row, against the lower bound).
+pub fn row_q_error(weights: &IconqWeights, row: &Example) -> f64 {
+    let memory = weights.memory(&row.before, &row.after);
+    let predicted = f64::from(weights.head(&memory, &row.target, row.reads == Reads::Every)) + f64::from(row.ln_base_s);
+    (predicted - f64::from(row.ln_latency_s)).abs().exp()
+}
+
 /// The Q-error percentiles of a model on `rows` (exact labels only).
 pub fn score(weights: &IconqWeights, rows: &[Example]) -> QErrors {
-    let errors: Vec<f64> = rows
-        .iter()
-        .filter(|row| !row.censored)
-        .map(|row| {
-            let memory = weights.memory(&row.before, &row.after);
-            let predicted = f64::from(weights.head(&memory, &row.target, row.reads == Reads::Every)) + f64::from(row.ln_base_s);
-            (predicted - f64::from(row.ln_latency_s)).abs().exp()
-        })
-        .collect();
-    q_errors(errors)
+    q_errors(rows.iter().filter(|row| !row.censored).map(|row| row_q_error(weights, row)).collect())
 }
 
 /// The neighbours a row is read with ([`clip`]).

@@ -220,11 +220,7 @@ fn iconq_ablations(sizes: &[u32], seed: u64, train_log: &[slogate_core::reservoi
                 let mut errors: Vec<f64> = rows
                     .iter()
                     .filter(|row| row.size.0 == rpu && (lo..=hi).contains(&test_log[row.execution].neighbours_at_dispatch))
-                    .map(|row| {
-                        let weights = &model.weights;
-                        let residual = weights.head(&weights.memory(&row.before, &row.after), &row.target, true);
-                        (f64::from(residual) + f64::from(row.ln_base_s) - f64::from(row.ln_latency_s)).abs().exp()
-                    })
+                    .map(|row| slogate_learn::row_q_error(&model.weights, row))
                     .collect();
                 if !errors.is_empty() {
                     results.push(BucketResult { predictor: name.into(), rpu, bucket: bucket.into(), rows: errors.len(), q_error: summary(&mut errors) });
