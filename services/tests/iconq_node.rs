@@ -11,13 +11,22 @@ use slogate::node;
 #[cfg(feature = "learn")]
 use {common::admin_get, common::request, slogate_proto::v1::QueryStatus, slogate_proto::v1::gateway_client::GatewayClient};
 
-/// A pool with `predictor = "iconq"` and the model in `model`.
-fn iconq_config(dir: &std::path::Path, model: &std::path::Path) -> NodeConfig {
+/// A pool with `predictor = "iconq"` and the model in `model`, its
+/// section followed by `extra`.
+fn iconq_config(dir: &std::path::Path, model: &std::path::Path, extra: &str) -> NodeConfig {
     load(&format!(
-        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\n[[pool]]\nname = \"default\"\npolicy = \"slogate\"\npredictor = \"iconq\"\nmodel = \"{}\"\nclusters = [32, 16]\n",
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\nadmin_token = \"s3cret\"\n[[pool]]\nname = \"default\"\npolicy = \"slogate\"\npredictor = \"iconq\"\nmodel = \"{}\"\nclusters = [32, 16]\n{extra}",
         dir.display(),
         model.display()
     ))
+}
+
+/// A small model trained on simulated run `seed`, in `dir/model`.
+#[cfg(feature = "learn")]
+fn trained_model(dir: &std::path::Path, seed: u64) -> std::path::PathBuf {
+    let model = dir.join("model");
+    slogate::train::run(&slogate::train::TrainRequest { source: slogate::train::LogSource::Simulated(seed), out: model.clone(), seed, steps: Some(20) }).unwrap();
+    model
 }
 
 #[cfg(feature = "learn")]
@@ -25,11 +34,10 @@ fn iconq_config(dir: &std::path::Path, model: &std::path::Path) -> NodeConfig {
 async fn a_pool_predicts_with_a_trained_iconq_model_and_serves_every_query() {
     let scratch_dir = scratch("iconq");
     let dir = scratch_dir.path();
-    let model = dir.join("model");
-    slogate::train::run(&slogate::train::TrainRequest { source: slogate::train::LogSource::Simulated(2), out: model.clone(), seed: 2, steps: Some(20) }).unwrap();
+    let model = trained_model(dir, 2);
     // With ONNX Runtime in the build and ORT_DYLIB_PATH set (as .ci/run
     // sets it), the node also checks model.onnx against model.json at start.
-    let node = node::start(iconq_config(&dir.join("data"), &model)).await.unwrap();
+    let node = node::start(iconq_config(&dir.join("data"), &model, "")).await.unwrap();
     let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
     let mut tasks = Vec::new();
     for i in 0..60u32 {
@@ -59,12 +67,12 @@ async fn a_pool_predicts_with_a_trained_iconq_model_and_serves_every_query() {
 async fn an_iconq_pool_whose_model_is_missing_or_broken_stops_the_node_at_start_naming_the_file() {
     let scratch_dir = scratch("iconq-missing");
     let dir = scratch_dir.path();
-    let error = node::start(iconq_config(&dir.join("data"), &dir.join("no-model"))).await.err().expect("no model, no node");
+    let error = node::start(iconq_config(&dir.join("data"), &dir.join("no-model"), "")).await.err().expect("no model, no node");
     let text = error.to_string();
     assert!(text.contains("pool `default`") && text.contains("no-model/model.json"), "{text}");
     std::fs::create_dir_all(dir.join("broken")).unwrap();
     std::fs::write(dir.join("broken/model.json"), "{\"schema_version\": 1}").unwrap();
-    let error = node::start(iconq_config(&dir.join("data"), &dir.join("broken"))).await.err().expect("a broken model, no node");
+    let error = node::start(iconq_config(&dir.join("data"), &dir.join("broken"), "")).await.err().expect("a broken model, no node");
     assert!(error.to_string().contains("is not an Iconq+ model"), "{error}");
 }
 
@@ -99,8 +107,7 @@ async fn wait_for_retraining(addr: std::net::SocketAddr, runs: u64) -> serde_jso
 async fn an_operator_retrains_a_worse_model_away_and_the_new_one_survives_a_restart() {
     let scratch_dir = scratch("iconq-retrain");
     let dir = scratch_dir.path();
-    let model = dir.join("model");
-    slogate::train::run(&slogate::train::TrainRequest { source: slogate::train::LogSource::Simulated(3), out: model.clone(), seed: 3, steps: Some(20) }).unwrap();
+    let model = trained_model(dir, 3);
     // A model that over-predicts every latency e⁴-fold: a retrained one
     // must score better and replace it.
     let mut weights: slogate_core::predict::iconq::IconqWeights = serde_json::from_slice(&std::fs::read(model.join("model.json")).unwrap()).unwrap();
@@ -108,12 +115,7 @@ async fn an_operator_retrains_a_worse_model_away_and_the_new_one_survives_a_rest
     std::fs::write(model.join("model.json"), serde_json::to_vec(&weights).unwrap()).unwrap();
     std::fs::write(model.join("model.onnx"), slogate_onnx::graph::iconq_model_bytes(&weights).unwrap()).unwrap();
     std::fs::remove_file(model.join("metadata.json")).unwrap();
-    let text = format!(
-        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\nadmin_token = \"s3cret\"\n[[pool]]\nname = \"default\"\npolicy = \"slogate\"\npredictor = \"iconq\"\nmodel = \"{}\"\nclusters = [32, 16]\n[pool.retrain]\nmin_executions = 40\nsteps = 40\n",
-        dir.join("data").display(),
-        model.display()
-    );
-    let config = load(&text);
+    let config = iconq_config(&dir.join("data"), &model, "[pool.retrain]\nmin_executions = 40\nsteps = 40\n");
     let node = node::start(config.clone()).await.unwrap();
     // Too little history yet: the run says so and changes nothing.
     let (status, body) = admin(node.admin_addr, "POST", "/v1/pools/default/predictor/retrain", Some("s3cret"), "").await;
