@@ -65,6 +65,9 @@
 //! - (F) The predictor's layout computes what the reference computes
 //!   (states to 1e-5, predictions to 1e-4 relative), with or without the
 //!   head's cache.
+//! - (G) The kernels' AVX2 build, chosen at run time when the CPU has it,
+//!   computes bit for bit what the baseline build computes: a decision
+//!   does not depend on the machine it is made on.
 
 use std::sync::Arc;
 
@@ -195,6 +198,7 @@ pub struct LstmState(pub Vec<f32>);
 /// parts, a degree-5 polynomial, the exponent set through the bits),
 /// within 2e-7 relative of libm's over the clamped range; below −87 it
 /// gives about 1.6e-38 and above 88 about 1.7e38 instead of 0 and ∞.
+#[inline(always)]
 fn exp(x: f32) -> f32 {
     const LOG2_E: f32 = std::f32::consts::LOG2_E;
     // 1.5 · 2²³: adding it rounds to an integer held in the low bits.
@@ -209,12 +213,14 @@ fn exp(x: f32) -> f32 {
     polynomial * f32::from_bits((exponent + 127).wrapping_shl(23) as u32)
 }
 
+#[inline(always)]
 fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + exp(-x))
 }
 
 /// `tanh` through `exp`: `2σ(2x) − 1`, within 1e-6 of libm's `tanhf`,
 /// which goes through `expm1` and took a third of an LSTM step's time.
+#[inline(always)]
 fn tanh(x: f32) -> f32 {
     2.0 / (1.0 + exp(-2.0 * x)) - 1.0
 }
@@ -222,6 +228,19 @@ fn tanh(x: f32) -> f32 {
 /// The state after an LSTM step from gate pre-activations `gates` (four
 /// blocks of `H`, PyTorch's order i, f, g, o) and the cell `c`.
 fn activate(mut gates: Vec<f32>, c: &[f32]) -> LstmState {
+    if avx2::available() {
+        avx2::activate(&mut gates, c);
+    } else {
+        activate_in_place(&mut gates, c);
+    }
+    gates.truncate(2 * c.len());
+    LstmState(gates)
+}
+
+/// [`activate`]'s arithmetic: the new hidden state and cell in place of
+/// the gates' first two blocks.
+#[inline(always)]
+fn activate_in_place(gates: &mut [f32], c: &[f32]) {
     let hidden = c.len();
     // Each gate block through its activation, a slice at a time (so that
     // the loops vectorise): i, f and o squash, g is tanh.
@@ -237,26 +256,25 @@ fn activate(mut gates: Vec<f32>, c: &[f32]) -> LstmState {
         *v = tanh(*v);
     }
     // The new state in place of i and f: each unit reads only its own
-    // gates.
+    // gates (zipped, not indexed, so that no bounds check keeps the loops
+    // scalar).
     let (i, f) = squashed.split_at_mut(hidden);
-    for k in 0..hidden {
-        f[k] = f[k] * c[k] + i[k] * g[k];
+    for (((f, &c), &i), &g) in f.iter_mut().zip(c).zip(i.iter()).zip(g.iter()) {
+        *f = *f * c + i * g;
     }
-    for k in 0..hidden {
-        i[k] = o[k] * tanh(f[k]);
+    for ((i, &o), &f) in i.iter_mut().zip(o.iter()).zip(f.iter()) {
+        *i = o * tanh(f);
     }
-    gates.truncate(2 * hidden);
-    LstmState(gates)
 }
 
 /// `out += Σ_j z_j · column_j`, the columns `out.len()` long and back to
 /// back: a matrix–vector product in column order, which compiles to SIMD
 /// along the outputs (three times the row order's speed for an LSTM's
-/// gates, without wider instructions than the baseline's). Outputs go in
-/// blocks of 32 held in registers across the columns; each output still
-/// sums its columns in order.
-fn add_columns(out: &mut [f32], columns: &[f32], z: &[f32]) {
-    const BLOCK: usize = 32;
+/// gates). Outputs go in blocks of `BLOCK` held in registers across the
+/// columns; each output still sums its columns in order, so the result
+/// is the same whatever the block or the vector width (see [`avx2`]).
+#[inline(always)]
+fn add_columns_in_blocks<const BLOCK: usize>(out: &mut [f32], columns: &[f32], z: &[f32]) {
     let n = out.len();
     let mut start = 0;
     while start + BLOCK <= n {
@@ -276,6 +294,82 @@ fn add_columns(out: &mut [f32], columns: &[f32], z: &[f32]) {
                 *o += w * zj;
             }
         }
+    }
+}
+
+/// [`add_columns_in_blocks`] on the widest instructions the CPU has.
+fn add_columns(out: &mut [f32], columns: &[f32], z: &[f32]) {
+    if avx2::available() {
+        avx2::add_columns(out, columns, z);
+    } else {
+        add_columns_in_blocks::<32>(out, columns, z);
+    }
+}
+
+/// The kernels built for AVX2 (eight lanes where the x86-64 baseline has
+/// four), chosen at run time: the build assumes only the baseline, and
+/// the node runs wherever it is copied.
+///
+/// **Bit-identical to the baseline build.** Every kernel is elementwise
+/// or sums each output in a fixed order, so the vector width changes how
+/// many outputs go at once, not what each one is; and FMA is not enabled,
+/// so no multiply and add are fused into one rounding. A decision is the
+/// same on any x86-64 machine (a property test compares the two builds).
+mod avx2 {
+    /// Whether this CPU runs the AVX2 build (detected once, then a cached
+    /// load).
+    #[inline(always)]
+    pub(super) fn available() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx2")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
+    /// [`super::add_columns_in_blocks`] with blocks of 64 (eight of the
+    /// sixteen registers). Only call when [`available`].
+    pub(super) fn add_columns(out: &mut [f32], columns: &[f32], z: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: the caller checked `available()`: the CPU has AVX2.
+            #[allow(unsafe_code)]
+            unsafe {
+                add_columns_avx2(out, columns, z)
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        super::add_columns_in_blocks::<32>(out, columns, z)
+    }
+
+    /// [`super::activate_in_place`] built for AVX2. Only call when
+    /// [`available`].
+    pub(super) fn activate(gates: &mut [f32], c: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: the caller checked `available()`: the CPU has AVX2.
+            #[allow(unsafe_code)]
+            unsafe {
+                activate_avx2(gates, c)
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        super::activate_in_place(gates, c)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn add_columns_avx2(out: &mut [f32], columns: &[f32], z: &[f32]) {
+        super::add_columns_in_blocks::<64>(out, columns, z)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn activate_avx2(gates: &mut [f32], c: &[f32]) {
+        super::activate_in_place(gates, c)
     }
 }
 
@@ -1123,6 +1217,34 @@ mod tests {
                     prop_assert!((a - b).abs() < 1e-5, "query {}: {} vs {}", i, a, b);
                 }
             }
+        }
+
+        #[test]
+        fn the_avx2_kernels_compute_bit_for_bit_what_the_baseline_ones_compute(
+            seed in 0u64..1000,
+            outputs in 1usize..200,
+            inputs in 0usize..48,
+        ) {
+            if !avx2::available() {
+                eprintln!("this CPU has no AVX2: the baseline build is the only one, nothing to compare");
+                return Ok(());
+            }
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut draw = |n: usize| (0..n).map(|_| rng.random_range(-30.0f32..30.0)).collect::<Vec<f32>>();
+            let (start, columns, z) = (draw(outputs), draw(outputs * inputs), draw(inputs));
+            // (G) The matrix–vector product, blocks and all.
+            let (mut baseline, mut wide) = (start.clone(), start.clone());
+            add_columns_in_blocks::<32>(&mut baseline, &columns, &z);
+            avx2::add_columns(&mut wide, &columns, &z);
+            prop_assert_eq!(baseline.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), wide.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "seed {}", seed);
+            // (G) The gates' activations and the new state, over the
+            // whole range the polynomial `exp` clamps.
+            let hidden = outputs.div_ceil(4);
+            let (gates, cell) = (draw(4 * hidden), draw(hidden));
+            let (mut baseline, mut wide) = (gates.clone(), gates);
+            activate_in_place(&mut baseline, &cell);
+            avx2::activate(&mut wide, &cell);
+            prop_assert_eq!(baseline.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), wide.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "seed {}", seed);
         }
 
         #[test]
