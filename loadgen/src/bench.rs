@@ -7,7 +7,11 @@
 //! server and then a `slogate serve` per policy, alternately, and drives
 //! each with the same client ([`crate::replay`] at `--time-scale 0`), so
 //! that a slow spell of this noisy machine falls on every side alike. It
-//! reports medians of the runs and each policy's ratio to the bare server.
+//! reports medians of the runs and each policy's ratio to the bare server,
+//! and, on Linux, each server's CPU time per query and the client's
+//! (`/proc/PID/stat`): on a machine the client shares, a rate ratio is
+//! roughly `(client + bare) / (client + node)` in CPU per query, and the
+//! CPU figures move far less from run to run than the rates do.
 //!
 //! Both servers are child processes on loopback ports the OS picks; each
 //! logs `grpc_addr=HOST:PORT` on standard error when it listens.
@@ -102,6 +106,25 @@ impl ServerProcess {
     }
 }
 
+/// A process's CPU time so far (user and system, all its threads), from
+/// `/proc/PID/stat`; `None` off Linux or when it cannot be read.
+fn cpu_seconds_of(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which may hold spaces, start at
+    // the state (field 3); utime and stime are fields 14 and 15, in clock
+    // ticks of 1/100 s (USER_HZ, fixed at 100 in Linux's user ABI).
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |field: usize| fields.get(field - 3)?.parse::<u64>().ok();
+    Some((ticks(14)? + ticks(15)?) as f64 / 100.0)
+}
+
+impl ServerProcess {
+    /// The server's CPU time so far, seconds (see [`cpu_seconds_of`]).
+    fn cpu_seconds(&self) -> Option<f64> {
+        cpu_seconds_of(&self.child.id().to_string())
+    }
+}
+
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -165,6 +188,21 @@ pub struct SideFigures {
     pub ratio_to_bare: f64,
     /// `round_trip_ms_p99_median` over the bare server's.
     pub p99_ratio_to_bare: f64,
+    /// The server's CPU time per submission (all its threads, user and
+    /// system), µs, median over the runs; `None` where `/proc` is not
+    /// there to read. Steadier than the rates on a shared machine: it is
+    /// what the server spends, not how the scheduler shared the cores.
+    pub server_cpu_us_per_query_median: Option<f64>,
+    /// The same for this client process, µs per submission.
+    pub client_cpu_us_per_query_median: Option<f64>,
+}
+
+/// What one run measured.
+#[derive(Clone, Debug)]
+struct RunFigures {
+    report: ReplayReport,
+    server_cpu_us_per_query: Option<f64>,
+    client_cpu_us_per_query: Option<f64>,
 }
 
 /// One concurrency's row.
@@ -239,7 +277,7 @@ pub(crate) fn combined(reports: Vec<ReplayReport>) -> ReplayReport {
 }
 
 /// One run of `side` at `concurrency`.
-async fn run_once(side: &str, concurrency: usize, run: usize, config: &BenchConfig) -> Result<ReplayReport> {
+async fn run_once(side: &str, concurrency: usize, run: usize, config: &BenchConfig) -> Result<RunFigures> {
     let (server, data_dir) = if side == "bare" {
         let mut command = Command::new(&config.bare_binary);
         command.args(["--listen", "127.0.0.1:0"]);
@@ -269,12 +307,20 @@ async fn run_once(side: &str, concurrency: usize, run: usize, config: &BenchConf
         };
         async move { replay(&config.workload, &replay_config).await }
     });
+    let cpu_before = (server.cpu_seconds(), cpu_seconds_of("self"));
     let report = futures_util::future::try_join_all(replays).await.map(combined);
+    let cpu_after = (server.cpu_seconds(), cpu_seconds_of("self"));
     drop(server);
     if let Some(dir) = data_dir {
         let _ = std::fs::remove_dir_all(dir);
     }
-    report
+    let report = report?;
+    let per_query = |before: Option<f64>, after: Option<f64>| Some((after? - before?) * 1e6 / report.submitted.max(1) as f64);
+    Ok(RunFigures {
+        server_cpu_us_per_query: per_query(cpu_before.0, cpu_after.0),
+        client_cpu_us_per_query: per_query(cpu_before.1, cpu_after.1),
+        report,
+    })
 }
 
 /// Runs the comparison; `progress` hears each run as it ends.
@@ -300,15 +346,22 @@ pub async fn bench_gateway(config: &BenchConfig, progress: &mut dyn FnMut(&str))
     let mut rows = Vec::new();
     for &concurrency in &config.concurrencies {
         let mut reports: Vec<Vec<ReplayReport>> = vec![Vec::new(); sides.len()];
+        let mut cpu: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); sides.len()];
         for run in 0..config.runs {
             for (i, side) in sides.iter().enumerate() {
-                let report = run_once(side, concurrency, run, config).await?;
+                let figures = run_once(side, concurrency, run, config).await?;
+                let report = figures.report;
+                let us = |value: Option<f64>| value.map_or_else(|| "?".to_owned(), |v| format!("{v:.1}"));
                 progress(&format!(
-                    "concurrency {concurrency}, run {}: {side} {:.0}/s, round trip p99 {:.2} ms",
+                    "concurrency {concurrency}, run {}: {side} {:.0}/s, round trip p99 {:.2} ms, CPU per query: server {} µs, client {} µs",
                     run + 1,
                     report.submissions_per_s,
-                    report.round_trip_ms.p99
+                    report.round_trip_ms.p99,
+                    us(figures.server_cpu_us_per_query),
+                    us(figures.client_cpu_us_per_query),
                 ));
+                cpu[i].0.extend(figures.server_cpu_us_per_query);
+                cpu[i].1.extend(figures.client_cpu_us_per_query);
                 reports[i].push(report);
             }
         }
@@ -325,7 +378,8 @@ pub async fn bench_gateway(config: &BenchConfig, progress: &mut dyn FnMut(&str))
             .iter()
             .zip(&reports)
             .zip(&figures)
-            .map(|((side, runs), &(rate, p99))| SideFigures {
+            .zip(&cpu)
+            .map(|(((side, runs), &(rate, p99)), (server_cpu, client_cpu))| SideFigures {
                 side: side.clone(),
                 rates_per_s: runs.iter().map(|r| r.submissions_per_s).collect(),
                 round_trip_ms_p99: runs.iter().map(|r| r.round_trip_ms.p99).collect(),
@@ -334,6 +388,8 @@ pub async fn bench_gateway(config: &BenchConfig, progress: &mut dyn FnMut(&str))
                 round_trip_ms_p99_median: p99,
                 ratio_to_bare: rate / bare_rate,
                 p99_ratio_to_bare: p99 / bare_p99,
+                server_cpu_us_per_query_median: (server_cpu.len() == runs.len()).then(|| median(server_cpu)),
+                client_cpu_us_per_query_median: (client_cpu.len() == runs.len()).then(|| median(client_cpu)),
             })
             .collect();
         rows.push(ConcurrencyFigures { concurrency, sides });
@@ -345,14 +401,23 @@ impl BenchReport {
     /// The report as a Markdown table.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "{} queries per run, medians of {} alternating runs\n\n| concurrency | side | submissions/s | ratio | round trip p99 ms | p99 ratio | not completed |\n|---|---|---|---|---|---|---|\n",
+            "{} queries per run, medians of {} alternating runs\n\n| concurrency | side | submissions/s | ratio | round trip p99 ms | p99 ratio | not completed | server CPU µs/query | client CPU µs/query |\n|---|---|---|---|---|---|---|---|---|\n",
             self.queries_per_run, self.runs
         );
+        let us = |value: Option<f64>| value.map_or_else(|| "?".to_owned(), |v| format!("{v:.1}"));
         for row in &self.rows {
             for side in &row.sides {
                 out.push_str(&format!(
-                    "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} |\n",
-                    row.concurrency, side.side, side.rate_per_s_median, side.ratio_to_bare, side.round_trip_ms_p99_median, side.p99_ratio_to_bare, side.not_completed
+                    "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} |\n",
+                    row.concurrency,
+                    side.side,
+                    side.rate_per_s_median,
+                    side.ratio_to_bare,
+                    side.round_trip_ms_p99_median,
+                    side.p99_ratio_to_bare,
+                    side.not_completed,
+                    us(side.server_cpu_us_per_query_median),
+                    us(side.client_cpu_us_per_query_median),
                 ));
             }
         }
@@ -387,6 +452,28 @@ mod tests {
         assert_eq!((report.submitted, report.completed), (594, 594), "{report:?}");
         assert_eq!(report.violation_rate, 0.0);
         server.abort();
+    }
+
+    #[test]
+    fn a_process_s_cpu_time_is_read_from_proc_and_grows_with_work() {
+        if !Path::new("/proc/self/stat").exists() {
+            assert_eq!(cpu_seconds_of("self"), None, "no /proc: no figure, rather than a wrong one");
+            return;
+        }
+        let before = cpu_seconds_of("self").expect("this process's own stat parses");
+        // Arithmetic until the stat shows a few of its 10 ms ticks more
+        // (bounded: ten seconds of wall time).
+        let started = std::time::Instant::now();
+        let mut x = 1u64;
+        let mut after = before;
+        while after - before < 0.05 && started.elapsed() < Duration::from_secs(10) {
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+            }
+            after = cpu_seconds_of("self").unwrap();
+        }
+        assert!(after - before >= 0.05, "{before} s then {after} s after ten seconds of busy work");
+        assert_eq!(cpu_seconds_of("4294967295"), None, "no such process");
     }
 
     #[tokio::test]

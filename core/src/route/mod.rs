@@ -20,6 +20,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod decimal;
 pub mod director;
 pub mod elastic;
 pub mod margin;

@@ -102,6 +102,7 @@ use crate::objective::{Outcome, best_with_target};
 use crate::predict::{LatencyPredictor, Observation, Placement, QueryState, guard};
 use crate::route::elastic::{ElasticOptions, ElasticRouting};
 use crate::route::margin::{MarginState, SloMargin};
+use crate::route::decimal::Fixed;
 use crate::route::reserve::{OverloadReserve, ReserveConfig};
 use crate::route::shadow::{PredictedPlacement, ShadowVerdict};
 use crate::route::{PlanningRouter, RouteDecision, Routing, RoutingPolicy};
@@ -412,7 +413,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
     /// `" (q0.62: 13.1s)"` once the margin applies, else nothing.
     fn quantile_note(&self, at_quantile: Duration) -> String {
         let state = self.margin.state();
-        if state.samples == 0 { String::new() } else { format!(" (q{:.2}: {:.1}s)", state.quantile, at_quantile.as_secs_f64()) }
+        if state.samples == 0 { String::new() } else { format!(" (q{}: {}s)", Fixed::<2>(state.quantile), Fixed::<1>(at_quantile.as_secs_f64())) }
     }
 }
 
@@ -565,10 +566,10 @@ impl<P: LatencyPredictor> SloRouter<P> {
             let routing = Routing::Dispatch(RouteDecision {
                 target: Target::Elastic,
                 explanation: format!(
-                    "offloaded: predicted {:.1}s elastic vs SLO {:.1}s, +{violations} violations, +${:.4}; {versus}{mode}",
-                    score.predicted_latency.as_secs_f64(),
-                    query.slo.latency.as_secs_f64(),
-                    score.cost_usd
+                    "offloaded: predicted {}s elastic vs SLO {}s, +{violations} violations, +${}; {versus}{mode}",
+                    Fixed::<1>(score.predicted_latency.as_secs_f64()),
+                    Fixed::<1>(query.slo.latency.as_secs_f64()),
+                    Fixed::<4>(score.cost_usd)
                 ),
                 predicted_latency: Some(score.predicted_latency),
             });
@@ -587,7 +588,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
             })
             .map(|i| &self.last_scores[i]);
         let runner_up = runner_up.map_or_else(String::new, |r| {
-            format!("; runner-up {} (+{} violations, +${:.4})", r.cluster, r.marginal_violations, r.marginal_cost_usd)
+            format!("; runner-up {} (+{} violations, +${})", r.cluster, r.marginal_violations, Fixed::<4>(r.marginal_cost_usd))
         });
 
         // Commit: the chosen cluster's running queries take their updated,
@@ -612,13 +613,13 @@ impl<P: LatencyPredictor> SloRouter<P> {
         let reserve_note = reserve.map_or_else(String::new, |r| {
             let overflow = candidates[r.overflow].id;
             format!(
-                "overload reserve ({:.0}% of the last {} decisions were damage control): {}; ",
-                r.damage_control_share * 100.0,
+                "overload reserve ({}% of the last {} decisions were damage control): {}; ",
+                Fixed::<0>(r.damage_control_share * 100.0),
                 r.decisions,
                 if r.long {
-                    format!("a long query (shorter ones carry {:.0}% of the recent work) goes to overflow cluster {overflow}", r.work_share_below * 100.0)
+                    format!("a long query (shorter ones carry {}% of the recent work) goes to overflow cluster {overflow}", Fixed::<0>(r.work_share_below * 100.0))
                 } else {
-                    format!("a short query (shorter ones carry {:.0}% of the recent work) stays off overflow cluster {overflow}", r.work_share_below * 100.0)
+                    format!("a short query (shorter ones carry {}% of the recent work) stays off overflow cluster {overflow}", Fixed::<0>(r.work_share_below * 100.0))
                 }
             )
         });
@@ -632,16 +633,16 @@ impl<P: LatencyPredictor> SloRouter<P> {
             // A long query under the reserve has one cluster to go to: the
             // overflow cluster, however late it is there.
             Some(keys) if reserve.is_some_and(|r| r.long) => format!(
-                "damage control: misses its SLO on every cluster; on the overflow cluster {:.1}s late, delays the running queries by {:.1}s in all, +{} of them miss{}; ",
-                chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64(),
-                chosen.delay_to_others.as_secs_f64(),
+                "damage control: misses its SLO on every cluster; on the overflow cluster {}s late, delays the running queries by {}s in all, +{} of them miss{}; ",
+                Fixed::<1>(chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64()),
+                Fixed::<1>(chosen.delay_to_others.as_secs_f64()),
                 chosen.others_violations,
                 if keys[best].beyond_bound { format!(", beyond {DAMAGE_BOUND_SLO_MULTIPLE}× its SLO") } else { String::new() },
             ),
             Some(keys) => format!(
-                "damage control: misses its SLO on every cluster; chose by lateness, not cost: {:.1}s late, delays the running queries by {:.1}s in all, +{} of them miss{}; ",
-                chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64(),
-                chosen.delay_to_others.as_secs_f64(),
+                "damage control: misses its SLO on every cluster; chose by lateness, not cost: {}s late, delays the running queries by {}s in all, +{} of them miss{}; ",
+                Fixed::<1>(chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64()),
+                Fixed::<1>(chosen.delay_to_others.as_secs_f64()),
                 chosen.others_violations,
                 match (keys[best].beyond_bound, reserve) {
                     (false, _) => String::new(),
@@ -654,12 +655,12 @@ impl<P: LatencyPredictor> SloRouter<P> {
         let routing = Routing::Dispatch(RouteDecision {
             target: Target::Cluster(chosen.cluster),
             explanation: format!(
-                "{reserve_note}{mode}predicted {:.1}s{} vs SLO {:.1}s, +{} violations, +${:.4}{}{}",
-                chosen.predicted_latency.as_secs_f64(),
+                "{reserve_note}{mode}predicted {}s{} vs SLO {}s, +{} violations, +${}{}{}",
+                Fixed::<1>(chosen.predicted_latency.as_secs_f64()),
                 self.quantile_note(chosen.predicted_latency_at_quantile),
-                query.slo.latency.as_secs_f64(),
+                Fixed::<1>(query.slo.latency.as_secs_f64()),
                 chosen.marginal_violations,
-                chosen.marginal_cost_usd,
+                Fixed::<4>(chosen.marginal_cost_usd),
                 runner_up,
                 elastic_note
             ),
