@@ -41,7 +41,8 @@ impl<const DECIMALS: u32> fmt::Display for Fixed<DECIMALS> {
         // Not finite, too large, or too near a tie for the product's
         // rounding (half an ulp of it) to be sure of the digit.
         let fraction = scaled - scaled.trunc();
-        if !(scaled < SCALED_MAX) || (fraction - 0.5).abs() <= scaled * f64::EPSILON {
+        let in_range = scaled.is_finite() && scaled < SCALED_MAX;
+        if !in_range || (fraction - 0.5).abs() <= scaled * f64::EPSILON {
             return f.pad(&format!("{x:.prec$}", prec = DECIMALS as usize));
         }
         let units = scaled.round() as u64;
