@@ -100,7 +100,7 @@ mod tests {
         ] {
             agrees(x).unwrap();
         }
-        assert_eq!(format!("[{:>8}]", Fixed::<1>(3.14159)), "[     3.1]", "the formatter's width and alignment apply");
+        assert_eq!(format!("[{:>8}]", Fixed::<1>(2.71)), "[     2.7]", "the formatter's width and alignment apply");
     }
 
     proptest! {
