@@ -25,6 +25,7 @@
 //!   records): it never grows or rehashes.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use slogate_core::model::{PoolId, TemplateId};
@@ -116,7 +117,7 @@ type Key = u64;
 /// no tombstones and never rehashes or grows. Keys are uniform hashes
 /// already; their low bits pick the home slot.
 struct FixedTable {
-    slots: Vec<Option<(Key, Box<IdempotencyRecord>)>>,
+    slots: Vec<Option<(Key, Arc<IdempotencyRecord>)>>,
     mask: usize,
     len: usize,
 }
@@ -149,9 +150,9 @@ impl FixedTable {
 
     /// Inserts `record`; `true` when it replaced one with its key. The
     /// caller keeps `len` within the capacity.
-    fn insert(&mut self, key: Key, record: IdempotencyRecord) -> bool {
+    fn insert(&mut self, key: Key, record: Arc<IdempotencyRecord>) -> bool {
         if let Some(at) = self.find(key) {
-            self.slots[at] = Some((key, Box::new(record)));
+            self.slots[at] = Some((key, record));
             return true;
         }
         assert!(self.len < self.slots.len() / 2 + 1, "a FixedTable holds at most its capacity");
@@ -159,7 +160,7 @@ impl FixedTable {
         while self.slots[at].is_some() {
             at = (at + 1) & self.mask;
         }
-        self.slots[at] = Some((key, Box::new(record)));
+        self.slots[at] = Some((key, record));
         self.len += 1;
         false
     }
@@ -228,9 +229,11 @@ impl IdempotencyTable {
             .filter(|r| r.tenant == tenant && r.client_query_id == client_query_id && now_unix_s - r.finished_unix_s <= self.retention_s)
     }
 
-    /// Adds `record`, replacing one with its key, and drops the oldest past
-    /// `kept` and any past retention at `now_unix_s`.
-    pub fn insert(&mut self, record: IdempotencyRecord, now_unix_s: f64) {
+    /// Adds `record` (shared with the log writer, or not), replacing one
+    /// with its key, and drops the oldest past `kept` and any past
+    /// retention at `now_unix_s`.
+    pub fn insert(&mut self, record: impl Into<Arc<IdempotencyRecord>>, now_unix_s: f64) {
+        let record = record.into();
         let key = self.key(&record.tenant, &record.client_query_id);
         if self.records.insert(key, record) {
             self.order.retain(|k| *k != key);
@@ -345,7 +348,7 @@ mod tests {
                 let key = (high << 40) | ((28 + low % 8) & 31) | ((low / 8) << 20);
                 if insert && (model.len() < 12 || model.contains_key(&key)) {
                     let id = format!("{key}-{}", model.len());
-                    prop_assert_eq!(table.insert(key, record("", &id, 0.0)), model.insert(key, id).is_some());
+                    prop_assert_eq!(table.insert(key, Arc::new(record("", &id, 0.0))), model.insert(key, id).is_some());
                 } else {
                     table.remove(key);
                     model.remove(&key);

@@ -153,7 +153,7 @@ pub trait ReservoirStore: Send {
     fn recent_executions(&self, limit: usize) -> Result<Vec<ExecutionRecord>>;
     /// Writes idempotency records as one row (a batch); a record read back
     /// replaces any earlier one with its key.
-    fn put_idempotency(&mut self, records: &[IdempotencyRecord]) -> Result<()>;
+    fn put_idempotency(&mut self, records: &[std::sync::Arc<IdempotencyRecord>]) -> Result<()>;
     /// Reads every idempotency record finished at or after
     /// `since_unix_s`, oldest first (the older ones are
     /// [`ReservoirStore::prune_idempotency`]'s to delete).
@@ -425,11 +425,11 @@ fn parse_executions(value: &[u8]) -> Result<Vec<ExecutionRecord>> {
 /// The bytes before an idempotency batch's JSON: its newest finish.
 const IDEMPOTENCY_HEADER: usize = 8;
 
-/// An idempotency batch's value: the newest finish of its `records` (f64
-/// bits, BE), then their JSON array; written into the header `row` leaves
-/// for it.
-fn idempotency_batch_value(records: &[IdempotencyRecord], mut row: Vec<u8>) -> Vec<u8> {
-    let newest = records.iter().map(|r| r.finished_unix_s).fold(f64::NEG_INFINITY, f64::max);
+/// An idempotency batch's value: the newest of its records' `finishes`
+/// (f64 bits, BE), then their JSON array; written into the header `row`
+/// leaves for it.
+fn idempotency_batch_value(finishes: impl Iterator<Item = f64>, mut row: Vec<u8>) -> Vec<u8> {
+    let newest = finishes.fold(f64::NEG_INFINITY, f64::max);
     row[..IDEMPOTENCY_HEADER].copy_from_slice(&newest.to_bits().to_be_bytes());
     row
 }
@@ -754,7 +754,7 @@ impl SledStore {
         }
         records.sort_by(|a, b| a.finished_unix_s.total_cmp(&b.finished_unix_s));
         let moved = records.len();
-        self.put_idempotency(&records)?;
+        self.put_idempotency(&records.iter().cloned().map(std::sync::Arc::new).collect::<Vec<_>>())?;
         self.db.flush()?;
         let rows = RowCounts { idempotency: self.idempotency.len() as u64, ..self.rows };
         self.write_manifest(rows)?;
@@ -996,13 +996,13 @@ impl ReservoirStore for SledStore {
         Ok(records)
     }
 
-    fn put_idempotency(&mut self, records: &[IdempotencyRecord]) -> Result<()> {
+    fn put_idempotency(&mut self, records: &[std::sync::Arc<IdempotencyRecord>]) -> Result<()> {
         if records.is_empty() {
             return Ok(());
         }
         for (range, row) in json_rows(records, IDEMPOTENCY_HEADER) {
             let key = batch_key(self.db.generate_id()?, range.len());
-            if self.idempotency.insert(key, idempotency_batch_value(&records[range.clone()], row))?.is_none() {
+            if self.idempotency.insert(key, idempotency_batch_value(records[range.clone()].iter().map(|r| r.finished_unix_s), row))?.is_none() {
                 self.rows.idempotency += 1;
                 self.records.idempotency += range.len() as u64;
             }
@@ -1018,7 +1018,7 @@ impl ReservoirStore for SledStore {
             Some((key, value, drop_first)) => {
                 let (sequence, kept) = (u64::from_be_bytes(key[..8].try_into().expect("eight bytes")), parse_idempotency(&value)?);
                 let kept = &kept[drop_first..];
-                Some((key, batch_key(sequence, kept.len()), idempotency_batch_value(kept, json_row(kept, IDEMPOTENCY_HEADER))))
+                Some((key, batch_key(sequence, kept.len()), idempotency_batch_value(kept.iter().map(|r| r.finished_unix_s), json_row(kept, IDEMPOTENCY_HEADER))))
             }
             None => None,
         };
@@ -1073,7 +1073,7 @@ pub struct ExecutionUpdate(pub ExecutionRecord);
 /// Writes a finished query's idempotency record.
 #[derive(Message)]
 #[rtype(result = "Result<()>")]
-pub struct IdempotencyUpdate(pub IdempotencyRecord);
+pub struct IdempotencyUpdate(pub std::sync::Arc<IdempotencyRecord>);
 
 /// Updates sent through a [`ReservoirLink`] and not yet handled: how far
 /// the Reservoir is behind its writers. The gRPC intake holds new queries
@@ -1138,7 +1138,7 @@ pub enum LogUpdate {
     Execution(ExecutionRecord),
     /// A finished query's idempotency record, as [`IdempotencyUpdate`]
     /// (boxed: it is many times the others' size).
-    Idempotency(Box<IdempotencyRecord>),
+    Idempotency(std::sync::Arc<IdempotencyRecord>),
 }
 
 /// Updates sent together through [`ReservoirLink::offer_batch`].
@@ -1158,7 +1158,7 @@ impl Handler<OfferedBatch> for ReservoirActor {
             let _ = match update {
                 LogUpdate::Arrival(arrival) => <Self as Handler<ArrivalUpdate>>::handle(self, arrival, ctx),
                 LogUpdate::Execution(record) => <Self as Handler<ExecutionUpdate>>::handle(self, ExecutionUpdate(record), ctx),
-                LogUpdate::Idempotency(record) => <Self as Handler<IdempotencyUpdate>>::handle(self, IdempotencyUpdate(*record), ctx),
+                LogUpdate::Idempotency(record) => <Self as Handler<IdempotencyUpdate>>::handle(self, IdempotencyUpdate(record), ctx),
             };
         }
     }
@@ -1312,7 +1312,7 @@ pub struct ReservoirActor {
     /// idempotency records, waiting for the next.
     dirty_hours: std::collections::BTreeSet<CalendarHour>,
     pending_executions: Vec<ExecutionRecord>,
-    pending_idempotency: Vec<IdempotencyRecord>,
+    pending_idempotency: Vec<std::sync::Arc<IdempotencyRecord>>,
 }
 
 impl ReservoirActor {

@@ -999,11 +999,12 @@ impl Handler<Remember> for RouterShard {
 
     fn handle(&mut self, message: Remember, _ctx: &mut Self::Context) {
         let Some(pool) = self.pools.get_mut(&message.record.pool) else { return };
-        if self.log.link.is_some() {
-            self.log.push(LogUpdate::Idempotency(Box::new(message.record.clone())));
-        }
         let finished_unix_s = message.record.finished_unix_s;
-        pool.done.insert(message.record, finished_unix_s);
+        let record = std::sync::Arc::new(message.record);
+        if self.log.link.is_some() {
+            self.log.push(LogUpdate::Idempotency(record.clone()));
+        }
+        pool.done.insert(record, finished_unix_s);
     }
 }
 
@@ -1580,27 +1581,33 @@ impl RouterShard {
             if pool.by_client_id.get(&key) == Some(&message.query) {
                 pool.by_client_id.remove(&key);
             }
+            let (tenant, client_query_id) = key;
             let finished_unix_s = crate::clock::unix_now_s();
-            let record = IdempotencyRecord {
+            let record = std::sync::Arc::new(IdempotencyRecord {
                 pool: message.pool.clone(),
-                tenant: flight.tenant.clone(),
-                client_query_id: flight.client_query_id.clone(),
+                tenant,
+                client_query_id,
                 digest: flight.digest,
                 finished_unix_s,
                 outcome: outcome.without_rows(),
-            };
+            });
             if self.log.link.is_some() {
-                self.log.push(LogUpdate::Idempotency(Box::new(record.clone())));
+                self.log.push(LogUpdate::Idempotency(record.clone()));
             }
             pool.done.insert(record, finished_unix_s);
         }
         if pool.recent.len() == recent_max {
             pool.recent.pop_back();
         }
-        pool.recent.push_front((flight.tenant.clone(), outcome.clone()));
-        for waiter in flight.waiters {
-            // A caller that went away no longer needs the reply.
-            let _ = waiter.send(outcome.clone());
+        pool.recent.push_front((flight.tenant, outcome.clone()));
+        // The last waiter (most often the only one) takes the outcome
+        // itself. A caller that went away no longer needs the reply.
+        let mut waiters = flight.waiters;
+        if let Some(last) = waiters.pop() {
+            for waiter in waiters {
+                let _ = waiter.send(outcome.clone());
+            }
+            let _ = last.send(outcome);
         }
     }
 }

@@ -327,7 +327,7 @@ fn idempotency_records_are_pruned_oldest_first_by_count_and_age() {
     // Ten batches of a hundred, in finish order: id i finished at 10,000 + i.
     let finished = |i: u64| 10_000.0 + i as f64;
     for first in (0..1_000).step_by(100) {
-        let batch: Vec<_> = (first..first + 100).map(|i| idempotency_record(i, finished(i))).collect();
+        let batch: Vec<_> = (first..first + 100).map(|i| std::sync::Arc::new(idempotency_record(i, finished(i)))).collect();
         store.put_idempotency(&batch).unwrap();
     }
     let rows = store.rows().idempotency;
