@@ -73,9 +73,7 @@
 //! let Routing::Dispatch(decision) = router.route(Instant::ZERO, &query, &pool) else { panic!("round-robin always dispatches") };
 //! assert!(matches!(decision.target, Target::Cluster(_)));
 //! ```
-// No unsafe code but the two calls of Iconq+'s AVX2 kernels after the CPU
-// was checked for AVX2 (`predict::iconq`, module `avx2`).
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 

@@ -228,8 +228,8 @@ fn tanh(x: f32) -> f32 {
 /// The state after an LSTM step from gate pre-activations `gates` (four
 /// blocks of `H`, PyTorch's order i, f, g, o) and the cell `c`.
 fn activate(mut gates: Vec<f32>, c: &[f32]) -> LstmState {
-    if avx2::available() {
-        avx2::activate(&mut gates, c);
+    if wide::available() {
+        wide::activate(&mut gates, c);
     } else {
         activate_in_place(&mut gates, c);
     }
@@ -272,7 +272,7 @@ fn activate_in_place(gates: &mut [f32], c: &[f32]) {
 /// along the outputs (three times the row order's speed for an LSTM's
 /// gates). Outputs go in blocks of `BLOCK` held in registers across the
 /// columns; each output still sums its columns in order, so the result
-/// is the same whatever the block or the vector width (see [`avx2`]).
+/// is the same whatever the block or the vector width (see [`wide`]).
 #[inline(always)]
 fn add_columns_in_blocks<const BLOCK: usize>(out: &mut [f32], columns: &[f32], z: &[f32]) {
     let n = out.len();
@@ -299,77 +299,73 @@ fn add_columns_in_blocks<const BLOCK: usize>(out: &mut [f32], columns: &[f32], z
 
 /// [`add_columns_in_blocks`] on the widest instructions the CPU has.
 fn add_columns(out: &mut [f32], columns: &[f32], z: &[f32]) {
-    if avx2::available() {
-        avx2::add_columns(out, columns, z);
+    if wide::available() {
+        wide::add_columns(out, columns, z);
     } else {
         add_columns_in_blocks::<32>(out, columns, z);
     }
 }
 
-/// The kernels built for AVX2 (eight lanes where the x86-64 baseline has
-/// four), chosen at run time: the build assumes only the baseline, and
-/// the node runs wherever it is copied.
+/// The kernels built for x86-64-v3 (AVX2: eight lanes where the x86-64
+/// baseline has four), chosen at run time through `pulp`, which keeps the
+/// target-feature dispatch (and its `unsafe`) out of this crate: the
+/// build assumes only the baseline, and the node runs wherever it is
+/// copied.
 ///
 /// **Bit-identical to the baseline build.** Every kernel is elementwise
 /// or sums each output in a fixed order, so the vector width changes how
-/// many outputs go at once, not what each one is; and FMA is not enabled,
-/// so no multiply and add are fused into one rounding. A decision is the
-/// same on any x86-64 machine (a property test compares the two builds).
-mod avx2 {
-    /// Whether this CPU runs the AVX2 build (detected once, then a cached
-    /// load).
+/// many outputs go at once, not what each one is; and Rust never fuses a
+/// multiply and an add into one rounding (an FMA) unless asked to with
+/// `mul_add`, which these kernels do not. A decision is the same on any
+/// x86-64 machine (property (G) compares the two builds).
+mod wide {
+    use pulp::{Arch, Simd, WithSimd};
+
+    /// Whether this CPU has wider instructions than the baseline's (a
+    /// cached detection).
     #[inline(always)]
     pub(super) fn available() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::arch::is_x86_feature_detected!("avx2")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
+        !matches!(Arch::new(), Arch::Scalar)
+    }
+
+    struct AddColumns<'a> {
+        out: &'a mut [f32],
+        columns: &'a [f32],
+        z: &'a [f32],
+    }
+
+    impl WithSimd for AddColumns<'_> {
+        type Output = ();
+
+        /// Blocks of 64 outputs: eight of the sixteen AVX registers.
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, _simd: S) {
+            super::add_columns_in_blocks::<64>(self.out, self.columns, self.z)
         }
     }
 
-    /// [`super::add_columns_in_blocks`] with blocks of 64 (eight of the
-    /// sixteen registers). Only call when [`available`].
+    struct Activate<'a> {
+        gates: &'a mut [f32],
+        c: &'a [f32],
+    }
+
+    impl WithSimd for Activate<'_> {
+        type Output = ();
+
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, _simd: S) {
+            super::activate_in_place(self.gates, self.c)
+        }
+    }
+
+    /// [`super::add_columns_in_blocks`] on the CPU's widest instructions.
     pub(super) fn add_columns(out: &mut [f32], columns: &[f32], z: &[f32]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            // SAFETY: the caller checked `available()`: the CPU has AVX2.
-            #[allow(unsafe_code)]
-            unsafe {
-                add_columns_avx2(out, columns, z)
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        super::add_columns_in_blocks::<32>(out, columns, z)
+        Arch::new().dispatch(AddColumns { out, columns, z })
     }
 
-    /// [`super::activate_in_place`] built for AVX2. Only call when
-    /// [`available`].
+    /// [`super::activate_in_place`] on the CPU's widest instructions.
     pub(super) fn activate(gates: &mut [f32], c: &[f32]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            // SAFETY: the caller checked `available()`: the CPU has AVX2.
-            #[allow(unsafe_code)]
-            unsafe {
-                activate_avx2(gates, c)
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        super::activate_in_place(gates, c)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    fn add_columns_avx2(out: &mut [f32], columns: &[f32], z: &[f32]) {
-        super::add_columns_in_blocks::<64>(out, columns, z)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    fn activate_avx2(gates: &mut [f32], c: &[f32]) {
-        super::activate_in_place(gates, c)
+        Arch::new().dispatch(Activate { gates, c })
     }
 }
 
@@ -1220,12 +1216,12 @@ mod tests {
         }
 
         #[test]
-        fn the_avx2_kernels_compute_bit_for_bit_what_the_baseline_ones_compute(
+        fn the_wide_kernels_compute_bit_for_bit_what_the_baseline_ones_compute(
             seed in 0u64..1000,
             outputs in 1usize..200,
             inputs in 0usize..48,
         ) {
-            if !avx2::available() {
+            if !wide::available() {
                 eprintln!("this CPU has no AVX2: the baseline build is the only one, nothing to compare");
                 return Ok(());
             }
@@ -1235,7 +1231,7 @@ mod tests {
             // (G) The matrix–vector product, blocks and all.
             let (mut baseline, mut wide) = (start.clone(), start.clone());
             add_columns_in_blocks::<32>(&mut baseline, &columns, &z);
-            avx2::add_columns(&mut wide, &columns, &z);
+            wide::add_columns(&mut wide, &columns, &z);
             prop_assert_eq!(baseline.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), wide.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "seed {}", seed);
             // (G) The gates' activations and the new state, over the
             // whole range the polynomial `exp` clamps.
@@ -1243,7 +1239,7 @@ mod tests {
             let (gates, cell) = (draw(4 * hidden), draw(hidden));
             let (mut baseline, mut wide) = (gates.clone(), gates);
             activate_in_place(&mut baseline, &cell);
-            avx2::activate(&mut wide, &cell);
+            wide::activate(&mut wide, &cell);
             prop_assert_eq!(baseline.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), wide.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "seed {}", seed);
         }
 
