@@ -118,10 +118,49 @@ fn cpu_seconds_of(pid: &str) -> Option<f64> {
     Some((ticks(14)? + ticks(15)?) as f64 / 100.0)
 }
 
+/// Each live thread's CPU time so far in process `pid`, seconds, by
+/// thread id, with the thread's name (`/proc/PID/task/TID/stat` and
+/// `comm`); empty off Linux.
+fn thread_cpu_seconds_of(pid: &str) -> std::collections::BTreeMap<String, (String, f64)> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Default::default() };
+    tasks
+        .filter_map(|task| {
+            let tid = task.ok()?.file_name().into_string().ok()?;
+            let seconds = cpu_seconds_of(&format!("{pid}/task/{tid}"))?;
+            let name = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok()?.trim().to_owned();
+            Some((tid, (name, seconds)))
+        })
+        .collect()
+}
+
+/// What the threads alive at both readings spent between them, µs per
+/// query, summed by name with trailing digits dropped (`sled-io-3` is
+/// `sled-io`), largest first.
+fn per_thread_us_per_query(
+    before: &std::collections::BTreeMap<String, (String, f64)>,
+    after: &std::collections::BTreeMap<String, (String, f64)>,
+    queries: u64,
+) -> Vec<(String, f64)> {
+    let mut by_name: std::collections::BTreeMap<String, f64> = Default::default();
+    for (tid, (name, seconds)) in after {
+        let start = before.get(tid).map_or(0.0, |(_, s)| *s);
+        let group = name.trim_end_matches(|c: char| c.is_ascii_digit()).trim_end_matches(['-', '_']).to_owned();
+        *by_name.entry(group).or_default() += (seconds - start) * 1e6 / queries.max(1) as f64;
+    }
+    let mut groups: Vec<(String, f64)> = by_name.into_iter().filter(|(_, us)| *us > 0.0).collect();
+    groups.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    groups
+}
+
 impl ServerProcess {
     /// The server's CPU time so far, seconds (see [`cpu_seconds_of`]).
     fn cpu_seconds(&self) -> Option<f64> {
         cpu_seconds_of(&self.child.id().to_string())
+    }
+
+    /// Its threads' CPU time so far (see [`thread_cpu_seconds_of`]).
+    fn thread_cpu_seconds(&self) -> std::collections::BTreeMap<String, (String, f64)> {
+        thread_cpu_seconds_of(&self.child.id().to_string())
     }
 }
 
@@ -203,6 +242,8 @@ struct RunFigures {
     report: ReplayReport,
     server_cpu_us_per_query: Option<f64>,
     client_cpu_us_per_query: Option<f64>,
+    /// The server's threads, by name (see [`per_thread_us_per_query`]).
+    server_threads_us_per_query: Vec<(String, f64)>,
 }
 
 /// One concurrency's row.
@@ -307,9 +348,9 @@ async fn run_once(side: &str, concurrency: usize, run: usize, config: &BenchConf
         };
         async move { replay(&config.workload, &replay_config).await }
     });
-    let cpu_before = (server.cpu_seconds(), cpu_seconds_of("self"));
+    let cpu_before = (server.cpu_seconds(), cpu_seconds_of("self"), server.thread_cpu_seconds());
     let report = futures_util::future::try_join_all(replays).await.map(combined);
-    let cpu_after = (server.cpu_seconds(), cpu_seconds_of("self"));
+    let cpu_after = (server.cpu_seconds(), cpu_seconds_of("self"), server.thread_cpu_seconds());
     drop(server);
     if let Some(dir) = data_dir {
         let _ = std::fs::remove_dir_all(dir);
@@ -319,6 +360,7 @@ async fn run_once(side: &str, concurrency: usize, run: usize, config: &BenchConf
     Ok(RunFigures {
         server_cpu_us_per_query: per_query(cpu_before.0, cpu_after.0),
         client_cpu_us_per_query: per_query(cpu_before.1, cpu_after.1),
+        server_threads_us_per_query: per_thread_us_per_query(&cpu_before.2, &cpu_after.2, report.submitted),
         report,
     })
 }
@@ -352,8 +394,9 @@ pub async fn bench_gateway(config: &BenchConfig, progress: &mut dyn FnMut(&str))
                 let figures = run_once(side, concurrency, run, config).await?;
                 let report = figures.report;
                 let us = |value: Option<f64>| value.map_or_else(|| "?".to_owned(), |v| format!("{v:.1}"));
+                let threads = figures.server_threads_us_per_query.iter().map(|(name, us)| format!("{name} {us:.1}")).collect::<Vec<_>>().join(", ");
                 progress(&format!(
-                    "concurrency {concurrency}, run {}: {side} {:.0}/s, round trip p99 {:.2} ms, CPU per query: server {} µs, client {} µs",
+                    "concurrency {concurrency}, run {}: {side} {:.0}/s, round trip p99 {:.2} ms, CPU per query: server {} µs ({threads}), client {} µs",
                     run + 1,
                     report.submissions_per_s,
                     report.round_trip_ms.p99,
@@ -474,6 +517,20 @@ mod tests {
         }
         assert!(after - before >= 0.05, "{before} s then {after} s after ten seconds of busy work");
         assert_eq!(cpu_seconds_of("4294967295"), None, "no such process");
+    }
+
+    #[test]
+    fn thread_cpu_is_summed_by_name_without_the_number_and_largest_first() {
+        let reading = |entries: &[(&str, &str, f64)]| entries.iter().map(|(tid, name, s)| (tid.to_string(), (name.to_string(), *s))).collect();
+        let before = reading(&[("1", "slogate", 1.0), ("2", "sled-io-0", 0.5), ("3", "sled-io-1", 0.25)]);
+        // Thread 4 started during the run; thread 5 did not run.
+        let after = reading(&[("1", "slogate", 2.0), ("2", "sled-io-0", 0.75), ("3", "sled-io-1", 0.5), ("4", "worker", 0.25), ("5", "idle", 0.0)]);
+        let groups = per_thread_us_per_query(&before, &after, 1_000_000);
+        assert_eq!(groups, vec![("slogate".to_owned(), 1.0), ("sled-io".to_owned(), 0.5), ("worker".to_owned(), 0.25)]);
+        if Path::new("/proc/self/task").exists() {
+            let threads = thread_cpu_seconds_of("self");
+            assert!(!threads.is_empty(), "this process's own threads are listed");
+        }
     }
 
     #[tokio::test]
