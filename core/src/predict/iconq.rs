@@ -228,11 +228,8 @@ fn tanh(x: f32) -> f32 {
 /// The state after an LSTM step from gate pre-activations `gates` (four
 /// blocks of `H`, PyTorch's order i, f, g, o) and the cell `c`.
 fn activate(mut gates: Vec<f32>, c: &[f32]) -> LstmState {
-    if wide::available() {
-        wide::activate(&mut gates, c);
-    } else {
-        activate_in_place(&mut gates, c);
-    }
+    // On the widest instructions the CPU has (see [`wide`]).
+    pulp::Arch::new().dispatch(wide::Activate { gates: &mut gates, c });
     gates.truncate(2 * c.len());
     LstmState(gates)
 }
@@ -297,20 +294,21 @@ fn add_columns_in_blocks<const BLOCK: usize>(out: &mut [f32], columns: &[f32], z
     }
 }
 
-/// [`add_columns_in_blocks`] on the widest instructions the CPU has.
+/// [`add_columns_in_blocks`] on the widest instructions the CPU has (see
+/// [`wide`]): blocks of 32 outputs at the baseline's four lanes, of 64
+/// (eight of AVX's sixteen registers) at eight.
 fn add_columns(out: &mut [f32], columns: &[f32], z: &[f32]) {
-    if wide::available() {
-        wide::add_columns(out, columns, z);
-    } else {
-        add_columns_in_blocks::<32>(out, columns, z);
+    match pulp::Arch::new() {
+        pulp::Arch::Scalar => add_columns_in_blocks::<32>(out, columns, z),
+        wider => wider.dispatch(wide::AddColumns { out, columns, z }),
     }
 }
 
-/// The kernels built for x86-64-v3 (AVX2: eight lanes where the x86-64
-/// baseline has four), chosen at run time through `pulp`, which keeps the
-/// target-feature dispatch (and its `unsafe`) out of this crate: the
-/// build assumes only the baseline, and the node runs wherever it is
-/// copied.
+/// The kernels as `pulp` operations: `pulp` detects the CPU's widest
+/// instructions once (x86-64-v3, AVX2, where it has them; the build
+/// assumes only the baseline, so a node runs wherever it is copied) and
+/// runs the operation compiled for them, keeping the target-feature
+/// dispatch (and its `unsafe`) out of this crate.
 ///
 /// **Bit-identical to the baseline build.** Every kernel is elementwise
 /// or sums each output in a fixed order, so the vector width changes how
@@ -319,34 +317,28 @@ fn add_columns(out: &mut [f32], columns: &[f32], z: &[f32]) {
 /// `mul_add`, which these kernels do not. A decision is the same on any
 /// x86-64 machine (property (G) compares the two builds).
 mod wide {
-    use pulp::{Arch, Simd, WithSimd};
+    use pulp::{Simd, WithSimd};
 
-    /// Whether this CPU has wider instructions than the baseline's (a
-    /// cached detection).
-    #[inline(always)]
-    pub(super) fn available() -> bool {
-        !matches!(Arch::new(), Arch::Scalar)
-    }
-
-    struct AddColumns<'a> {
-        out: &'a mut [f32],
-        columns: &'a [f32],
-        z: &'a [f32],
+    /// [`super::add_columns_in_blocks`] in blocks of 64.
+    pub(super) struct AddColumns<'a> {
+        pub(super) out: &'a mut [f32],
+        pub(super) columns: &'a [f32],
+        pub(super) z: &'a [f32],
     }
 
     impl WithSimd for AddColumns<'_> {
         type Output = ();
 
-        /// Blocks of 64 outputs: eight of the sixteen AVX registers.
         #[inline(always)]
         fn with_simd<S: Simd>(self, _simd: S) {
             super::add_columns_in_blocks::<64>(self.out, self.columns, self.z)
         }
     }
 
-    struct Activate<'a> {
-        gates: &'a mut [f32],
-        c: &'a [f32],
+    /// [`super::activate_in_place`].
+    pub(super) struct Activate<'a> {
+        pub(super) gates: &'a mut [f32],
+        pub(super) c: &'a [f32],
     }
 
     impl WithSimd for Activate<'_> {
@@ -356,16 +348,6 @@ mod wide {
         fn with_simd<S: Simd>(self, _simd: S) {
             super::activate_in_place(self.gates, self.c)
         }
-    }
-
-    /// [`super::add_columns_in_blocks`] on the CPU's widest instructions.
-    pub(super) fn add_columns(out: &mut [f32], columns: &[f32], z: &[f32]) {
-        Arch::new().dispatch(AddColumns { out, columns, z })
-    }
-
-    /// [`super::activate_in_place`] on the CPU's widest instructions.
-    pub(super) fn activate(gates: &mut [f32], c: &[f32]) {
-        Arch::new().dispatch(Activate { gates, c })
     }
 }
 
@@ -1221,7 +1203,7 @@ mod tests {
             outputs in 1usize..200,
             inputs in 0usize..48,
         ) {
-            if !wide::available() {
+            if matches!(pulp::Arch::new(), pulp::Arch::Scalar) {
                 eprintln!("this CPU has no AVX2: the baseline build is the only one, nothing to compare");
                 return Ok(());
             }
@@ -1231,16 +1213,16 @@ mod tests {
             // (G) The matrix–vector product, blocks and all.
             let (mut baseline, mut wide) = (start.clone(), start.clone());
             add_columns_in_blocks::<32>(&mut baseline, &columns, &z);
-            wide::add_columns(&mut wide, &columns, &z);
+            add_columns(&mut wide, &columns, &z);
             prop_assert_eq!(baseline.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), wide.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "seed {}", seed);
             // (G) The gates' activations and the new state, over the
             // whole range the polynomial `exp` clamps.
             let hidden = outputs.div_ceil(4);
             let (gates, cell) = (draw(4 * hidden), draw(hidden));
-            let (mut baseline, mut wide) = (gates.clone(), gates);
+            let mut baseline = gates.clone();
             activate_in_place(&mut baseline, &cell);
-            wide::activate(&mut wide, &cell);
-            prop_assert_eq!(baseline.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), wide.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "seed {}", seed);
+            let wide = activate(gates, &cell).0;
+            prop_assert_eq!(baseline[..2 * hidden].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), wide.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "seed {}", seed);
         }
 
         #[test]
