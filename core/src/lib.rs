@@ -9,6 +9,8 @@
 //! # Layout
 //!
 //! - [`time`]: microsecond `Instant`/`Duration` newtypes (virtual time).
+//! - [`decimal`]: fixed-point decimals for explanations, as `{:.N}` writes
+//!   them at a fraction of the cost.
 //! - [`model`]: queries, templates, SLOs, clusters, pools and targets.
 //! - [`fingerprint`]: template ids for queries submitted as SQL text.
 //! - [`billing`]: the usage-based billing timer (AutoSLO §2).
@@ -78,6 +80,7 @@
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
 pub mod billing;
+pub mod decimal;
 pub mod elastic;
 pub mod fleet;
 pub mod fingerprint;

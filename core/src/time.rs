@@ -169,13 +169,13 @@ impl Sub for Duration {
 
 impl fmt::Display for Instant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "t+{:.3}s", self.as_secs_f64())
+        write!(f, "t+{}s", crate::decimal::Fixed::<3>(self.as_secs_f64()))
     }
 }
 
 impl fmt::Display for Duration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:.3}s", self.as_secs_f64())
+        write!(f, "{}s", crate::decimal::Fixed::<3>(self.as_secs_f64()))
     }
 }
 

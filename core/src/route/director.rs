@@ -158,7 +158,7 @@ impl<P: LatencyPredictor> SloDirector<P> {
         tier.place(now, query.id, &score);
         Ok(Routing::Dispatch(RouteDecision {
             target: Target::Elastic,
-            explanation: format!("offloaded: {why} (estimated ${:.4})", score.cost_usd),
+            explanation: format!("offloaded: {why} (estimated ${})", crate::decimal::Fixed::<4>(score.cost_usd)),
             predicted_latency: None,
         }))
     }

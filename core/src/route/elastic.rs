@@ -156,7 +156,7 @@ impl ElasticRouting {
             && now < until
         {
             let left = until.saturating_duration_since(now).as_secs_f64();
-            return Some(format!("the elastic tier throttled {} offload(s) in a row; offloads resume in {left:.1} s", self.throttles_in_a_row));
+            return Some(format!("the elastic tier throttled {} offload(s) in a row; offloads resume in {} s", self.throttles_in_a_row, crate::decimal::Fixed::<1>(left)));
         }
         if !self.pool.has_capacity(&self.options.config) {
             return Some(format!("the elastic tier is at its concurrency limit ({})", self.options.config.concurrency_limit));
@@ -164,7 +164,7 @@ impl ElasticRouting {
         if let Some(cap) = self.options.spend_cap_usd_per_hour {
             let spent = self.spend_last_hour_usd(now);
             if spent >= cap {
-                return Some(format!("the elastic spend cap is reached (${spent:.4} of ${cap:.4} in the last hour)"));
+                return Some(format!("the elastic spend cap is reached (${} of ${} in the last hour)", crate::decimal::Fixed::<4>(spent), crate::decimal::Fixed::<4>(cap)));
             }
         }
         None

@@ -20,7 +20,6 @@
 
 use serde::{Deserialize, Serialize};
 
-pub mod decimal;
 pub mod director;
 pub mod elastic;
 pub mod margin;

@@ -97,12 +97,12 @@
 use std::collections::HashMap;
 
 use crate::billing::{BillingConfig, BillingTimer};
+use crate::decimal::Fixed;
 use crate::model::{ClusterId, ClusterView, Pool, Query, QueryId, Rpu, Target};
 use crate::objective::{Outcome, best_with_target};
 use crate::predict::{LatencyPredictor, Observation, Placement, QueryState, guard};
 use crate::route::elastic::{ElasticOptions, ElasticRouting};
 use crate::route::margin::{MarginState, SloMargin};
-use crate::route::decimal::Fixed;
 use crate::route::reserve::{OverloadReserve, ReserveConfig};
 use crate::route::shadow::{PredictedPlacement, ShadowVerdict};
 use crate::route::{PlanningRouter, RouteDecision, Routing, RoutingPolicy};

@@ -167,9 +167,9 @@ impl SpinupTrigger {
         } else if let Some(blocked) = self.blocked(now) {
             (false, blocked.to_owned())
         } else if violation_rate > config.trigger_target {
-            (true, format!("violation rate {violation_rate:.3} over {observations} observations exceeds τ_trigger = {}", config.trigger_target))
+            (true, format!("violation rate {} over {observations} observations exceeds τ_trigger = {}", crate::decimal::Fixed::<3>(violation_rate), config.trigger_target))
         } else {
-            (false, format!("violation rate {violation_rate:.3} within τ_trigger = {}", config.trigger_target))
+            (false, format!("violation rate {} within τ_trigger = {}", crate::decimal::Fixed::<3>(violation_rate), config.trigger_target))
         };
         if fired {
             self.in_flight = true;

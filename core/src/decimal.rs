@@ -3,7 +3,9 @@
 //! (Grisu with a bignum Dragon fallback), which was a quarter of the
 //! SLO-aware router's decision on a node's routing thread: every decision
 //! writes its predictions, SLO and costs into the explanation each reply
-//! carries.
+//! carries. Core writes the decimals of what it explains per decision or
+//! per check through it, [`crate::time`]'s instants and durations
+//! included.
 //!
 //! The fast path scales by `10^N` in floating point and rounds. That
 //! product is off the exact one by at most half an ulp, so it rounds the
