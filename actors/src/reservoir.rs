@@ -749,12 +749,12 @@ impl SledStore {
             let (_, value) = row?;
             // A repair already deleted what does not decode.
             if let Ok(record) = serde_json::from_slice::<IdempotencyRecord>(&value) {
-                records.push(record);
+                records.push(std::sync::Arc::new(record));
             }
         }
         records.sort_by(|a, b| a.finished_unix_s.total_cmp(&b.finished_unix_s));
         let moved = records.len();
-        self.put_idempotency(&records.iter().cloned().map(std::sync::Arc::new).collect::<Vec<_>>())?;
+        self.put_idempotency(&records)?;
         self.db.flush()?;
         let rows = RowCounts { idempotency: self.idempotency.len() as u64, ..self.rows };
         self.write_manifest(rows)?;
@@ -1136,8 +1136,9 @@ pub enum LogUpdate {
     Arrival(ArrivalUpdate),
     /// A finished execution, as [`ExecutionUpdate`].
     Execution(ExecutionRecord),
-    /// A finished query's idempotency record, as [`IdempotencyUpdate`]
-    /// (boxed: it is many times the others' size).
+    /// A finished query's idempotency record, as [`IdempotencyUpdate`]:
+    /// the one the RouterShard's table holds (many times the others'
+    /// size, so shared rather than copied).
     Idempotency(std::sync::Arc<IdempotencyRecord>),
 }
 
