@@ -118,10 +118,13 @@ fn cpu_seconds_of(pid: &str) -> Option<f64> {
     Some((ticks(14)? + ticks(15)?) as f64 / 100.0)
 }
 
-/// Each live thread's CPU time so far in process `pid`, seconds, by
-/// thread id, with the thread's name (`/proc/PID/task/TID/stat` and
+/// A process's live threads' CPU time so far, seconds, by thread id, with
+/// each thread's name.
+type ThreadTimes = std::collections::BTreeMap<String, (String, f64)>;
+
+/// Process `pid`'s [`ThreadTimes`] (`/proc/PID/task/TID/stat` and
 /// `comm`); empty off Linux.
-fn thread_cpu_seconds_of(pid: &str) -> std::collections::BTreeMap<String, (String, f64)> {
+fn thread_cpu_seconds_of(pid: &str) -> ThreadTimes {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Default::default() };
     tasks
         .filter_map(|task| {
@@ -136,11 +139,7 @@ fn thread_cpu_seconds_of(pid: &str) -> std::collections::BTreeMap<String, (Strin
 /// What the threads alive at both readings spent between them, µs per
 /// query, summed by name with trailing digits dropped (`sled-io-3` is
 /// `sled-io`), largest first.
-fn per_thread_us_per_query(
-    before: &std::collections::BTreeMap<String, (String, f64)>,
-    after: &std::collections::BTreeMap<String, (String, f64)>,
-    queries: u64,
-) -> Vec<(String, f64)> {
+fn per_thread_us_per_query(before: &ThreadTimes, after: &ThreadTimes, queries: u64) -> Vec<(String, f64)> {
     let mut by_name: std::collections::BTreeMap<String, f64> = Default::default();
     for (tid, (name, seconds)) in after {
         let start = before.get(tid).map_or(0.0, |(_, s)| *s);
@@ -152,16 +151,23 @@ fn per_thread_us_per_query(
     groups
 }
 
-impl ServerProcess {
-    /// The server's CPU time so far, seconds (see [`cpu_seconds_of`]).
-    fn cpu_seconds(&self) -> Option<f64> {
-        cpu_seconds_of(&self.child.id().to_string())
-    }
+/// CPU time so far: the server's, its threads', and this client's.
+struct CpuReading {
+    server: Option<f64>,
+    server_threads: ThreadTimes,
+    client: Option<f64>,
+}
 
-    /// Its threads' CPU time so far (see [`thread_cpu_seconds_of`]).
-    fn thread_cpu_seconds(&self) -> std::collections::BTreeMap<String, (String, f64)> {
-        thread_cpu_seconds_of(&self.child.id().to_string())
+impl CpuReading {
+    fn now(server: &ServerProcess) -> CpuReading {
+        let pid = server.child.id().to_string();
+        CpuReading { server: cpu_seconds_of(&pid), server_threads: thread_cpu_seconds_of(&pid), client: cpu_seconds_of("self") }
     }
+}
+
+/// `value` in µs to a tenth, or `?` where it could not be read.
+fn us_text(value: Option<f64>) -> String {
+    value.map_or_else(|| "?".to_owned(), |v| format!("{v:.1}"))
 }
 
 impl Drop for ServerProcess {
@@ -348,9 +354,9 @@ async fn run_once(side: &str, concurrency: usize, run: usize, config: &BenchConf
         };
         async move { replay(&config.workload, &replay_config).await }
     });
-    let cpu_before = (server.cpu_seconds(), cpu_seconds_of("self"), server.thread_cpu_seconds());
+    let before = CpuReading::now(&server);
     let report = futures_util::future::try_join_all(replays).await.map(combined);
-    let cpu_after = (server.cpu_seconds(), cpu_seconds_of("self"), server.thread_cpu_seconds());
+    let after = CpuReading::now(&server);
     drop(server);
     if let Some(dir) = data_dir {
         let _ = std::fs::remove_dir_all(dir);
@@ -358,9 +364,9 @@ async fn run_once(side: &str, concurrency: usize, run: usize, config: &BenchConf
     let report = report?;
     let per_query = |before: Option<f64>, after: Option<f64>| Some((after? - before?) * 1e6 / report.submitted.max(1) as f64);
     Ok(RunFigures {
-        server_cpu_us_per_query: per_query(cpu_before.0, cpu_after.0),
-        client_cpu_us_per_query: per_query(cpu_before.1, cpu_after.1),
-        server_threads_us_per_query: per_thread_us_per_query(&cpu_before.2, &cpu_after.2, report.submitted),
+        server_cpu_us_per_query: per_query(before.server, after.server),
+        client_cpu_us_per_query: per_query(before.client, after.client),
+        server_threads_us_per_query: per_thread_us_per_query(&before.server_threads, &after.server_threads, report.submitted),
         report,
     })
 }
@@ -393,15 +399,14 @@ pub async fn bench_gateway(config: &BenchConfig, progress: &mut dyn FnMut(&str))
             for (i, side) in sides.iter().enumerate() {
                 let figures = run_once(side, concurrency, run, config).await?;
                 let report = figures.report;
-                let us = |value: Option<f64>| value.map_or_else(|| "?".to_owned(), |v| format!("{v:.1}"));
                 let threads = figures.server_threads_us_per_query.iter().map(|(name, us)| format!("{name} {us:.1}")).collect::<Vec<_>>().join(", ");
                 progress(&format!(
                     "concurrency {concurrency}, run {}: {side} {:.0}/s, round trip p99 {:.2} ms, CPU per query: server {} µs ({threads}), client {} µs",
                     run + 1,
                     report.submissions_per_s,
                     report.round_trip_ms.p99,
-                    us(figures.server_cpu_us_per_query),
-                    us(figures.client_cpu_us_per_query),
+                    us_text(figures.server_cpu_us_per_query),
+                    us_text(figures.client_cpu_us_per_query),
                 ));
                 cpu[i].0.extend(figures.server_cpu_us_per_query);
                 cpu[i].1.extend(figures.client_cpu_us_per_query);
@@ -447,7 +452,6 @@ impl BenchReport {
             "{} queries per run, medians of {} alternating runs\n\n| concurrency | side | submissions/s | ratio | round trip p99 ms | p99 ratio | not completed | server CPU µs/query | client CPU µs/query |\n|---|---|---|---|---|---|---|---|---|\n",
             self.queries_per_run, self.runs
         );
-        let us = |value: Option<f64>| value.map_or_else(|| "?".to_owned(), |v| format!("{v:.1}"));
         for row in &self.rows {
             for side in &row.sides {
                 out.push_str(&format!(
@@ -459,8 +463,8 @@ impl BenchReport {
                     side.round_trip_ms_p99_median,
                     side.p99_ratio_to_bare,
                     side.not_completed,
-                    us(side.server_cpu_us_per_query_median),
-                    us(side.client_cpu_us_per_query_median),
+                    us_text(side.server_cpu_us_per_query_median),
+                    us_text(side.client_cpu_us_per_query_median),
                 ));
             }
         }
