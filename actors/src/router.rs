@@ -136,7 +136,22 @@ impl SubmitOutcome {
             truncated: r.truncated || !r.rows.is_empty(),
             rows_total: r.rows_total,
         });
-        SubmitOutcome { result, execution: None, ..self.clone() }
+        // Field by field: a clone of the whole would copy the rows and the
+        // execution record only to drop them.
+        SubmitOutcome {
+            client_query_id: self.client_query_id.clone(),
+            query: self.query,
+            status: self.status.clone(),
+            target: self.target,
+            latency: self.latency,
+            slo_met: self.slo_met,
+            explanation: self.explanation.clone(),
+            predicted: self.predicted,
+            backend_wall: self.backend_wall,
+            sqlstate: self.sqlstate.clone(),
+            result,
+            execution: None,
+        }
     }
 }
 
@@ -1777,5 +1792,37 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             assert!(lag.max() >= std::time::Duration::from_millis(30), "{:?}", lag.max());
         });
+    }
+
+    #[test]
+    fn the_idempotency_copy_of_an_outcome_keeps_the_columns_and_drops_the_rows_and_the_execution() {
+        let outcome = SubmitOutcome {
+            client_query_id: "q-1".into(),
+            query: QueryId(7),
+            status: SubmitStatus::Completed,
+            target: Some(Target::Cluster(slogate_core::model::ClusterId(1))),
+            latency: slogate_core::time::Duration::from_secs(2),
+            slo_met: true,
+            explanation: "predicted 2.0s vs SLO 5.0s".into(),
+            predicted: Some(slogate_core::time::Duration::from_secs(2)),
+            backend_wall: std::time::Duration::from_millis(3),
+            sqlstate: Some("00000".into()),
+            result: Some(ResultRows { columns: vec!["n".into()], rows: vec![vec![Some("1".into())]], truncated: false, rows_total: 1 }),
+            execution: Some(ExecutionRecord {
+                query: QueryId(7),
+                template: slogate_core::model::TemplateId(3),
+                cluster: slogate_core::model::ClusterId(1),
+                size: Rpu(16),
+                neighbours_at_dispatch: 0,
+                latency: slogate_core::time::Duration::from_secs(2),
+                censored: false,
+                queued: slogate_core::time::Duration::ZERO,
+                ran_alone: true,
+                timeline: None,
+            }),
+        };
+        let kept = outcome.without_rows();
+        let expected_result = ResultRows { columns: vec!["n".into()], rows: Vec::new(), truncated: true, rows_total: 1 };
+        assert_eq!(kept, SubmitOutcome { result: Some(expected_result), execution: None, ..outcome });
     }
 }

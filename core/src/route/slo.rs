@@ -95,6 +95,7 @@
 //!   those the least damage wins.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 
 use crate::billing::{BillingConfig, BillingTimer};
 use crate::decimal::Fixed;
@@ -410,10 +411,13 @@ impl<P: LatencyPredictor> SloRouter<P> {
         self.clusters.get(&cluster).map_or(0.0, |c| c.states.iter().map(|s| (s.arrival + s.predicted).saturating_duration_since(now).as_secs_f64()).sum())
     }
 
-    /// `" (q0.62: 13.1s)"` once the margin applies, else nothing.
-    fn quantile_note(&self, at_quantile: Duration) -> String {
+    /// Writes `" (q0.62: 13.1s)"` to `out` once the margin applies, else
+    /// nothing.
+    fn write_quantile_note(&self, out: &mut String, at_quantile: Duration) {
         let state = self.margin.state();
-        if state.samples == 0 { String::new() } else { format!(" (q{}: {}s)", Fixed::<2>(state.quantile), Fixed::<1>(at_quantile.as_secs_f64())) }
+        if state.samples > 0 {
+            let _ = write!(out, " (q{}: {}s)", Fixed::<2>(state.quantile), Fixed::<1>(at_quantile.as_secs_f64()));
+        }
     }
 }
 
@@ -586,10 +590,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
                 Some(keys) => keys[a].cmp(&keys[b]).then(a.cmp(&b)),
                 None => outcomes[a].cmp_with_target(&outcomes[b], target).then(a.cmp(&b)),
             })
-            .map(|i| &self.last_scores[i]);
-        let runner_up = runner_up.map_or_else(String::new, |r| {
-            format!("; runner-up {} (+{} violations, +${})", r.cluster, r.marginal_violations, Fixed::<4>(r.marginal_cost_usd))
-        });
+            .map(|i| (self.last_scores[i].cluster, self.last_scores[i].marginal_violations, self.last_scores[i].marginal_cost_usd));
 
         // Commit: the chosen cluster's running queries take their updated,
         // guarded states, and the query joins them. In another policy's
@@ -652,18 +653,29 @@ impl<P: LatencyPredictor> SloRouter<P> {
             ),
             None => String::new(),
         };
+        // Every reply carries it: written into one buffer, not assembled
+        // from a string per part.
+        let mut explanation = String::with_capacity(reserve_note.len() + mode.len() + elastic_note.len() + 128);
+        let _ = write!(
+            explanation,
+            "{reserve_note}{mode}predicted {}s",
+            Fixed::<1>(chosen.predicted_latency.as_secs_f64())
+        );
+        self.write_quantile_note(&mut explanation, chosen.predicted_latency_at_quantile);
+        let _ = write!(
+            explanation,
+            " vs SLO {}s, +{} violations, +${}",
+            Fixed::<1>(query.slo.latency.as_secs_f64()),
+            chosen.marginal_violations,
+            Fixed::<4>(chosen.marginal_cost_usd)
+        );
+        if let Some((cluster, violations, cost_usd)) = runner_up {
+            let _ = write!(explanation, "; runner-up {cluster} (+{violations} violations, +${})", Fixed::<4>(cost_usd));
+        }
+        explanation.push_str(&elastic_note);
         let routing = Routing::Dispatch(RouteDecision {
             target: Target::Cluster(chosen.cluster),
-            explanation: format!(
-                "{reserve_note}{mode}predicted {}s{} vs SLO {}s, +{} violations, +${}{}{}",
-                Fixed::<1>(chosen.predicted_latency.as_secs_f64()),
-                self.quantile_note(chosen.predicted_latency_at_quantile),
-                Fixed::<1>(query.slo.latency.as_secs_f64()),
-                chosen.marginal_violations,
-                Fixed::<4>(chosen.marginal_cost_usd),
-                runner_up,
-                elastic_note
-            ),
+            explanation,
             predicted_latency: Some(chosen.predicted_latency),
         });
         ShadowVerdict { routing, own: Some(own), actual }

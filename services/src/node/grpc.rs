@@ -150,8 +150,9 @@ impl GatewayService {
     /// The calling tenant, from the call's `authorization` metadata.
     fn caller<T>(&self, request: &Request<T>) -> Result<Option<Arc<Tenant>>, Status> {
         let header = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
-        let peer = connection_info(request.extensions()).map(|c| c.remote.to_string()).unwrap_or_default();
-        self.tenants.authenticate(bearer(header), &peer).map_err(|e| status_of(&e))
+        // Formatted only if the call is refused: most calls never log it.
+        let peer = Peer(connection_info(request.extensions()).map(|c| c.remote));
+        self.tenants.authenticate(bearer(header), peer).map_err(|e| status_of(&e))
     }
 
     /// Checks `request` and keeps only what the query needs: the payload,
@@ -447,6 +448,19 @@ fn result_set(rows: ResultRows) -> ResultSet {
             .collect(),
         truncated: rows.truncated,
         rows_total: rows.rows_total,
+    }
+}
+
+/// A caller's address as a log line writes it (empty if unknown),
+/// formatted only when written.
+struct Peer(Option<std::net::SocketAddr>);
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(address) => write!(f, "{address}"),
+            None => Ok(()),
+        }
     }
 }
 

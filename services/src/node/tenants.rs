@@ -182,8 +182,9 @@ impl Tenants {
 
     /// Who is calling, from a bearer token if one was presented: `Ok(None)`
     /// when no tenants are configured; an error (counted and logged) when
-    /// they are and the token is missing or unknown.
-    pub fn authenticate(&self, bearer: Option<&str>, peer: &str) -> Result<Option<Arc<Tenant>>, GatewayError> {
+    /// they are and the token is missing or unknown. `peer` is written
+    /// only into a refusal's log line.
+    pub fn authenticate(&self, bearer: Option<&str>, peer: impl std::fmt::Display) -> Result<Option<Arc<Tenant>>, GatewayError> {
         if !self.enabled() {
             return Ok(None);
         }
