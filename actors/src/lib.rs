@@ -25,10 +25,14 @@
 //!   applies δ and ζ; fixed endpoints refuse).
 //! - [`reservoir`]: the workload reservoir (count and arrivals tables of
 //!   AutoSLO §7.1) and the execution log, persisted in sled behind
-//!   [`reservoir::ReservoirStore`].
+//!   [`reservoir::ReservoirStore`], and the idempotency records, in a
+//!   segment log beside it.
 //! - [`retrainer`]: one Retrainer per pool that predicts with Iconq+:
 //!   retrains the model off the routing path, keeps the model in force
 //!   when the candidate scores worse, and swaps a better one in.
+//! - [`segments`]: an append-only log of checksummed frames in segment
+//!   files, dropped from the front a file at a time (the idempotency
+//!   records' store).
 //! - [`router`]: the RouterShard: admission, idempotency, routing with
 //!   core's policies, dispatch, and replies.
 //! - [`shards`]: the node's RouterShards, which pool each owns, and the
@@ -71,6 +75,7 @@ pub mod metrics;
 pub mod provider;
 pub mod reservoir;
 pub mod retrainer;
+pub mod segments;
 pub mod router;
 pub mod shards;
 pub mod tracker;

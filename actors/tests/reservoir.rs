@@ -382,6 +382,89 @@ fn a_store_with_one_row_per_idempotency_record_moves_them_into_batches_when_it_o
 }
 
 #[test]
+fn a_store_with_idempotency_batches_in_sled_moves_them_into_the_segment_log_when_it_opens() {
+    let scratch_dir = scratch("idempotency-segments");
+    let dir = scratch_dir.path();
+    // A store as the previous version left it: an intact manifest of zero
+    // rows, then batches of 20 records in sled's `idempotency_log` tree,
+    // keyed by sequence number and record count, valued by the newest
+    // finish (f64 BE) and the records' JSON array.
+    drop(SledStore::open(dir).unwrap());
+    {
+        let db = sled::open(dir).unwrap();
+        let tree = db.open_tree("idempotency_log").unwrap();
+        for batch in 0..50u64 {
+            let records: Vec<_> = (batch * 20..batch * 20 + 20).map(|i| idempotency_record(i, 30_000.0 + i as f64)).collect();
+            let mut key = batch.to_be_bytes().to_vec();
+            key.extend_from_slice(&20u32.to_be_bytes());
+            let mut value = (30_000.0 + (batch * 20 + 19) as f64).to_bits().to_be_bytes().to_vec();
+            value.extend_from_slice(&serde_json::to_vec(&records).unwrap());
+            tree.insert(key, value).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    let store = SledStore::open(dir).unwrap();
+    let records = store.idempotency_records(0.0).unwrap();
+    assert_eq!(records.iter().map(|r| r.outcome.query.0).collect::<Vec<_>>(), (0..1_000).collect::<Vec<_>>(), "every record, in finish order");
+    let frames = store.rows().idempotency;
+    assert!(frames > 0 && frames < 1_000, "frames of a batch each: {frames}");
+    drop(store);
+    let segments = std::fs::read_dir(dir.join("idempotency-log")).unwrap().count();
+    assert!(segments >= 1, "the records are in segment files");
+    let db = sled::open(dir).unwrap();
+    assert!(!db.tree_names().iter().any(|name| name.as_ref() == b"idempotency_log"), "the sled tree is gone");
+    drop(db);
+    let store = SledStore::open(dir).expect("the moved store opens as it is");
+    assert_eq!((store.rows().idempotency, store.idempotency_records(0.0).unwrap().len()), (frames, 1_000));
+}
+
+#[test]
+fn a_torn_idempotency_write_is_cut_back_and_a_lost_segment_is_damage() {
+    let scratch_dir = scratch("idempotency-torn");
+    let dir = scratch_dir.path();
+    let mut store = SledStore::open(dir).unwrap();
+    for first in (0..300).step_by(30) {
+        let batch: Vec<_> = (first..first + 30).map(|i| std::sync::Arc::new(idempotency_record(i, 40_000.0 + i as f64))).collect();
+        store.put_idempotency(&batch).unwrap();
+    }
+    store.flush().unwrap();
+    drop(store);
+    let segment = |dir: &std::path::Path| {
+        let mut paths: Vec<_> = std::fs::read_dir(dir.join("idempotency-log")).unwrap().map(|e| e.unwrap().path()).collect();
+        paths.sort();
+        paths.pop().expect("a segment")
+    };
+    // A crash in the middle of a write: half a frame at the end.
+    let path = segment(dir);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let whole = bytes.len();
+    bytes.extend_from_slice(&bytes[..40].to_vec());
+    std::fs::write(&path, &bytes).unwrap();
+    let mut store = SledStore::open(dir).expect("a torn write after the last flush is no damage");
+    assert_eq!(store.idempotency_records(0.0).unwrap().len(), 300);
+    assert_eq!(std::fs::metadata(&path).unwrap().len() as usize, whole, "cut back to the last whole frame");
+    store.put_idempotency(&[std::sync::Arc::new(idempotency_record(300, 40_300.0))]).unwrap();
+    store.flush().unwrap();
+    drop(store);
+    let store = SledStore::open(dir).unwrap();
+    assert_eq!(store.idempotency_records(0.0).unwrap().len(), 301, "appends follow the cut");
+    drop(store);
+    // Losing flushed frames is damage, named, until repaired.
+    let path = segment(dir);
+    let length = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(length / 2).unwrap();
+    let error = SledStore::open(dir).err().expect("lost frames are damage").to_string();
+    assert!(error.contains("idempotency"), "{error}");
+    let options = slogate_actors::reservoir::StoreOptions { repair: true, ..Default::default() };
+    let store = SledStore::open_with(dir, &options).unwrap();
+    let kept = store.idempotency_records(0.0).unwrap();
+    assert!(!kept.is_empty() && kept.len() < 301, "{} kept", kept.len());
+    assert!(kept.iter().enumerate().all(|(i, r)| r.outcome.query.0 == i as u64), "the frames before the cut, in order");
+    drop(store);
+    assert_eq!(SledStore::open(dir).unwrap().idempotency_records(0.0).unwrap().len(), kept.len(), "a repaired store opens without --repair");
+}
+
+#[test]
 fn single_record_execution_rows_from_before_batches_read_and_prune_with_the_batches() {
     let scratch_dir = scratch("legacy-executions");
     let dir = scratch_dir.path();
