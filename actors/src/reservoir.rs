@@ -16,9 +16,9 @@
 //! finish (f64 BE) and the JSON array of [`IdempotencyRecord`]. The log is
 //! a sequence appended at its end and dropped from its front, which is
 //! what segment files do cheaply (a write per flush; a deleted file per
-//! megabyte pruned) and a B-tree does not (sled rewrote a leaf for every
-//! insert and every delete, a fifth of a least-loaded node's CPU per
-//! query). A store from before it moves its `idempotency_log` tree's
+//! megabyte pruned) and a tree does not (in sled every insert and every
+//! delete updated a page, and the log cost a fifth of a least-loaded
+//! node's CPU per query). A store from before it moves its `idempotency_log` tree's
 //! batches into the log when it opens. Every frame carries a CRC and is
 //! checked as the store opens; a segment that ends in a partial frame (a
 //! write a crash tore) is cut back to its last whole frame, and frames

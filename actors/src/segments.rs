@@ -4,9 +4,9 @@
 //! A log that only grows at its end and shrinks at its front has the
 //! shape of segment files: an append is one `write` to the newest file,
 //! and dropping the oldest records deletes whole files (and rewrites at
-//! most one, the file the cut falls in). sled's B-tree rewrote a leaf for
-//! every insert and every delete, and cost a fifth of a least-loaded
-//! node's CPU per query for this log alone (see the README's benchmarks).
+//! most one, the file the cut falls in). In sled every insert and every
+//! delete updated a tree page, and this log alone cost a fifth of a
+//! least-loaded node's CPU per query (see the README's benchmarks).
 //!
 //! # Layout
 //!

@@ -438,7 +438,8 @@ fn a_torn_idempotency_write_is_cut_back_and_a_lost_segment_is_damage() {
     let path = segment(dir);
     let mut bytes = std::fs::read(&path).unwrap();
     let whole = bytes.len();
-    bytes.extend_from_slice(&bytes[..40].to_vec());
+    let half_a_frame = bytes[..40].to_vec();
+    bytes.extend_from_slice(&half_a_frame);
     std::fs::write(&path, &bytes).unwrap();
     let mut store = SledStore::open(dir).expect("a torn write after the last flush is no damage");
     assert_eq!(store.idempotency_records(0.0).unwrap().len(), 300);
