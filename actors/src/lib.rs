@@ -94,6 +94,21 @@ pub(crate) fn replace_file(path: &std::path::Path, bytes: &[u8]) -> std::io::Res
     std::fs::rename(&temporary, path)
 }
 
+/// [`replace_file`], durably: the temporary is synced before the rename
+/// and the directory after it, so that once this returns the new file
+/// survives a machine's crash too. The reservoir's manifest and its
+/// rewritten log segments are written so.
+pub(crate) fn replace_file_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".tmp");
+    let mut file = std::fs::File::create(&temporary)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)?;
+    std::fs::File::open(path.parent().unwrap_or(std::path::Path::new(".")))?.sync_all()
+}
+
 /// Errors of the actors: what a caller may be told in a reply.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

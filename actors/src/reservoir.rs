@@ -692,17 +692,8 @@ impl SledStore {
             return Ok(());
         }
         let manifest = Manifest { format: MANIFEST_FORMAT.into(), rows, checksum: format!("{:016x}", rows.checksum()) };
-        let path = self.manifest_path();
-        let temporary = path.with_extension("json.tmp");
-        let write = || -> std::io::Result<()> {
-            use std::io::Write;
-            let mut file = std::fs::File::create(&temporary)?;
-            file.write_all(&serde_json::to_vec_pretty(&manifest).expect("manifests serialise"))?;
-            file.sync_all()?;
-            std::fs::rename(&temporary, &path)?;
-            std::fs::File::open(&self.dir)?.sync_all()
-        };
-        write().map_err(|e| Error::Storage(sled::Error::Io(e)))?;
+        crate::replace_file_durably(&self.manifest_path(), &serde_json::to_vec_pretty(&manifest).expect("manifests serialise"))
+            .map_err(|e| Error::Storage(sled::Error::Io(e)))?;
         self.manifest_written.set(Some(std::time::Instant::now()));
         Ok(())
     }

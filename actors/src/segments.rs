@@ -377,14 +377,7 @@ impl SegmentLog {
             frames.push(Frame { offset: bytes.len() as u64, ..frame });
             bytes.extend_from_slice(old.get(start..end).ok_or(Error::CorruptStore("segment frame"))?);
         }
-        let temporary = path.with_extension("seg.tmp");
-        let write = || -> std::io::Result<()> {
-            let mut file = File::create(&temporary)?;
-            file.write_all(&bytes)?;
-            file.sync_all()?;
-            std::fs::rename(&temporary, &path)
-        };
-        write().map_err(io)?;
+        crate::replace_file_durably(&path, &bytes).map_err(io)?;
         let is_active = self.segments.len() == 1;
         let segment = self.segments.front_mut().expect("looked at above");
         segment.bytes = bytes.len() as u64;
