@@ -24,15 +24,15 @@
 //!   requests to the hosting platform (emulated: the emulated warehouse
 //!   applies δ and ζ; fixed endpoints refuse).
 //! - [`reservoir`]: the workload reservoir (count and arrivals tables of
-//!   AutoSLO §7.1) and the execution log, persisted in sled behind
-//!   [`reservoir::ReservoirStore`], and the idempotency records, in a
-//!   segment log beside it.
+//!   AutoSLO §7.1), persisted in sled behind
+//!   [`reservoir::ReservoirStore`], and the execution log and the
+//!   idempotency records, in segment logs beside it.
 //! - [`retrainer`]: one Retrainer per pool that predicts with Iconq+:
 //!   retrains the model off the routing path, keeps the model in force
 //!   when the candidate scores worse, and swaps a better one in.
 //! - [`segments`]: an append-only log of checksummed frames in segment
-//!   files, dropped from the front a file at a time (the idempotency
-//!   records' store).
+//!   files, dropped from the front a file at a time (the reservoir's two
+//!   logs).
 //! - [`router`]: the RouterShard: admission, idempotency, routing with
 //!   core's policies, dispatch, and replies.
 //! - [`shards`]: the node's RouterShards, which pool each owns, and the

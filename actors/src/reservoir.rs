@@ -1,6 +1,6 @@
 //! The Reservoir actor: [`slogate_core::reservoir::Reservoir`] persisted in
 //! sled, plus the execution log the predictor trains on and the finished
-//! queries' idempotency records.
+//! queries' idempotency records, in segment logs beside it.
 //!
 //! Storage sits behind [`ReservoirStore`] so sled can be swapped (redb is
 //! the maintained alternative). The sled layout:
@@ -8,36 +8,39 @@
 //! | tree | key | value |
 //! | --- | --- | --- |
 //! | `totals` | day (i32 BE, sign-flipped), hour (u8), chunk (u16 BE) | up to 6 KiB of the hour's [`HourRow`]: arrivals, each template's count, sampled offsets |
-//! | `executions` | sequence number (u64 BE), records (u32 BE) | `0xB7`, logged time (f64 BE), JSON array of [`ExecutionRecord`] |
 //!
-//! The idempotency records are not in sled but in a segment log
-//! ([`crate::segments`]) in the store's `idempotency-log` directory: a
-//! frame per batch (a "row" in the counts below), its payload the newest
-//! finish (f64 BE) and the JSON array of [`IdempotencyRecord`]. The log is
-//! a sequence appended at its end and dropped from its front, which is
-//! what segment files do cheaply (a write per flush; a deleted file per
-//! megabyte pruned) and a tree does not (in sled every insert and every
-//! delete updated a page, and the log cost a fifth of a least-loaded
-//! node's CPU per query). A store from before it moves its `idempotency_log` tree's
-//! batches into the log when it opens. Every frame carries a CRC and is
-//! checked as the store opens; a segment that ends in a partial frame (a
-//! write a crash tore) is cut back to its last whole frame, and frames
+//! The two logs are not in sled but in segment logs ([`crate::segments`])
+//! in the store's directory, a frame per batch of up to 6 KiB of JSON (a
+//! "row" in the counts below):
+//!
+//! | directory | frame payload |
+//! | --- | --- |
+//! | `executions-log` | logged time (f64 BE), JSON array of [`ExecutionRecord`] |
+//! | `idempotency-log` | newest finish (f64 BE), JSON array of [`IdempotencyRecord`] |
+//!
+//! A log is a sequence appended at its end and dropped from its front,
+//! which is what segment files do cheaply (a write per flush; a deleted
+//! file per megabyte pruned) and a tree does not (in sled every insert and
+//! every delete updated a page, and the idempotency log alone cost a fifth
+//! of a least-loaded node's CPU per query). Every frame carries a CRC and
+//! is checked as the store opens; a segment that ends in a partial frame
+//! (a write a crash tore) is cut back to its last whole frame, and frames
 //! lost before that count against the manifest like any other rows.
 //!
 //! **Group commit.** Nothing is written per query. The actor buffers the
 //! executions and idempotency records, and notes the hours with new
 //! arrivals; at every flush (every `flush_every` updates, at least once a
-//! second, and before any read) it writes each buffer as rows of up to
-//! 6 KiB of JSON (see `ROW_JSON_BYTES_MAX`) and rewrites each noted hour's
-//! row from the in-memory tables. One sled insert then carries tens of
-//! records: three to six inserts per
-//! query cost about 60 µs of the reservoir's thread at 10,000 queries/s,
-//! more than routing it. (An older store's rows are read as they are: its
-//! single-record execution rows, with 8-byte keys and a value of the
-//! logged time then the JSON record, or JSON alone, read and prune with
-//! the batches; its `counts` and `samples` trees, a row per count and per
-//! sample, move into hour rows, and its `idempotency` and
-//! `idempotency_by_time` trees into the idempotency log, when it opens.)
+//! second, and before any read) it appends each buffer to its log in one
+//! write and rewrites each noted hour's row from the in-memory tables.
+//! (Three to six sled inserts per query had cost about 60 µs of the
+//! reservoir's thread at 10,000 queries/s, more than routing it.) An older
+//! store's rows move when it opens: its `executions` tree (batches, and
+//! single-record rows from before them, with 8-byte keys and a value of
+//! the logged time then the JSON record, or JSON alone) into the execution
+//! log; its `idempotency_log` tree, and the `idempotency` and
+//! `idempotency_by_time` trees from before it, into the idempotency log;
+//! its `counts` and `samples` trees, a row per count and per sample, into
+//! hour rows.
 //!
 //! The log keeps the newest [`Retention::executions_kept_max`] executions,
 //! none logged longer than [`Retention::execution_age_max_s`] ago, pruned
@@ -66,11 +69,11 @@
 //! Writes are applied as they come and flushed to disk every
 //! `flush_every` updates, at least once a second while anything is
 //! unflushed, and on [`Flush`]; what was flushed survives a crash, so a
-//! `kill -9` loses at most the last second. The idempotency log syncs at
-//! most every [`IDEMPOTENCY_SYNC_INTERVAL`] of those flushes, and at least
-//! once a second while it holds unsynced records (a process killed loses
-//! nothing it wrote, which the kernel holds; a machine that loses power
-//! loses up to the last second of them).
+//! `kill -9` loses at most the last second. The logs sync at most every
+//! [`LOG_SYNC_INTERVAL`] of those flushes, and at least once a second while
+//! they hold unsynced records (a process killed loses nothing it wrote,
+//! which the kernel holds; a machine that loses power loses up to the
+//! last second of them).
 
 use std::path::Path;
 
@@ -182,14 +185,14 @@ pub trait ReservoirStore: Send {
     /// `finished_before_unix_s`, whole batches, stopping once it has
     /// deleted `batch_max`; returns how many.
     fn prune_idempotency(&mut self, kept_max: u64, finished_before_unix_s: f64, batch_max: usize) -> Result<u64>;
-    /// Makes everything written so far durable, but for the idempotency
-    /// records of the last [`IDEMPOTENCY_SYNC_INTERVAL`], which
-    /// [`ReservoirStore::sync_idempotency`] makes durable.
+    /// Makes everything written so far durable, but for the logs'
+    /// records of the last [`LOG_SYNC_INTERVAL`], which
+    /// [`ReservoirStore::sync_logs`] makes durable.
     fn flush(&self) -> Result<()>;
 
-    /// Makes the idempotency records written so far durable, if any are
-    /// not yet.
-    fn sync_idempotency(&self) -> Result<()> {
+    /// Makes the executions and idempotency records written so far
+    /// durable, if any are not yet.
+    fn sync_logs(&self) -> Result<()> {
         Ok(())
     }
 
@@ -284,12 +287,13 @@ pub struct SledStore {
     counts: sled::Tree,
     totals: sled::Tree,
     samples: sled::Tree,
-    executions: sled::Tree,
+    /// The execution log: segment files in `EXECUTIONS_DIR`, a frame per
+    /// batch.
+    executions: SegmentLog,
     /// The idempotency records: segment files in `IDEMPOTENCY_DIR`, a
     /// frame per batch.
     idempotency: SegmentLog,
-    /// Records in `executions` and in `idempotency`'s frames (each holds a
-    /// batch).
+    /// Records in the two logs' frames (each holds a batch).
     records: Records,
     rows: RowCounts,
     /// When the manifest was last written: flushes rewrite it at most
@@ -340,16 +344,8 @@ fn template_suffix(key: &[u8], what: &'static str) -> Result<u32> {
     Ok(u32::from_be_bytes(key.get(5..9).and_then(|b| b.try_into().ok()).ok_or(Error::CorruptStore(what))?))
 }
 
-/// A batch row's key: a sequence number (BE, so rows sort in the order
-/// written), then the records it holds.
-fn batch_key(sequence: u64, records: usize) -> [u8; 12] {
-    let mut key = [0; 12];
-    key[..8].copy_from_slice(&sequence.to_be_bytes());
-    key[8..].copy_from_slice(&(records.min(u32::MAX as usize) as u32).to_be_bytes());
-    key
-}
-
-/// The records a row of a batched tree holds, from its key: single-record
+/// The records a row of an older store's batched tree holds, from its
+/// key (a sequence number, u64 BE, then the records, u32 BE); single-record
 /// execution rows from before batches have 8-byte keys.
 fn batch_records(key: &[u8]) -> Result<u64> {
     match key.len() {
@@ -413,16 +409,20 @@ fn json_row<T: Serialize>(records: &[T], header: usize) -> Vec<u8> {
 /// it: those start with `{` or a positive time's first byte).
 const EXECUTION_BATCH: u8 = 0xB7;
 
-/// The bytes before an execution batch's JSON: the marker and the time.
-const EXECUTION_HEADER: usize = 9;
+/// The bytes before an execution frame's JSON: the time it was logged.
+const LOGGED_HEADER: usize = 8;
 
-/// An execution batch's value: [`EXECUTION_BATCH`], the time it was logged
-/// (f64 bits, BE), then the records' JSON array; written into the header
-/// `row` leaves for it.
-fn execution_batch_value(mut row: Vec<u8>, logged_unix_s: f64) -> Vec<u8> {
-    row[0] = EXECUTION_BATCH;
-    row[1..EXECUTION_HEADER].copy_from_slice(&logged_unix_s.to_bits().to_be_bytes());
+/// An execution frame's payload: the time it was logged (f64 bits, BE),
+/// then the records' JSON array; written into the header `row` leaves
+/// for it.
+fn logged_frame(mut row: Vec<u8>, logged_unix_s: f64) -> Vec<u8> {
+    row[..LOGGED_HEADER].copy_from_slice(&logged_unix_s.to_bits().to_be_bytes());
     row
+}
+
+/// An execution frame's records.
+fn parse_logged_executions(payload: &[u8]) -> Result<Vec<ExecutionRecord>> {
+    serde_json::from_slice(payload.get(LOGGED_HEADER..).ok_or(Error::CorruptStore("execution frame"))?).map_err(|_| Error::CorruptStore("execution frame"))
 }
 
 fn f64_at(value: &[u8], at: usize) -> Option<f64> {
@@ -478,12 +478,25 @@ const SLED_IDEMPOTENCY: &str = "idempotency_log";
 /// The idempotency log's directory, in the store's.
 const IDEMPOTENCY_DIR: &str = "idempotency-log";
 
-/// The idempotency log syncs at most this often on a flush (and whenever
-/// the manifest is written, and at least once a second while it holds
-/// unsynced records: the actor's tick). A sync per flush (every 256
-/// updates) was a quarter of the Reservoir's thread at 35,000 queries/s:
-/// ext4 commits the file's new length with every one.
-pub const IDEMPOTENCY_SYNC_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+/// The execution log's directory, in the store's.
+const EXECUTIONS_DIR: &str = "executions-log";
+
+/// The sled tree that held the execution batches before `EXECUTIONS_DIR`.
+const SLED_EXECUTIONS: &str = "executions";
+
+/// The logs sync at most this often on a flush (and whenever the manifest
+/// is written, and at least once a second while they hold unsynced
+/// records: the actor's tick). A sync per flush (every 256 updates) was a
+/// quarter of the Reservoir's thread at 35,000 queries/s: ext4 commits
+/// the file's new length with every one.
+pub const LOG_SYNC_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// One of the store's segment logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LogTable {
+    Executions,
+    Idempotency,
+}
 
 
 /// How long [`SledStore::open`] waits for a previous owner (this process's
@@ -561,7 +574,7 @@ impl SledStore {
             counts: db.open_tree("counts")?,
             totals: db.open_tree("totals")?,
             samples: db.open_tree("samples")?,
-            executions: db.open_tree("executions")?,
+            executions: SegmentLog::open(&dir.join(EXECUTIONS_DIR))?,
             idempotency: SegmentLog::open(&dir.join(IDEMPOTENCY_DIR))?,
             dir: dir.to_path_buf(),
             db,
@@ -614,11 +627,14 @@ impl SledStore {
         store.checked = true;
         // A write torn by a crash after the last flush, or what a repair
         // gives up on: appends go after the last checked frame.
-        for tail in store.idempotency.tails() {
-            tracing::warn!(message = "An idempotency log segment ended in a partial frame; it is cut back to its last whole one.", path = %tail.path.display(), kept_bytes = tail.good_bytes, file_bytes = tail.file_bytes, newest = tail.newest);
+        for log in [&mut store.executions, &mut store.idempotency] {
+            for tail in log.tails() {
+                tracing::warn!(message = "A log segment ended in a partial frame; it is cut back to its last whole one.", path = %tail.path.display(), kept_bytes = tail.good_bytes, file_bytes = tail.file_bytes, newest = tail.newest);
+            }
+            log.cut_tails()?;
         }
-        store.idempotency.cut_tails()?;
         store.migrate_history()?;
+        store.migrate_executions()?;
         store.migrate_idempotency()?;
         store.records = store.count_records()?;
         store.db.flush()?;
@@ -645,7 +661,7 @@ impl SledStore {
             counts: self.counts.len() as u64,
             totals: self.totals.len() as u64,
             samples: self.samples.len() as u64,
-            executions: self.executions.len() as u64,
+            executions: self.executions.frames() + self.existing_tree(SLED_EXECUTIONS).map_or(0, |tree| tree.len() as u64),
             idempotency: self.idempotency.frames() + older,
         }
     }
@@ -657,11 +673,7 @@ impl SledStore {
 
     /// Records in the batched trees, from their keys.
     fn count_records(&self) -> Result<Records> {
-        let mut records = Records { executions: 0, idempotency: self.idempotency.records() };
-        for key in self.executions.iter().keys() {
-            records.executions += batch_records(&key?)?;
-        }
-        Ok(records)
+        Ok(Records { executions: self.executions.records(), idempotency: self.idempotency.records() })
     }
 
     fn manifest_path(&self) -> std::path::PathBuf {
@@ -709,30 +721,62 @@ impl SledStore {
         self.flush()
     }
 
-    /// Carries out a [`PrunePlan`] on the executions: deletes the `doomed`
-    /// rows and replaces a trimmed one (old key, new key, new value) under
-    /// the manifest's rule; returns the records of the rows deleted whole.
-    fn apply_prune(&mut self, doomed: Vec<(sled::IVec, u64)>, trimmed: Option<(sled::IVec, [u8; 12], Vec<u8>)>) -> Result<u64> {
-        if doomed.is_empty() && trimmed.is_none() {
+    /// Prunes `table`'s log as the trees were pruned: whole frames from the
+    /// oldest, those stamped before `older_than` or wholly beyond the
+    /// newest `kept_max` records, and at most one frame trimmed of its
+    /// oldest records (`trimmed(payload, drop_first)` gives its new record
+    /// count and payload), so that exactly the newest `kept_max` stay;
+    /// stopping once `budget` records are planned. The manifest is lowered
+    /// first (see `delete_rows`); the trimmed frame is replaced, not
+    /// deleted, so the frames never dip below it. Returns the records
+    /// deleted.
+    fn prune_log(&mut self, table: LogTable, kept_max: u64, older_than: f64, budget: usize, trimmed: impl Fn(&[u8], usize) -> Result<(u32, Vec<u8>)>) -> Result<u64> {
+        let (log, records) = match table {
+            LogTable::Executions => (&self.executions, self.records.executions),
+            LogTable::Idempotency => (&self.idempotency, self.records.idempotency),
+        };
+        let mut over = records.saturating_sub(kept_max);
+        let (mut doomed_frames, mut doomed_records) = (0usize, 0u64);
+        let mut trim = None;
+        for frame in log.iter_frames() {
+            if doomed_records >= budget as u64 {
+                break;
+            }
+            let in_frame = u64::from(frame.records);
+            if in_frame <= over || frame.newest < older_than {
+                over = over.saturating_sub(in_frame);
+                doomed_records += in_frame;
+                doomed_frames += 1;
+                continue;
+            }
+            if over > 0 {
+                trim = Some(over as usize);
+            }
+            break;
+        }
+        if doomed_frames == 0 && trim.is_none() {
             return Ok(0);
         }
-        let (rows_deleted, records_deleted) = (doomed.len() as u64, doomed.iter().map(|(_, n)| n).sum::<u64>());
-        let trimmed_records = trimmed.as_ref().map_or(0, |(old, new, _)| {
-            batch_records(old).unwrap_or(0).saturating_sub(batch_records(new).unwrap_or(0))
-        });
-        // The trimmed row's replacement is written before the old row goes,
-        // so its rows never dip below the manifest's count.
-        let remaining = RowCounts { executions: self.rows.executions - rows_deleted, ..self.rows };
-        self.delete_rows(remaining, |store| {
-            let tree = &store.executions;
-            if let Some((old, new, value)) = trimmed {
-                tree.insert(new, value)?;
-                tree.remove(old)?;
-            }
-            doomed.into_iter().try_for_each(|(key, _)| tree.remove(key).map(drop))
-        })?;
-        self.records.executions -= records_deleted + trimmed_records;
-        Ok(records_deleted)
+        let replacement = match trim {
+            Some(drop_first) => Some(trimmed(&log.payload(doomed_frames)?, drop_first)?),
+            None => None,
+        };
+        log.sync()?;
+        let remaining = match table {
+            LogTable::Executions => RowCounts { executions: self.rows.executions - doomed_frames as u64, ..self.rows },
+            LogTable::Idempotency => RowCounts { idempotency: self.rows.idempotency - doomed_frames as u64, ..self.rows },
+        };
+        self.write_manifest(remaining)?;
+        let (log, records) = match table {
+            LogTable::Executions => (&mut self.executions, &mut self.records.executions),
+            LogTable::Idempotency => (&mut self.idempotency, &mut self.records.idempotency),
+        };
+        log.drop_front(doomed_frames, replacement)?;
+        let deleted = doomed_records + trim.map_or(0, |n| n as u64);
+        *records -= deleted;
+        self.rows = remaining;
+        self.flush()?;
+        Ok(deleted)
     }
 
     /// Moves an older store's arrival history (a row per count, per total
@@ -761,6 +805,39 @@ impl SledStore {
         }
         self.db.flush()?;
         tracing::info!(message = "Moved the arrival history into a row per hour.", hours = hours.len());
+        Ok(())
+    }
+
+    /// Moves an older store's executions (its `executions` tree: a row per
+    /// batch, or a row per record from before batches) into the execution
+    /// log, a frame per row, in the order written, each with the time it
+    /// was logged (a row from before that was kept: now). As
+    /// [`SledStore::migrate_idempotency`]: written, synced, the manifest
+    /// set to them, then the tree dropped.
+    fn migrate_executions(&mut self) -> Result<()> {
+        let Some(tree) = self.existing_tree(SLED_EXECUTIONS) else { return Ok(()) };
+        let now = crate::clock::unix_now_s();
+        let mut frames = Vec::new();
+        let mut moved = 0;
+        for row in tree.iter() {
+            let (_, value) = row?;
+            // A repair already deleted what does not decode.
+            let Ok(records) = parse_executions(&value) else { continue };
+            let logged = logged_time(&value).unwrap_or(now);
+            for (range, frame) in json_rows(&records, LOGGED_HEADER) {
+                frames.push((range.len() as u32, logged_frame(frame, logged)));
+            }
+            moved += records.len();
+        }
+        self.executions.append(frames)?;
+        self.executions.sync()?;
+        let rows = RowCounts { executions: self.executions.frames(), ..self.rows };
+        self.write_manifest(rows)?;
+        self.rows = rows;
+        drop(tree);
+        self.db.drop_tree(SLED_EXECUTIONS)?;
+        self.db.flush()?;
+        tracing::info!(message = "Moved the execution log into segment files.", records = moved, frames = rows.executions);
         Ok(())
     }
 
@@ -831,10 +908,10 @@ impl SledStore {
                 parse_hour(k).is_ok_and(|hour| k.len() == 7 || (k.len() == 5 && (u64_value(v).is_ok() || HourRow::decode(hour, v).is_ok())))
             })?,
             samples: sweep(&self.samples, |k, v| parse_hour(k).is_ok() && template_suffix(k, "sample key").is_ok() && v.len() == 2)?,
-            executions: sweep(&self.executions, |k, v| batch_records(k).is_ok() && parse_executions(v).is_ok())?,
-            // The segment log's frames are checked as it opens (what fails
-            // its check is cut off, see `open_with`); the older stores'
-            // trees are swept here, before they move into it.
+            // The logs' frames are checked as they open (what fails its
+            // check is cut off, see `open_with`); an older store's trees
+            // are swept here, before they move into them.
+            executions: self.existing_tree(SLED_EXECUTIONS).map_or(Ok(0), |tree| sweep(&tree, |k, v| batch_records(k).is_ok() && parse_executions(v).is_ok()))?,
             idempotency: self.existing_tree(SLED_IDEMPOTENCY).map_or(Ok(0), |tree| sweep(&tree, |k, v| batch_records(k).is_ok() && parse_idempotency(v).is_ok()))?
                 + self.existing_tree(LEGACY_IDEMPOTENCY).map_or(Ok(0), |tree| sweep(&tree, |_, v| serde_json::from_slice::<IdempotencyRecord>(v).is_ok()))?,
         })
@@ -844,50 +921,10 @@ impl SledStore {
 impl Drop for SledStore {
     fn drop(&mut self) {
         // Best effort: what was written is made durable and promised.
-        if self.checked && self.db.flush().is_ok() && self.idempotency.sync().is_ok() {
+        if self.checked && self.db.flush().is_ok() && self.executions.sync().is_ok() && self.idempotency.sync().is_ok() {
             let _ = self.write_manifest(self.rows);
         }
     }
-}
-
-/// What one prune of a batched tree deletes: whole rows, oldest first, and
-/// at most one row trimmed of its oldest records, so that exactly the
-/// newest `kept_max` records stay.
-struct PrunePlan {
-    /// Rows deleted whole, and their records.
-    doomed: Vec<(sled::IVec, u64)>,
-    /// The row that straddles the bound: its key, its value, and how many
-    /// of its first records go.
-    trim: Option<(sled::IVec, sled::IVec, usize)>,
-    trimmed_records: u64,
-}
-
-/// Plans a prune of `tree`, which holds `records`: rows whose value is
-/// `too_old`, and the oldest records beyond `kept_max`, stopping once
-/// `budget` records are planned.
-fn plan_prune(tree: &sled::Tree, records: u64, kept_max: u64, budget: usize, too_old: impl Fn(&[u8]) -> bool) -> Result<PrunePlan> {
-    let mut over = records.saturating_sub(kept_max);
-    let mut plan = PrunePlan { doomed: Vec::new(), trim: None, trimmed_records: 0 };
-    let mut planned = 0u64;
-    for row in tree.iter() {
-        if planned >= budget as u64 {
-            break;
-        }
-        let (key, value) = row?;
-        let in_row = batch_records(&key)?;
-        if in_row <= over || too_old(&value) {
-            over = over.saturating_sub(in_row);
-            planned += in_row;
-            plan.doomed.push((key, in_row));
-            continue;
-        }
-        if over > 0 {
-            plan.trimmed_records = over;
-            plan.trim = Some((key, value, over as usize));
-        }
-        break;
-    }
-    Ok(plan)
 }
 
 impl ReservoirStore for SledStore {
@@ -909,31 +946,21 @@ impl ReservoirStore for SledStore {
         if records.is_empty() {
             return Ok(());
         }
-        for (range, row) in json_rows(records, EXECUTION_HEADER) {
-            let key = batch_key(self.db.generate_id()?, range.len());
-            if self.executions.insert(key, execution_batch_value(row, logged_unix_s))?.is_none() {
-                self.rows.executions += 1;
-                self.records.executions += range.len() as u64;
-            }
-        }
+        let frames: Vec<(u32, Vec<u8>)> = json_rows(records, LOGGED_HEADER).into_iter().map(|(range, row)| (range.len() as u32, logged_frame(row, logged_unix_s))).collect();
+        let added = frames.len() as u64;
+        self.executions.append(frames)?;
+        self.rows.executions += added;
+        self.records.executions += records.len() as u64;
         Ok(())
     }
 
     fn prune_executions(&mut self, kept_max: u64, logged_before_unix_s: f64, batch_max: usize) -> Result<u64> {
-        let plan = plan_prune(&self.executions, self.records.executions, kept_max, batch_max, |value| {
-            logged_time(value).is_some_and(|logged| logged < logged_before_unix_s)
-        })?;
-        let trimmed = match plan.trim {
-            Some((key, value, drop_first)) => {
-                let (sequence, kept) = (u64::from_be_bytes(key[..8].try_into().expect("eight bytes")), parse_executions(&value)?);
-                let logged = logged_time(&value).unwrap_or_else(crate::clock::unix_now_s);
-                let kept = &kept[drop_first..];
-                Some((key, batch_key(sequence, kept.len()), execution_batch_value(json_row(kept, EXECUTION_HEADER), logged)))
-            }
-            None => None,
-        };
-        let deleted = self.apply_prune(plan.doomed, trimmed)?;
-        Ok(deleted + plan.trimmed_records)
+        self.prune_log(LogTable::Executions, kept_max, logged_before_unix_s, batch_max, |payload, drop_first| {
+            let kept = parse_logged_executions(payload)?;
+            let kept = &kept[drop_first.min(kept.len())..];
+            let logged = f64_at(payload, 0).ok_or(Error::CorruptStore("execution frame"))?;
+            Ok((kept.len() as u32, logged_frame(json_row(kept, LOGGED_HEADER), logged)))
+        })
     }
 
     fn delete_hours_before(&mut self, cutoff: CalendarHour, batch_max: usize) -> Result<u64> {
@@ -1020,17 +1047,18 @@ impl ReservoirStore for SledStore {
     }
 
     fn recent_executions(&self, limit: usize) -> Result<Vec<ExecutionRecord>> {
-        let mut batches = Vec::new();
+        // The frames from the newest back until they hold `limit`.
+        let frames: Vec<u32> = self.executions.iter_frames().map(|f| f.records).collect();
+        let mut first = frames.len();
         let mut found = 0;
-        for row in self.executions.iter().rev() {
-            if found >= limit {
-                break;
-            }
-            let batch = parse_executions(&row?.1)?;
-            found += batch.len();
-            batches.push(batch);
+        while first > 0 && found < limit {
+            first -= 1;
+            found += frames[first] as usize;
         }
-        let mut records: Vec<ExecutionRecord> = batches.into_iter().rev().flatten().collect();
+        let mut records = Vec::with_capacity(found);
+        for payload in self.executions.payloads_from(first)? {
+            records.extend(parse_logged_executions(&payload)?);
+        }
         records.drain(..records.len().saturating_sub(limit));
         Ok(records)
     }
@@ -1051,50 +1079,11 @@ impl ReservoirStore for SledStore {
     }
 
     fn prune_idempotency(&mut self, kept_max: u64, finished_before_unix_s: f64, batch_max: usize) -> Result<u64> {
-        // The plan of `plan_prune`, over the log's frames: whole frames
-        // from the oldest, and at most one trimmed of its oldest records,
-        // so that exactly the newest `kept_max` stay.
-        let mut over = self.records.idempotency.saturating_sub(kept_max);
-        let (mut doomed_frames, mut doomed_records) = (0usize, 0u64);
-        let mut trim = None;
-        for frame in self.idempotency.iter_frames() {
-            if doomed_records >= batch_max as u64 {
-                break;
-            }
-            let records = u64::from(frame.records);
-            if records <= over || frame.newest < finished_before_unix_s {
-                over = over.saturating_sub(records);
-                doomed_records += records;
-                doomed_frames += 1;
-                continue;
-            }
-            if over > 0 {
-                trim = Some(over as usize);
-            }
-            break;
-        }
-        if doomed_frames == 0 && trim.is_none() {
-            return Ok(0);
-        }
-        let replacement = match trim {
-            Some(drop_first) => {
-                let kept = parse_idempotency(&self.idempotency.payload(doomed_frames)?)?;
-                let kept = &kept[drop_first.min(kept.len())..];
-                Some((kept.len() as u32, idempotency_batch_value(kept.iter().map(|r| r.finished_unix_s), json_row(kept, IDEMPOTENCY_HEADER))))
-            }
-            None => None,
-        };
-        // The manifest is lowered first (see `delete_rows`); the trimmed
-        // frame is replaced, not deleted, so it never dips below it.
-        let remaining = RowCounts { idempotency: self.rows.idempotency - doomed_frames as u64, ..self.rows };
-        self.idempotency.sync()?;
-        self.write_manifest(remaining)?;
-        self.idempotency.drop_front(doomed_frames, replacement)?;
-        self.rows = remaining;
-        let trimmed = trim.map_or(0, |n| n as u64);
-        self.records.idempotency -= doomed_records + trimmed;
-        self.flush()?;
-        Ok(doomed_records + trimmed)
+        self.prune_log(LogTable::Idempotency, kept_max, finished_before_unix_s, batch_max, |payload, drop_first| {
+            let kept = parse_idempotency(payload)?;
+            let kept = &kept[drop_first.min(kept.len())..];
+            Ok((kept.len() as u32, idempotency_batch_value(kept.iter().map(|r| r.finished_unix_s), json_row(kept, IDEMPOTENCY_HEADER))))
+        })
     }
 
     fn idempotency_records(&self, since_unix_s: f64) -> Result<Vec<IdempotencyRecord>> {
@@ -1109,23 +1098,30 @@ impl ReservoirStore for SledStore {
     }
 
     fn size_on_disk(&self) -> Result<u64> {
-        Ok(self.db.size_on_disk()? + self.idempotency.bytes())
+        Ok(self.db.size_on_disk()? + self.executions.bytes() + self.idempotency.bytes())
     }
 
     fn flush(&self) -> Result<()> {
         self.db.flush()?;
         if self.manifest_written.get().is_none_or(|at| at.elapsed() >= MANIFEST_INTERVAL) {
             // The manifest promises only what is on disk.
+            self.executions.sync()?;
             self.idempotency.sync()?;
             self.write_manifest(self.rows)?;
         } else {
-            self.idempotency.sync_unless_within(IDEMPOTENCY_SYNC_INTERVAL)?;
+            self.executions.sync_unless_within(LOG_SYNC_INTERVAL)?;
+            self.idempotency.sync_unless_within(LOG_SYNC_INTERVAL)?;
         }
         Ok(())
     }
 
-    fn sync_idempotency(&self) -> Result<()> {
-        if self.idempotency.unsynced() { self.idempotency.sync() } else { Ok(()) }
+    fn sync_logs(&self) -> Result<()> {
+        for log in [&self.executions, &self.idempotency] {
+            if log.unsynced() {
+                log.sync()?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1546,7 +1542,7 @@ impl Actor for ReservoirActor {
                 // Counted in `storage_errors`.
                 let _ = actor.flush_now();
             }
-            if actor.store().and_then(|store| store.sync_idempotency()).is_err() {
+            if actor.store().and_then(|store| store.sync_logs()).is_err() {
                 actor.storage_errors += 1;
             }
         });
@@ -1602,7 +1598,7 @@ impl Handler<Flush> for ReservoirActor {
 
     fn handle(&mut self, _message: Flush, _ctx: &mut Self::Context) -> Result<()> {
         self.flush_now()?;
-        self.store()?.sync_idempotency()
+        self.store()?.sync_logs()
     }
 }
 
@@ -1724,10 +1720,11 @@ mod tests {
             proptest::prop_assert_eq!(next, records.len());
         }
 
-        /// A batch key says how many records its row holds.
+        /// An older store's batch key says how many records its row holds.
         #[test]
-        fn batch_keys_carry_their_record_counts(sequence in 0u64..u64::MAX, records in 1usize..1_000_000) {
-            proptest::prop_assert_eq!(batch_records(&batch_key(sequence, records)).unwrap(), records as u64);
+        fn an_older_store_s_batch_keys_carry_their_record_counts(sequence in 0u64..u64::MAX, records in 1u32..1_000_000) {
+            let key = [sequence.to_be_bytes().as_slice(), records.to_be_bytes().as_slice()].concat();
+            proptest::prop_assert_eq!(batch_records(&key).unwrap(), u64::from(records));
         }
     }
 }

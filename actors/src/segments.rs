@@ -1,5 +1,6 @@
 //! An append-only log of checksummed frames in segment files: the
-//! reservoir's idempotency records live here, not in sled.
+//! reservoir's execution log and idempotency records live here, not in
+//! sled.
 //!
 //! A log that only grows at its end and shrinks at its front has the
 //! shape of segment files: an append is one `write` to the newest file,
@@ -321,13 +322,27 @@ impl SegmentLog {
     /// Every frame's payload, oldest first, skipping frames whose newest
     /// time is before `since`.
     pub fn payloads_since(&self, since: f64) -> Result<Vec<Vec<u8>>> {
+        self.payloads_where(|index_and_frame| index_and_frame.1.newest >= since)
+    }
+
+    /// The payloads of the frames from the `first`th on, oldest first.
+    pub fn payloads_from(&self, first: usize) -> Result<Vec<Vec<u8>>> {
+        self.payloads_where(|index_and_frame| index_and_frame.0 >= first)
+    }
+
+    /// The payloads of the frames `keep` keeps (given each frame's index,
+    /// oldest first), reading each segment they are in once.
+    fn payloads_where(&self, keep: impl Fn((usize, &Frame)) -> bool) -> Result<Vec<Vec<u8>>> {
         let mut payloads = Vec::new();
+        let mut index = 0;
         for segment in &self.segments {
-            if segment.frames.iter().all(|f| f.newest < since) {
+            let kept: Vec<&Frame> = segment.frames.iter().enumerate().filter(|&(i, frame)| keep((index + i, frame))).map(|(_, frame)| frame).collect();
+            index += segment.frames.len();
+            if kept.is_empty() {
                 continue;
             }
             let bytes = std::fs::read(segment_path(&self.dir, segment.id)).map_err(io)?;
-            for frame in segment.frames.iter().filter(|f| f.newest >= since) {
+            for frame in kept {
                 let at = (frame.offset as usize + FRAME_HEADER)..(frame.offset as usize + FRAME_HEADER + frame.len as usize);
                 payloads.push(bytes.get(at).ok_or(Error::CorruptStore("segment frame"))?.to_vec());
             }

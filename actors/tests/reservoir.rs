@@ -116,8 +116,9 @@ fn fill(dir: &std::path::Path, executions: u64) {
     store.flush().unwrap();
 }
 
-/// Removes sled's snapshots and cuts its log file to `fraction` of its
-/// length: what a full disk or a bad copy leaves.
+/// Removes sled's snapshots and cuts its log file, and the execution
+/// log's newest segment, to `fraction` of their length: what a full disk
+/// or a bad copy leaves.
 fn truncate_log(dir: &std::path::Path, fraction: f64) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -125,9 +126,12 @@ fn truncate_log(dir: &std::path::Path, fraction: f64) {
             std::fs::remove_file(path).unwrap();
         }
     }
-    let log = dir.join("db");
-    let length = std::fs::metadata(&log).unwrap().len();
-    std::fs::OpenOptions::new().write(true).open(&log).unwrap().set_len((length as f64 * fraction) as u64).unwrap();
+    let mut segments: Vec<_> = std::fs::read_dir(dir.join("executions-log")).unwrap().map(|e| e.unwrap().path()).collect();
+    segments.sort();
+    for file in [dir.join("db"), segments.pop().expect("executions were logged")] {
+        let length = std::fs::metadata(&file).unwrap().len();
+        std::fs::OpenOptions::new().write(true).open(&file).unwrap().set_len((length as f64 * fraction) as u64).unwrap();
+    }
 }
 
 #[test]
@@ -485,6 +489,41 @@ fn single_record_execution_rows_from_before_batches_read_and_prune_with_the_batc
     assert_eq!(store.recent_executions(100).unwrap(), (0..12).map(record).collect::<Vec<_>>());
     assert_eq!(store.prune_executions(5, 0.0, 100).unwrap(), 7, "the single rows, then five of the batch");
     assert_eq!(store.recent_executions(100).unwrap(), (7..12).map(record).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_store_with_execution_batches_in_sled_moves_them_into_the_execution_log_when_it_opens() {
+    let scratch_dir = scratch("executions-segments");
+    let dir = scratch_dir.path();
+    // As the previous version left it: batches of ten in sled's
+    // `executions` tree, keyed by sequence number and record count,
+    // valued by a marker (0xB7), the time logged (f64 BE) and the JSON.
+    drop(SledStore::open(dir).unwrap());
+    {
+        let db = sled::open(dir).unwrap();
+        let tree = db.open_tree("executions").unwrap();
+        for batch in 0..30u64 {
+            let records: Vec<_> = (batch * 10..batch * 10 + 10).map(record).collect();
+            let key = [batch.to_be_bytes().as_slice(), 10u32.to_be_bytes().as_slice()].concat();
+            let mut value = vec![0xB7];
+            value.extend_from_slice(&(2_000.0 + batch as f64).to_bits().to_be_bytes());
+            value.extend_from_slice(&serde_json::to_vec(&records).unwrap());
+            tree.insert(key, value).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    let mut store = SledStore::open(dir).unwrap();
+    assert_eq!(store.recent_executions(1_000).unwrap(), (0..300).map(record).collect::<Vec<_>>());
+    assert_eq!(store.rows().executions, 30, "a frame per batch");
+    // The times logged came along: the batches logged before 2,010 go.
+    assert_eq!(store.prune_executions(1_000, 2_010.0, 10_000).unwrap(), 100);
+    assert_eq!(store.recent_executions(1_000).unwrap(), (100..300).map(record).collect::<Vec<_>>());
+    drop(store);
+    let db = sled::open(dir).unwrap();
+    assert!(!db.tree_names().iter().any(|name| name.as_ref() == b"executions"), "the sled tree is gone");
+    drop(db);
+    let store = SledStore::open(dir).expect("the moved store opens as it is");
+    assert_eq!(store.recent_executions(1_000).unwrap().len(), 200);
 }
 
 #[test]

@@ -515,16 +515,20 @@ async fn kill_9_under_load_keeps_the_reservoir_to_its_last_flush_and_a_damaged_s
     assert_eq!((retry.status(), retry.latency_ms, retry.target.clone()), (first.status(), first.latency_ms, first.target.clone()));
     assert!(node.terminate().iter().all(|l| !l.contains("ERROR")));
 
-    // Damage: sled's snapshots gone and its log cut in half.
+    // Damage: sled's snapshots gone, and its log and the execution log's
+    // newest segment cut in half.
     for entry in std::fs::read_dir(&data).unwrap() {
         let path = entry.unwrap().path();
         if path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("snap.")) {
             std::fs::remove_file(path).unwrap();
         }
     }
-    let log = data.join("db");
-    let length = std::fs::metadata(&log).unwrap().len();
-    std::fs::OpenOptions::new().write(true).open(&log).unwrap().set_len(length / 2).unwrap();
+    let mut segments: Vec<_> = std::fs::read_dir(data.join("executions-log")).unwrap().map(|e| e.unwrap().path()).collect();
+    segments.sort();
+    for file in [data.join("db"), segments.pop().expect("the node logged executions")] {
+        let length = std::fs::metadata(&file).unwrap().len();
+        std::fs::OpenOptions::new().write(true).open(&file).unwrap().set_len(length / 2).unwrap();
+    }
     let (code, stderr) = tokio::task::spawn_blocking({
         let config = config.clone();
         move || serve_until_exit(&config, &[])
