@@ -491,6 +491,21 @@ const SLED_EXECUTIONS: &str = "executions";
 /// the file's new length with every one.
 pub const LOG_SYNC_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// The hour rows are rewritten at most this often by the flushes every
+/// `flush_every` updates (and on the tick, a [`Flush`] and at the end):
+/// the current hour's row is kilobytes, and rewriting it at every flush
+/// kept sled's writer threads busy. Arrival history reaches the disk
+/// within a second, as the module docs promise.
+const HOUR_ROWS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether a write-out writes the hour rows now or when they are due
+/// ([`HOUR_ROWS_INTERVAL`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hours {
+    Now,
+    WhenDue,
+}
+
 /// One of the store's segment logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum LogTable {
@@ -1291,6 +1306,9 @@ pub struct ReservoirState {
     pub executions_written_since_start: u64,
     /// Updates not yet flushed.
     pub unflushed: u64,
+    /// Hours with arrivals whose rows are not yet written (they are
+    /// within a second).
+    pub hour_rows_unwritten: usize,
     /// Storage errors since start.
     pub storage_errors: u64,
     /// Executions deleted by the retention since start.
@@ -1383,6 +1401,8 @@ pub struct ReservoirActor {
     /// Hours with arrivals since the last write-out, and executions and
     /// idempotency records, waiting for the next.
     dirty_hours: std::collections::BTreeSet<CalendarHour>,
+    /// When the hour rows were last written.
+    hours_written_at: Option<std::time::Instant>,
     pending_executions: Vec<ExecutionRecord>,
     pending_idempotency: Vec<std::sync::Arc<IdempotencyRecord>>,
 }
@@ -1409,6 +1429,7 @@ impl ReservoirActor {
             written_since_prune: WrittenSincePrune::default(),
             backlog: Backlog::default(),
             dirty_hours: std::collections::BTreeSet::new(),
+            hours_written_at: None,
             pending_executions: Vec::new(),
             pending_idempotency: Vec::new(),
         })
@@ -1440,7 +1461,7 @@ impl ReservoirActor {
     fn prune(&mut self) {
         // The buffered rows count against the bounds too; a failed write
         // is counted.
-        let _ = self.write_out();
+        let _ = self.write_out(Hours::WhenDue);
         let retention = self.retention;
         let written = std::mem::take(&mut self.written_since_prune);
         let cutoff_unix_s = crate::clock::unix_now_s() - retention.execution_age_max_s;
@@ -1475,7 +1496,7 @@ impl ReservoirActor {
         }
         self.unflushed += 1;
         if self.unflushed >= self.flush_every {
-            self.flush_now()?;
+            self.flush_now(Hours::WhenDue)?;
         }
         Ok(())
     }
@@ -1484,10 +1505,12 @@ impl ReservoirActor {
     /// and the buffered executions and idempotency records (a row per
     /// table). What fails to write is counted and dropped: a failing disk
     /// must not grow the buffers without bound.
-    fn write_out(&mut self) -> Result<()> {
+    fn write_out(&mut self, hours: Hours) -> Result<()> {
         let store = self.store.as_mut().ok_or(Error::ShuttingDown)?;
         let mut failed = None;
-        if !self.dirty_hours.is_empty() {
+        let hours_due = hours == Hours::Now || self.hours_written_at.is_none_or(|at| at.elapsed() >= HOUR_ROWS_INTERVAL);
+        if !self.dirty_hours.is_empty() && hours_due {
+            self.hours_written_at = Some(std::time::Instant::now());
             // An hour the retention forgot meanwhile has no row to write.
             let hours: Vec<HourRow> = std::mem::take(&mut self.dirty_hours).into_iter().filter_map(|hour| HourRow::of(&self.reservoir, hour)).collect();
             if let Err(e) = store.put_hours(&hours) {
@@ -1519,9 +1542,10 @@ impl ReservoirActor {
         }
     }
 
-    /// Writes out what is buffered and makes everything durable.
-    fn flush_now(&mut self) -> Result<()> {
-        let written = self.write_out();
+    /// Writes out what is buffered (the hour rows as `hours` says) and
+    /// makes it durable.
+    fn flush_now(&mut self, hours: Hours) -> Result<()> {
+        let written = self.write_out(hours);
         let flushed = self.store()?.flush();
         if flushed.is_err() {
             self.storage_errors += 1;
@@ -1538,9 +1562,9 @@ impl Actor for ReservoirActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(self.mailbox_capacity);
         ctx.run_interval(FLUSH_INTERVAL, |actor, _ctx| {
-            if actor.unflushed > 0 {
+            if actor.unflushed > 0 || !actor.dirty_hours.is_empty() {
                 // Counted in `storage_errors`.
-                let _ = actor.flush_now();
+                let _ = actor.flush_now(Hours::Now);
             }
             if actor.store().and_then(|store| store.sync_logs()).is_err() {
                 actor.storage_errors += 1;
@@ -1553,7 +1577,7 @@ impl Actor for ReservoirActor {
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         // Best effort: a failed flush here has no caller to tell.
         if self.store.is_some() {
-            let _ = self.flush_now();
+            let _ = self.flush_now(Hours::Now);
         }
     }
 }
@@ -1597,7 +1621,7 @@ impl Handler<Flush> for ReservoirActor {
     type Result = Result<()>;
 
     fn handle(&mut self, _message: Flush, _ctx: &mut Self::Context) -> Result<()> {
-        self.flush_now()?;
+        self.flush_now(Hours::Now)?;
         self.store()?.sync_logs()
     }
 }
@@ -1609,7 +1633,7 @@ impl Handler<Shutdown> for ReservoirActor {
         ctx.stop();
         // Flush and close the store before replying, so the caller can
         // reopen the same directory at once (sled holds a file lock).
-        let flushed = if self.store.is_some() { self.flush_now() } else { Ok(()) };
+        let flushed = if self.store.is_some() { self.flush_now(Hours::Now) } else { Ok(()) };
         self.store = None;
         self.unflushed = 0;
         flushed
@@ -1637,7 +1661,7 @@ impl Handler<GetRecentExecutions> for ReservoirActor {
 
     fn handle(&mut self, message: GetRecentExecutions, _ctx: &mut Self::Context) -> Self::Result {
         // What is buffered is part of the log; a failed write is counted.
-        let _ = self.write_out();
+        let _ = self.write_out(Hours::WhenDue);
         self.store.as_ref().ok_or(Error::ShuttingDown)?.recent_executions(message.limit)
     }
 }
@@ -1668,6 +1692,7 @@ impl ReservoirActor {
             executions: self.executions,
             executions_written_since_start: self.executions_written_since_start,
             unflushed: self.unflushed,
+            hour_rows_unwritten: self.dirty_hours.len(),
             storage_errors: self.storage_errors,
             executions_pruned: self.executions_pruned,
             idempotency_pruned: self.idempotency_pruned,

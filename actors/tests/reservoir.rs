@@ -96,6 +96,26 @@ async fn unflushed_updates_are_flushed_within_a_second() {
     actor.send(Shutdown).await.unwrap().unwrap();
 }
 
+#[actix_rt::test]
+async fn hour_rows_are_written_at_most_every_second_by_the_flushes_and_within_a_second_by_the_tick() {
+    tokio::time::pause();
+    let scratch_dir = scratch("hour-rows");
+    let dir = scratch_dir.path();
+    // A flush after every update: the first writes the hour's row, the
+    // next ones within the second leave it for later.
+    let actor = ReservoirActor::new(ReservoirConfig::default(), Box::new(SledStore::open(dir).unwrap()), 1, 64).unwrap().start();
+    actor.send(ArrivalUpdate { unix_secs: MONDAY_1PM, template: TemplateId(1) }).await.unwrap().unwrap();
+    assert_eq!(actor.send(GetState).await.unwrap().hour_rows_unwritten, 0);
+    actor.send(ArrivalUpdate { unix_secs: MONDAY_1PM + 1, template: TemplateId(2) }).await.unwrap().unwrap();
+    let state = actor.send(GetState).await.unwrap();
+    assert_eq!((state.unflushed, state.hour_rows_unwritten), (0, 1), "flushed, the hour row deferred");
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    assert_eq!(actor.send(GetState).await.unwrap().hour_rows_unwritten, 0, "the tick writes it");
+    actor.send(Shutdown).await.unwrap().unwrap();
+    let store = SledStore::open(dir).unwrap();
+    assert_eq!(store.load().unwrap().totals, vec![(CalendarHour::from_unix_secs(MONDAY_1PM).0, 2)]);
+}
+
 /// Executions per batch row in [`fill`].
 const FILL_BATCH: u64 = 10;
 
