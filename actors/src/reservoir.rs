@@ -233,6 +233,14 @@ pub struct RowCounts {
 }
 
 impl RowCounts {
+    /// The rows (frames) of `table`'s log.
+    fn of_log(&mut self, table: LogTable) -> &mut u64 {
+        match table {
+            LogTable::Executions => &mut self.executions,
+            LogTable::Idempotency => &mut self.idempotency,
+        }
+    }
+
     fn named(&self) -> [(&'static str, u64); 5] {
         [
             ("counts", self.counts),
@@ -307,11 +315,20 @@ pub struct SledStore {
     repair_report: Option<RepairReport>,
 }
 
-/// Records the batched trees hold.
+/// Records the logs hold.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Records {
     executions: u64,
     idempotency: u64,
+}
+
+impl Records {
+    fn of(&self, table: LogTable) -> u64 {
+        match table {
+            LogTable::Executions => self.executions,
+            LogTable::Idempotency => self.idempotency,
+        }
+    }
 }
 
 /// The longest a flush leaves the manifest behind.
@@ -420,6 +437,12 @@ fn logged_frame(mut row: Vec<u8>, logged_unix_s: f64) -> Vec<u8> {
     row
 }
 
+/// `records`, logged at `logged_unix_s`, as execution frames (record
+/// count, payload) of up to 6 KiB of JSON each.
+fn execution_frames(records: &[ExecutionRecord], logged_unix_s: f64) -> Vec<(u32, Vec<u8>)> {
+    json_rows(records, LOGGED_HEADER).into_iter().map(|(range, row)| (range.len() as u32, logged_frame(row, logged_unix_s))).collect()
+}
+
 /// An execution frame's records.
 fn parse_logged_executions(payload: &[u8]) -> Result<Vec<ExecutionRecord>> {
     serde_json::from_slice(payload.get(LOGGED_HEADER..).ok_or(Error::CorruptStore("execution frame"))?).map_err(|_| Error::CorruptStore("execution frame"))
@@ -460,6 +483,15 @@ fn idempotency_batch_value(finishes: impl Iterator<Item = f64>, mut row: Vec<u8>
     let newest = finishes.fold(f64::NEG_INFINITY, f64::max);
     row[..IDEMPOTENCY_HEADER].copy_from_slice(&newest.to_bits().to_be_bytes());
     row
+}
+
+/// `records` as idempotency frames (record count, payload) of up to 6 KiB
+/// of JSON each.
+fn idempotency_frames(records: &[std::sync::Arc<IdempotencyRecord>]) -> Vec<(u32, Vec<u8>)> {
+    json_rows(records, IDEMPOTENCY_HEADER)
+        .into_iter()
+        .map(|(range, row)| (range.len() as u32, idempotency_batch_value(records[range].iter().map(|r| r.finished_unix_s), row)))
+        .collect()
 }
 
 fn parse_idempotency(value: &[u8]) -> Result<Vec<IdempotencyRecord>> {
@@ -668,8 +700,8 @@ impl SledStore {
         self.rows
     }
 
-    /// Rows per tree; a store from before `idempotency_log` counts its
-    /// `idempotency` tree's rows too, which its manifest promised.
+    /// Rows per table: the logs' frames, and an older store's rows in the
+    /// sled trees they move out of, which its manifest promised.
     fn count_rows(&self) -> RowCounts {
         let older = [LEGACY_IDEMPOTENCY, SLED_IDEMPOTENCY].iter().map(|name| self.existing_tree(name).map_or(0, |tree| tree.len() as u64)).sum::<u64>();
         RowCounts {
@@ -727,13 +759,41 @@ impl SledStore {
 
     /// Deletes rows as every retention does: the manifest is lowered to
     /// `remaining` first (so a crash in between is not mistaken for lost
-    /// data, see the module docs), then `delete` runs, then the store
+    /// data, see the module docs; the logs are synced before, so that it
+    /// promises only what is on disk), then `delete` runs, then the store
     /// flushes.
-    fn delete_rows(&mut self, remaining: RowCounts, delete: impl FnOnce(&Self) -> sled::Result<()>) -> Result<()> {
+    fn delete_rows(&mut self, remaining: RowCounts, delete: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+        self.sync_logs()?;
         self.write_manifest(remaining)?;
         delete(self)?;
         self.rows = remaining;
         self.flush()
+    }
+
+    /// `table`'s log.
+    fn log(&self, table: LogTable) -> &SegmentLog {
+        match table {
+            LogTable::Executions => &self.executions,
+            LogTable::Idempotency => &self.idempotency,
+        }
+    }
+
+    /// `table`'s log and the count of records it holds.
+    fn log_mut(&mut self, table: LogTable) -> (&mut SegmentLog, &mut u64) {
+        match table {
+            LogTable::Executions => (&mut self.executions, &mut self.records.executions),
+            LogTable::Idempotency => (&mut self.idempotency, &mut self.records.idempotency),
+        }
+    }
+
+    /// Appends `frames` (record count, payload) to `table`'s log, counted.
+    fn append_to_log(&mut self, table: LogTable, frames: Vec<(u32, Vec<u8>)>) -> Result<()> {
+        let (added_frames, added_records) = (frames.len() as u64, frames.iter().map(|(n, _)| u64::from(*n)).sum::<u64>());
+        let (log, records) = self.log_mut(table);
+        log.append(frames)?;
+        *records += added_records;
+        *self.rows.of_log(table) += added_frames;
+        Ok(())
     }
 
     /// Prunes `table`'s log as the trees were pruned: whole frames from the
@@ -746,11 +806,8 @@ impl SledStore {
     /// deleted, so the frames never dip below it. Returns the records
     /// deleted.
     fn prune_log(&mut self, table: LogTable, kept_max: u64, older_than: f64, budget: usize, trimmed: impl Fn(&[u8], usize) -> Result<(u32, Vec<u8>)>) -> Result<u64> {
-        let (log, records) = match table {
-            LogTable::Executions => (&self.executions, self.records.executions),
-            LogTable::Idempotency => (&self.idempotency, self.records.idempotency),
-        };
-        let mut over = records.saturating_sub(kept_max);
+        let log = self.log(table);
+        let mut over = self.records.of(table).saturating_sub(kept_max);
         let (mut doomed_frames, mut doomed_records) = (0usize, 0u64);
         let mut trim = None;
         for frame in log.iter_frames() {
@@ -758,7 +815,7 @@ impl SledStore {
                 break;
             }
             let in_frame = u64::from(frame.records);
-            if in_frame <= over || frame.newest < older_than {
+            if in_frame <= over || frame.stamp < older_than {
                 over = over.saturating_sub(in_frame);
                 doomed_records += in_frame;
                 doomed_frames += 1;
@@ -776,21 +833,15 @@ impl SledStore {
             Some(drop_first) => Some(trimmed(&log.payload(doomed_frames)?, drop_first)?),
             None => None,
         };
-        log.sync()?;
-        let remaining = match table {
-            LogTable::Executions => RowCounts { executions: self.rows.executions - doomed_frames as u64, ..self.rows },
-            LogTable::Idempotency => RowCounts { idempotency: self.rows.idempotency - doomed_frames as u64, ..self.rows },
-        };
-        self.write_manifest(remaining)?;
-        let (log, records) = match table {
-            LogTable::Executions => (&mut self.executions, &mut self.records.executions),
-            LogTable::Idempotency => (&mut self.idempotency, &mut self.records.idempotency),
-        };
-        log.drop_front(doomed_frames, replacement)?;
         let deleted = doomed_records + trim.map_or(0, |n| n as u64);
-        *records -= deleted;
-        self.rows = remaining;
-        self.flush()?;
+        let mut remaining = self.rows;
+        *remaining.of_log(table) -= doomed_frames as u64;
+        self.delete_rows(remaining, |store| {
+            let (log, records) = store.log_mut(table);
+            log.drop_front(doomed_frames, replacement)?;
+            *records -= deleted;
+            Ok(())
+        })?;
         Ok(deleted)
     }
 
@@ -825,45 +876,49 @@ impl SledStore {
 
     /// Moves an older store's executions (its `executions` tree: a row per
     /// batch, or a row per record from before batches) into the execution
-    /// log, a frame per row, in the order written, each with the time it
-    /// was logged (a row from before that was kept: now). As
-    /// [`SledStore::migrate_idempotency`]: written, synced, the manifest
-    /// set to them, then the tree dropped.
+    /// log, in the order written, each row's records with the time they
+    /// were logged (a row from before that was kept: now).
     fn migrate_executions(&mut self) -> Result<()> {
         let Some(tree) = self.existing_tree(SLED_EXECUTIONS) else { return Ok(()) };
         let now = crate::clock::unix_now_s();
         let mut frames = Vec::new();
-        let mut moved = 0;
         for row in tree.iter() {
             let (_, value) = row?;
             // A repair already deleted what does not decode.
             let Ok(records) = parse_executions(&value) else { continue };
-            let logged = logged_time(&value).unwrap_or(now);
-            for (range, frame) in json_rows(&records, LOGGED_HEADER) {
-                frames.push((range.len() as u32, logged_frame(frame, logged)));
-            }
-            moved += records.len();
+            frames.extend(execution_frames(&records, logged_time(&value).unwrap_or(now)));
         }
-        self.executions.append(frames)?;
-        self.executions.sync()?;
-        let rows = RowCounts { executions: self.executions.frames(), ..self.rows };
+        drop(tree);
+        self.move_into_log(LogTable::Executions, frames, &[SLED_EXECUTIONS])
+    }
+
+    /// Moves `frames`, read out of an older store's `trees`, into `table`'s
+    /// log: appended and synced, the manifest set to them, then the trees
+    /// dropped, so a crash at any point leaves a store that opens (and
+    /// moves what is left again).
+    fn move_into_log(&mut self, table: LogTable, frames: Vec<(u32, Vec<u8>)>, trees: &[&str]) -> Result<()> {
+        let moved: u64 = frames.iter().map(|(n, _)| u64::from(*n)).sum();
+        self.append_to_log(table, frames)?;
+        let log = self.log(table);
+        log.sync()?;
+        let mut rows = self.rows;
+        *rows.of_log(table) = log.frames();
         self.write_manifest(rows)?;
         self.rows = rows;
-        drop(tree);
-        self.db.drop_tree(SLED_EXECUTIONS)?;
+        for name in trees {
+            self.db.drop_tree(name)?;
+        }
         self.db.flush()?;
-        tracing::info!(message = "Moved the execution log into segment files.", records = moved, frames = rows.executions);
+        tracing::info!(message = "Moved an older store's records into a segment log.", log = ?table, records = moved, frames = *rows.of_log(table));
         Ok(())
     }
 
     /// Moves an older store's idempotency records into the segment log:
     /// those of its `idempotency_log` tree (a row per batch), and before
     /// them those of an even older `idempotency` tree (a row per record,
-    /// with an `idempotency_by_time` index), oldest finish first. The
-    /// frames are written and synced, the manifest set to them, and then
-    /// the old trees dropped, so a crash at any point leaves a store that
-    /// opens (and moves what is left again: a record moved twice is read
-    /// once, the later copy replacing the earlier).
+    /// with an `idempotency_by_time` index), oldest finish first (a record
+    /// moved twice by a crash in between is read once, the later copy
+    /// replacing the earlier).
     fn migrate_idempotency(&mut self) -> Result<()> {
         let (batches, legacy) = (self.existing_tree(SLED_IDEMPOTENCY), self.existing_tree(LEGACY_IDEMPOTENCY));
         if batches.is_none() && legacy.is_none() && self.existing_tree(LEGACY_IDEMPOTENCY_INDEX).is_none() {
@@ -888,19 +943,8 @@ impl SledStore {
                 }
             }
         }
-        let moved = records.len();
-        self.put_idempotency(&records)?;
-        self.idempotency.sync()?;
-        let rows = RowCounts { idempotency: self.idempotency.frames(), ..self.rows };
-        self.write_manifest(rows)?;
-        self.rows = rows;
         drop((batches, legacy));
-        for name in [SLED_IDEMPOTENCY, LEGACY_IDEMPOTENCY, LEGACY_IDEMPOTENCY_INDEX] {
-            self.db.drop_tree(name)?;
-        }
-        self.db.flush()?;
-        tracing::info!(message = "Moved the idempotency records into the segment log.", records = moved, frames = rows.idempotency);
-        Ok(())
+        self.move_into_log(LogTable::Idempotency, idempotency_frames(&records), &[SLED_IDEMPOTENCY, LEGACY_IDEMPOTENCY, LEGACY_IDEMPOTENCY_INDEX])
     }
 
     /// Deletes the rows of every tree that do not decode; returns how many
@@ -961,12 +1005,7 @@ impl ReservoirStore for SledStore {
         if records.is_empty() {
             return Ok(());
         }
-        let frames: Vec<(u32, Vec<u8>)> = json_rows(records, LOGGED_HEADER).into_iter().map(|(range, row)| (range.len() as u32, logged_frame(row, logged_unix_s))).collect();
-        let added = frames.len() as u64;
-        self.executions.append(frames)?;
-        self.rows.executions += added;
-        self.records.executions += records.len() as u64;
-        Ok(())
+        self.append_to_log(LogTable::Executions, execution_frames(records, logged_unix_s))
     }
 
     fn prune_executions(&mut self, kept_max: u64, logged_before_unix_s: f64, batch_max: usize) -> Result<u64> {
@@ -1005,6 +1044,7 @@ impl ReservoirStore for SledStore {
             [(&store.counts, counts), (&store.totals, totals), (&store.samples, samples)]
                 .into_iter()
                 .try_for_each(|(tree, keys)| keys.into_iter().try_for_each(|key| tree.remove(key).map(drop)))
+                .map_err(Error::from)
         })?;
         Ok(total as u64)
     }
@@ -1063,12 +1103,14 @@ impl ReservoirStore for SledStore {
 
     fn recent_executions(&self, limit: usize) -> Result<Vec<ExecutionRecord>> {
         // The frames from the newest back until they hold `limit`.
-        let frames: Vec<u32> = self.executions.iter_frames().map(|f| f.records).collect();
-        let mut first = frames.len();
+        let mut first = self.executions.frames() as usize;
         let mut found = 0;
-        while first > 0 && found < limit {
+        for frame in self.executions.iter_frames().rev() {
+            if found >= limit {
+                break;
+            }
             first -= 1;
-            found += frames[first] as usize;
+            found += frame.records as usize;
         }
         let mut records = Vec::with_capacity(found);
         for payload in self.executions.payloads_from(first)? {
@@ -1082,15 +1124,7 @@ impl ReservoirStore for SledStore {
         if records.is_empty() {
             return Ok(());
         }
-        let frames: Vec<(u32, Vec<u8>)> = json_rows(records, IDEMPOTENCY_HEADER)
-            .into_iter()
-            .map(|(range, row)| (range.len() as u32, idempotency_batch_value(records[range].iter().map(|r| r.finished_unix_s), row)))
-            .collect();
-        let added = frames.len() as u64;
-        self.idempotency.append(frames)?;
-        self.rows.idempotency += added;
-        self.records.idempotency += records.len() as u64;
-        Ok(())
+        self.append_to_log(LogTable::Idempotency, idempotency_frames(records))
     }
 
     fn prune_idempotency(&mut self, kept_max: u64, finished_before_unix_s: f64, batch_max: usize) -> Result<u64> {

@@ -19,12 +19,12 @@
 //! | 4 | payload length (u32 LE) |
 //! | 4 | records in the frame (u32 LE) |
 //! | 4 | CRC-32 of the record count's bytes and the payload (u32 LE) |
-//! | length | payload: the newest record's time (f64 BE), then the caller's bytes |
+//! | length | payload: a time the caller stamps the frame with (f64 BE), then the caller's bytes |
 //!
 //! Appends go to the newest segment until it passes
 //! [`SEGMENT_BYTES_MAX`]; the next append starts a new one. The log keeps
-//! an index of every frame in memory (its place, its records, its newest
-//! time), built when it opens by reading every segment and checking every
+//! an index of every frame in memory (its place, its records, its
+//! stamp), built when it opens by reading every segment and checking every
 //! frame.
 //!
 //! # Properties
@@ -40,7 +40,6 @@
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::{Error, Result};
@@ -60,8 +59,9 @@ pub struct Frame {
     len: u32,
     /// Records it holds.
     pub records: u32,
-    /// The newest record's time (the payload's first eight bytes).
-    pub newest: f64,
+    /// The time the caller stamped it with (the payload's first eight
+    /// bytes): pruning by age reads it without decoding the payload.
+    pub stamp: f64,
 }
 
 #[derive(Debug)]
@@ -115,6 +115,11 @@ fn checksum(records: u32, payload: &[u8]) -> u32 {
     hasher.finalize()
 }
 
+/// The time a payload starts with (f64 BE); callers check it holds one.
+fn stamp_of(payload: &[u8]) -> f64 {
+    f64::from_bits(u64::from_be_bytes(payload[..8].try_into().expect("a payload starts with its time")))
+}
+
 /// A frame's bytes.
 fn encode(records: u32, payload: &[u8]) -> Vec<u8> {
     let mut frame = Vec::with_capacity(FRAME_HEADER + payload.len());
@@ -136,8 +141,7 @@ fn scan(bytes: &[u8]) -> (Vec<Frame>, u64) {
         if payload.len() < 8 || checksum(records, payload) != crc {
             break;
         }
-        let newest = f64::from_bits(u64::from_be_bytes(payload[..8].try_into().expect("eight bytes")));
-        frames.push(Frame { offset: at as u64, len, records, newest });
+        frames.push(Frame { offset: at as u64, len, records, stamp: stamp_of(payload) });
         at += FRAME_HEADER + len as usize;
     }
     (frames, at as u64)
@@ -228,12 +232,12 @@ impl SegmentLog {
     }
 
     /// Every frame, oldest first.
-    pub fn iter_frames(&self) -> impl Iterator<Item = &Frame> {
+    pub fn iter_frames(&self) -> impl DoubleEndedIterator<Item = &Frame> {
         self.segments.iter().flat_map(|s| &s.frames)
     }
 
     /// Appends one frame per `(records, payload)`, where each payload
-    /// starts with its newest record's time (f64 BE), in one write.
+    /// starts with its stamp (f64 BE), in one write.
     pub fn append(&mut self, frames: impl IntoIterator<Item = (u32, Vec<u8>)>) -> Result<()> {
         let frames = frames.into_iter();
         let mut bytes = Vec::with_capacity(frames.size_hint().0 * (FRAME_HEADER + 6 * 1024));
@@ -244,9 +248,7 @@ impl SegmentLog {
         }
         let segment = self.segments.back_mut().expect("started above");
         for (records, payload) in frames {
-            assert!(payload.len() >= 8, "a payload starts with its newest time");
-            let newest = f64::from_bits(u64::from_be_bytes(payload[..8].try_into().expect("eight bytes")));
-            added.push(Frame { offset: segment.bytes + bytes.len() as u64, len: payload.len() as u32, records, newest });
+            added.push(Frame { offset: segment.bytes + bytes.len() as u64, len: payload.len() as u32, records, stamp: stamp_of(&payload) });
             bytes.extend_from_slice(&encode(records, &payload));
         }
         self.active.as_mut().expect("opened above").write_all(&bytes).map_err(io)?;
@@ -305,29 +307,20 @@ impl SegmentLog {
         self.unsynced.get() || self.directory_dirty.get()
     }
 
-    /// The payload of the `index`th frame, oldest first (its time first).
-    pub fn payload(&self, mut index: usize) -> Result<Vec<u8>> {
-        for segment in &self.segments {
-            if let Some(frame) = segment.frames.get(index) {
-                let file = File::open(segment_path(&self.dir, segment.id)).map_err(io)?;
-                let mut payload = vec![0; frame.len as usize];
-                file.read_exact_at(&mut payload, frame.offset + FRAME_HEADER as u64).map_err(io)?;
-                return Ok(payload);
-            }
-            index -= segment.frames.len();
-        }
-        Err(Error::CorruptStore("no such segment frame"))
+    /// The payload of the `index`th frame, oldest first (its stamp first).
+    pub fn payload(&self, index: usize) -> Result<Vec<u8>> {
+        self.payloads_where(|(i, _)| i == index)?.pop().ok_or(Error::CorruptStore("no such segment frame"))
     }
 
-    /// Every frame's payload, oldest first, skipping frames whose newest
-    /// time is before `since`.
+    /// Every frame's payload, oldest first, skipping frames stamped
+    /// before `since`.
     pub fn payloads_since(&self, since: f64) -> Result<Vec<Vec<u8>>> {
-        self.payloads_where(|index_and_frame| index_and_frame.1.newest >= since)
+        self.payloads_where(|(_, frame)| frame.stamp >= since)
     }
 
     /// The payloads of the frames from the `first`th on, oldest first.
     pub fn payloads_from(&self, first: usize) -> Result<Vec<Vec<u8>>> {
-        self.payloads_where(|index_and_frame| index_and_frame.0 >= first)
+        self.payloads_where(|(i, _)| i >= first)
     }
 
     /// The payloads of the frames `keep` keeps (given each frame's index,
@@ -375,18 +368,15 @@ impl SegmentLog {
         let Some(segment) = self.segments.front() else { return self.sync() };
         let path = segment_path(&self.dir, segment.id);
         let old = std::fs::read(&path).map_err(io)?;
-        let mut kept = segment.frames[drop.min(segment.frames.len())..].to_vec();
+        let mut kept = &segment.frames[drop.min(segment.frames.len())..];
         let mut bytes = Vec::with_capacity(old.len());
         let mut frames = Vec::with_capacity(kept.len());
         if let Some((records, payload)) = replace_next {
-            let first = kept.first_mut().ok_or(Error::CorruptStore("no frame to replace"))?;
-            let newest = f64::from_bits(u64::from_be_bytes(payload[..8].try_into().expect("eight bytes")));
-            *first = Frame { offset: first.offset, len: payload.len() as u32, records, newest };
-            frames.push(Frame { offset: 0, ..*first });
+            kept = kept.split_first().ok_or(Error::CorruptStore("no frame to replace"))?.1;
+            frames.push(Frame { offset: 0, len: payload.len() as u32, records, stamp: stamp_of(&payload) });
             bytes.extend_from_slice(&encode(records, &payload));
-            kept.remove(0);
         }
-        for frame in kept {
+        for &frame in kept {
             let start = frame.offset as usize;
             let end = start + FRAME_HEADER + frame.len as usize;
             frames.push(Frame { offset: bytes.len() as u64, ..frame });
@@ -401,7 +391,8 @@ impl SegmentLog {
             // The renamed file is a new inode: appends go to it.
             self.start_segment(false)?;
         }
-        self.directory_dirty.set(true);
+        // The rename synced the directory; a deleted segment's removal
+        // is synced here.
         self.sync()
     }
 }
