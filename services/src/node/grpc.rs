@@ -150,8 +150,7 @@ impl GatewayService {
     /// The calling tenant, from the call's `authorization` metadata.
     fn caller<T>(&self, request: &Request<T>) -> Result<Option<Arc<Tenant>>, Status> {
         let header = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
-        // Formatted only if the call is refused: most calls never log it.
-        let peer = Peer(connection_info(request.extensions()).map(|c| c.remote));
+        let peer = connection_info(request.extensions()).map(|c| c.remote);
         self.tenants.authenticate(bearer(header), peer).map_err(|e| status_of(&e))
     }
 
@@ -448,19 +447,6 @@ fn result_set(rows: ResultRows) -> ResultSet {
             .collect(),
         truncated: rows.truncated,
         rows_total: rows.rows_total,
-    }
-}
-
-/// A caller's address as a log line writes it (empty if unknown),
-/// formatted only when written.
-struct Peer(Option<std::net::SocketAddr>);
-
-impl std::fmt::Display for Peer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            Some(address) => write!(f, "{address}"),
-            None => Ok(()),
-        }
     }
 }
 

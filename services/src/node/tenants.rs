@@ -182,9 +182,9 @@ impl Tenants {
 
     /// Who is calling, from a bearer token if one was presented: `Ok(None)`
     /// when no tenants are configured; an error (counted and logged) when
-    /// they are and the token is missing or unknown. `peer` is written
-    /// only into a refusal's log line.
-    pub fn authenticate(&self, bearer: Option<&str>, peer: impl std::fmt::Display) -> Result<Option<Arc<Tenant>>, GatewayError> {
+    /// they are and the token is missing or unknown. `peer`, the caller's
+    /// address if known, is formatted only into a refusal's log line.
+    pub fn authenticate(&self, bearer: Option<&str>, peer: Option<std::net::SocketAddr>) -> Result<Option<Arc<Tenant>>, GatewayError> {
         if !self.enabled() {
             return Ok(None);
         }
@@ -192,6 +192,7 @@ impl Tenants {
             return Ok(Some(tenant));
         }
         let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        let peer = peer.map_or_else(String::new, |address| address.to_string());
         tracing::warn!(message = "gRPC call refused: missing or unknown tenant token.", %peer, failures);
         Err(GatewayError::Unauthenticated)
     }
@@ -230,14 +231,14 @@ mod tests {
     #[test]
     fn only_a_configured_token_authenticates_and_pools_are_checked() {
         let tenants = Tenants::new(&[section(0.0, 1.0, 10)]);
-        let tenant = tenants.authenticate(Some("s3cret"), "test").unwrap().unwrap();
+        let tenant = tenants.authenticate(Some("s3cret"), None).unwrap().unwrap();
         assert_eq!(tenant.name, "dash");
-        assert_eq!(tenants.authenticate(Some("s3cres"), "test").unwrap_err(), GatewayError::Unauthenticated);
-        assert_eq!(tenants.authenticate(None, "test").unwrap_err(), GatewayError::Unauthenticated);
+        assert_eq!(tenants.authenticate(Some("s3cres"), None).unwrap_err(), GatewayError::Unauthenticated);
+        assert_eq!(tenants.authenticate(None, None).unwrap_err(), GatewayError::Unauthenticated);
         assert_eq!(tenants.failures.load(Ordering::Relaxed), 2);
         let denied = tenant.admit("batch", Instant::now()).unwrap_err();
         assert_eq!(denied.to_status().code(), tonic::Code::PermissionDenied);
-        assert!(Tenants::new(&[]).authenticate(None, "test").unwrap().is_none());
+        assert!(Tenants::new(&[]).authenticate(None, None).unwrap().is_none());
     }
 
     #[test]
