@@ -11,6 +11,32 @@ fn scratch(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(&format!("slogate-reservoir-{name}-")).tempdir().unwrap()
 }
 
+/// Makes `dir` a store as an older node left it: an intact manifest of
+/// zero rows, then what `write` puts into sled's trees directly.
+fn older_store(dir: &std::path::Path, write: impl FnOnce(&sled::Db)) {
+    drop(SledStore::open(dir).unwrap());
+    let db = sled::open(dir).unwrap();
+    write(&db);
+    db.flush().unwrap();
+}
+
+/// An older store's batch key: a sequence number, then the records.
+fn older_batch_key(sequence: u64, records: u32) -> Vec<u8> {
+    [sequence.to_be_bytes().as_slice(), records.to_be_bytes().as_slice()].concat()
+}
+
+/// Whether the closed store in `dir` has a sled tree `name`.
+fn has_sled_tree(dir: &std::path::Path, name: &str) -> bool {
+    sled::open(dir).unwrap().tree_names().iter().any(|n| n.as_ref() == name.as_bytes())
+}
+
+/// The newest segment file of the store's `log` directory.
+fn newest_segment(dir: &std::path::Path, log: &str) -> std::path::PathBuf {
+    let mut segments: Vec<_> = std::fs::read_dir(dir.join(log)).unwrap().map(|e| e.unwrap().path()).collect();
+    segments.sort();
+    segments.pop().expect("a segment")
+}
+
 fn record(id: u64) -> ExecutionRecord {
     ExecutionRecord {
         query: QueryId(id),
@@ -146,9 +172,7 @@ fn truncate_log(dir: &std::path::Path, fraction: f64) {
             std::fs::remove_file(path).unwrap();
         }
     }
-    let mut segments: Vec<_> = std::fs::read_dir(dir.join("executions-log")).unwrap().map(|e| e.unwrap().path()).collect();
-    segments.sort();
-    for file in [dir.join("db"), segments.pop().expect("executions were logged")] {
+    for file in [dir.join("db"), newest_segment(dir, "executions-log")] {
         let length = std::fs::metadata(&file).unwrap().len();
         std::fs::OpenOptions::new().write(true).open(&file).unwrap().set_len((length as f64 * fraction) as u64).unwrap();
     }
@@ -380,17 +404,14 @@ fn a_store_with_one_row_per_idempotency_record_moves_them_into_batches_when_it_o
     let dir = scratch_dir.path();
     // A store as an older node left it: an intact manifest of zero rows,
     // then the records in their own tree, one row each, with an index.
-    drop(SledStore::open(dir).unwrap());
-    {
-        let db = sled::open(dir).unwrap();
+    older_store(dir, |db| {
         let (legacy, index) = (db.open_tree("idempotency").unwrap(), db.open_tree("idempotency_by_time").unwrap());
         for i in 0..2_500u64 {
             let record = idempotency_record(i, 20_000.0 - i as f64);
             legacy.insert(record.key(), serde_json::to_vec(&record).unwrap()).unwrap();
             index.insert(i.to_be_bytes(), &[]).unwrap();
         }
-        db.flush().unwrap();
-    }
+    });
     let store = SledStore::open(dir).unwrap();
     let records = store.idempotency_records(0.0).unwrap();
     assert_eq!(records.len(), 2_500);
@@ -401,8 +422,7 @@ fn a_store_with_one_row_per_idempotency_record_moves_them_into_batches_when_it_o
     let store = SledStore::open(dir).expect("the moved store opens as it is");
     assert_eq!((store.rows().idempotency, store.idempotency_records(0.0).unwrap().len()), (rows, 2_500));
     drop(store);
-    let db = sled::open(dir).unwrap();
-    assert!(!db.tree_names().iter().any(|name| name.as_ref() == b"idempotency" || name.as_ref() == b"idempotency_by_time"), "the old trees are gone");
+    assert!(!has_sled_tree(dir, "idempotency") && !has_sled_tree(dir, "idempotency_by_time"), "the old trees are gone");
 }
 
 #[test]
@@ -413,20 +433,15 @@ fn a_store_with_idempotency_batches_in_sled_moves_them_into_the_segment_log_when
     // rows, then batches of 20 records in sled's `idempotency_log` tree,
     // keyed by sequence number and record count, valued by the newest
     // finish (f64 BE) and the records' JSON array.
-    drop(SledStore::open(dir).unwrap());
-    {
-        let db = sled::open(dir).unwrap();
+    older_store(dir, |db| {
         let tree = db.open_tree("idempotency_log").unwrap();
         for batch in 0..50u64 {
             let records: Vec<_> = (batch * 20..batch * 20 + 20).map(|i| idempotency_record(i, 30_000.0 + i as f64)).collect();
-            let mut key = batch.to_be_bytes().to_vec();
-            key.extend_from_slice(&20u32.to_be_bytes());
             let mut value = (30_000.0 + (batch * 20 + 19) as f64).to_bits().to_be_bytes().to_vec();
             value.extend_from_slice(&serde_json::to_vec(&records).unwrap());
-            tree.insert(key, value).unwrap();
+            tree.insert(older_batch_key(batch, 20), value).unwrap();
         }
-        db.flush().unwrap();
-    }
+    });
     let store = SledStore::open(dir).unwrap();
     let records = store.idempotency_records(0.0).unwrap();
     assert_eq!(records.iter().map(|r| r.outcome.query.0).collect::<Vec<_>>(), (0..1_000).collect::<Vec<_>>(), "every record, in finish order");
@@ -435,9 +450,7 @@ fn a_store_with_idempotency_batches_in_sled_moves_them_into_the_segment_log_when
     drop(store);
     let segments = std::fs::read_dir(dir.join("idempotency-log")).unwrap().count();
     assert!(segments >= 1, "the records are in segment files");
-    let db = sled::open(dir).unwrap();
-    assert!(!db.tree_names().iter().any(|name| name.as_ref() == b"idempotency_log"), "the sled tree is gone");
-    drop(db);
+    assert!(!has_sled_tree(dir, "idempotency_log"), "the sled tree is gone");
     let store = SledStore::open(dir).expect("the moved store opens as it is");
     assert_eq!((store.rows().idempotency, store.idempotency_records(0.0).unwrap().len()), (frames, 1_000));
 }
@@ -453,13 +466,8 @@ fn a_torn_idempotency_write_is_cut_back_and_a_lost_segment_is_damage() {
     }
     store.flush().unwrap();
     drop(store);
-    let segment = |dir: &std::path::Path| {
-        let mut paths: Vec<_> = std::fs::read_dir(dir.join("idempotency-log")).unwrap().map(|e| e.unwrap().path()).collect();
-        paths.sort();
-        paths.pop().expect("a segment")
-    };
     // A crash in the middle of a write: half a frame at the end.
-    let path = segment(dir);
+    let path = newest_segment(dir, "idempotency-log");
     let mut bytes = std::fs::read(&path).unwrap();
     let whole = bytes.len();
     let half_a_frame = bytes[..40].to_vec();
@@ -475,7 +483,7 @@ fn a_torn_idempotency_write_is_cut_back_and_a_lost_segment_is_damage() {
     assert_eq!(store.idempotency_records(0.0).unwrap().len(), 301, "appends follow the cut");
     drop(store);
     // Losing flushed frames is damage, named, until repaired.
-    let path = segment(dir);
+    let path = newest_segment(dir, "idempotency-log");
     let length = std::fs::metadata(&path).unwrap().len();
     std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(length / 2).unwrap();
     let error = SledStore::open(dir).err().expect("lost frames are damage").to_string();
@@ -493,17 +501,14 @@ fn a_torn_idempotency_write_is_cut_back_and_a_lost_segment_is_damage() {
 fn single_record_execution_rows_from_before_batches_read_and_prune_with_the_batches() {
     let scratch_dir = scratch("legacy-executions");
     let dir = scratch_dir.path();
-    drop(SledStore::open(dir).unwrap());
-    {
-        let db = sled::open(dir).unwrap();
+    older_store(dir, |db| {
         let executions = db.open_tree("executions").unwrap();
         // One row of JSON alone, one of the logged time then JSON.
         executions.insert(1u64.to_be_bytes(), serde_json::to_vec(&record(0)).unwrap()).unwrap();
         let mut timed = 900.0f64.to_bits().to_be_bytes().to_vec();
         timed.extend(serde_json::to_vec(&record(1)).unwrap());
         executions.insert(2u64.to_be_bytes(), timed).unwrap();
-        db.flush().unwrap();
-    }
+    });
     let mut store = SledStore::open(dir).unwrap();
     store.append_executions(&(2..12).map(record).collect::<Vec<_>>(), 1_000.0).unwrap();
     assert_eq!(store.recent_executions(100).unwrap(), (0..12).map(record).collect::<Vec<_>>());
@@ -518,20 +523,16 @@ fn a_store_with_execution_batches_in_sled_moves_them_into_the_execution_log_when
     // As the previous version left it: batches of ten in sled's
     // `executions` tree, keyed by sequence number and record count,
     // valued by a marker (0xB7), the time logged (f64 BE) and the JSON.
-    drop(SledStore::open(dir).unwrap());
-    {
-        let db = sled::open(dir).unwrap();
+    older_store(dir, |db| {
         let tree = db.open_tree("executions").unwrap();
         for batch in 0..30u64 {
             let records: Vec<_> = (batch * 10..batch * 10 + 10).map(record).collect();
-            let key = [batch.to_be_bytes().as_slice(), 10u32.to_be_bytes().as_slice()].concat();
             let mut value = vec![0xB7];
             value.extend_from_slice(&(2_000.0 + batch as f64).to_bits().to_be_bytes());
             value.extend_from_slice(&serde_json::to_vec(&records).unwrap());
-            tree.insert(key, value).unwrap();
+            tree.insert(older_batch_key(batch, 10), value).unwrap();
         }
-        db.flush().unwrap();
-    }
+    });
     let mut store = SledStore::open(dir).unwrap();
     assert_eq!(store.recent_executions(1_000).unwrap(), (0..300).map(record).collect::<Vec<_>>());
     assert_eq!(store.rows().executions, 30, "a frame per batch");
@@ -539,9 +540,7 @@ fn a_store_with_execution_batches_in_sled_moves_them_into_the_execution_log_when
     assert_eq!(store.prune_executions(1_000, 2_010.0, 10_000).unwrap(), 100);
     assert_eq!(store.recent_executions(1_000).unwrap(), (100..300).map(record).collect::<Vec<_>>());
     drop(store);
-    let db = sled::open(dir).unwrap();
-    assert!(!db.tree_names().iter().any(|name| name.as_ref() == b"executions"), "the sled tree is gone");
-    drop(db);
+    assert!(!has_sled_tree(dir, "executions"), "the sled tree is gone");
     let store = SledStore::open(dir).expect("the moved store opens as it is");
     assert_eq!(store.recent_executions(1_000).unwrap().len(), 200);
 }
@@ -557,9 +556,7 @@ fn a_store_with_a_row_per_count_and_sample_moves_its_history_into_hour_rows_when
     }
     // The layout an older node wrote: a row per count, per hour total and
     // per sample slot.
-    drop(SledStore::open(dir).unwrap());
-    {
-        let db = sled::open(dir).unwrap();
+    older_store(dir, |db| {
         let (counts, totals, samples) = (db.open_tree("counts").unwrap(), db.open_tree("totals").unwrap(), db.open_tree("samples").unwrap());
         let hour_key = |hour: slogate_core::reservoir::CalendarHour| {
             let day = (hour.day as u32 ^ 0x8000_0000).to_be_bytes();
@@ -573,8 +570,7 @@ fn a_store_with_a_row_per_count_and_sample_moves_its_history_into_hour_rows_when
                 samples.insert([key, slot.to_be_bytes().to_vec()].concat(), &offset.to_be_bytes()).unwrap();
             }
         }
-        db.flush().unwrap();
-    }
+    });
     let expected: Vec<HourRow> = reservoir.hours().filter_map(|hour| HourRow::of(&reservoir, hour)).collect();
     for _ in 0..2 {
         let store = SledStore::open(dir).expect("the older layout opens, and so does the moved one");
