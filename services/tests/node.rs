@@ -300,7 +300,19 @@ async fn bursting_node(name: &str, extra: &str) -> (tempfile::TempDir, node::Nod
         dir.display()
     );
     let node = node::start(load(&text)).await.unwrap();
-    let client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await.unwrap();
+    // One query first, until the autoscaler has evaluated with the pool's
+    // cluster in view: it dates the Ready set from when it first sees it,
+    // so a burst sent before that (its thread behind, on a loaded machine)
+    // would not count, and nothing would fire.
+    client.submit(request("warm-up", 1, 20_000)).await.unwrap();
+    for _ in 0..200 {
+        let (_, body) = admin_get(node.admin_addr, "/v1/actors").await;
+        if !serde_json::from_str::<serde_json::Value>(&body).unwrap()["autoscalers"]["default"]["last_trigger_evaluation"].is_null() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     let tasks = (0..60u32)
         .map(|i| {
             let mut client = client.clone();
