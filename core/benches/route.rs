@@ -1,9 +1,18 @@
 //! `SloRouter::route` on fleets of realistic size (AutoSLO Figure 8a):
 //! clusters {1, 2, 4, 8, 16} × running queries per cluster {1, 4, 16, 64},
-//! with a trained concurrency-aware predictor. Each sample routes one query
-//! on a fresh copy of the fleet's router state. Before criterion's means,
+//! with a trained concurrency-aware predictor and a margin warmed from
+//! noisy executions (so that, as on a live node, every placement's miss
+//! probabilities are read from the learned spread). Each sample routes one
+//! query on a fresh copy of the fleet's router state. Before criterion's means,
 //! it prints sampled p50/p99 per decision at 16 clusters × 64 running
 //! (2,000 decisions, each timed alone).
+//!
+//! The `steady` group is a live router's loop instead: on one router, warm
+//! in the cache, each iteration routes a query and completes the oldest
+//! running one (the margin and predictor learn from it; refits are
+//! deferred, as on a node), so that the fleet stays at 64 running queries
+//! a cluster. It is what a node's routing thread pays a query under
+//! `slogate-loadgen bench-gateway`.
 //!
 //! `cargo bench -p slogate-core --bench route`
 // A benchmark measures wall time; core's ban on clocks is for its logic.
@@ -11,25 +20,40 @@
 
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use slogate_core::billing::BillingConfig;
-use slogate_core::model::{ClusterId, ClusterState, ClusterView, Pool, PoolId, Query, QueryId, Rpu, Slo, TemplateId};
+use std::collections::VecDeque;
+
+use slogate_core::model::{ClusterId, ClusterState, ClusterView, ExecutionOutcome, ExecutionReport, Pool, PoolId, Query, QueryId, Rpu, Slo, Target, TemplateId};
 use slogate_core::predict::concurrency::{ConcurrencyAware, ConcurrencyConfig};
 use slogate_core::predict::{LatencyPredictor, Observation};
-use slogate_core::route::RoutingPolicy;
+use slogate_core::route::{Routing, RoutingPolicy};
 use slogate_core::route::slo::SloRouter;
 use slogate_core::time::{Duration, Instant};
+use rand::{Rng, SeedableRng, rngs::SmallRng};
 
-fn predictor() -> ConcurrencyAware {
-    let mut p = ConcurrencyAware::new(ConcurrencyConfig::default());
+/// Executions of templates 1..=99 on 16 RPU at 0 to 64 neighbours, each
+/// off its template's curve by up to ±40% (seeded).
+fn history() -> Vec<Observation> {
+    let mut rng = SmallRng::seed_from_u64(1);
+    let mut history = Vec::new();
     for t in 1..=99u32 {
         for n in [0u32, 1, 2, 4, 8, 16, 32, 64] {
-            p.observe(&Observation {
+            let noise = rng.random_range(0.6..1.4);
+            history.push(Observation {
                 template: TemplateId(t),
                 size: Rpu(16),
                 neighbours: n,
-                latency: Duration::from_secs_f64(f64::from(t % 17 + 1) * (1.0 + f64::from(n))),
+                latency: Duration::from_secs_f64(f64::from(t % 17 + 1) * (1.0 + f64::from(n)) * noise),
                 censored: false,
             });
         }
+    }
+    history
+}
+
+fn predictor(history: &[Observation]) -> ConcurrencyAware {
+    let mut p = ConcurrencyAware::new(ConcurrencyConfig::default());
+    for o in history {
+        p.observe(o);
     }
     p.fit();
     p
@@ -59,7 +83,10 @@ fn fleet(clusters: u32, running: u64) -> (SloRouter<ConcurrencyAware>, Pool) {
             })
             .collect(),
     };
-    let mut router = SloRouter::new("slogate", predictor(), BillingConfig::default());
+    let history = history();
+    let mut router = SloRouter::new("slogate", predictor(&history), BillingConfig::default());
+    router.warm_margin(&history);
+    assert!(router.margin_state().samples > 0, "the margin applies");
     // Fill the fleet: the router spreads these over the clusters.
     for id in 0..u64::from(clusters) * running {
         router.route(Instant::from_secs_f64(1.0), &query(id), &pool);
@@ -83,8 +110,55 @@ fn sampled_percentiles() {
     eprintln!("route 16 clusters x 64 running: p50 {:.1} us, p99 {:.1} us over {} decisions", at(0.5), at(0.99), samples_us.len());
 }
 
+/// A router in a live loop: queries in flight, oldest first.
+struct Steady {
+    router: SloRouter<ConcurrencyAware>,
+    pool: Pool,
+    running: VecDeque<(Query, Target)>,
+    next_id: u64,
+    now_s: f64,
+}
+
+impl Steady {
+    fn new(clusters: u32) -> Self {
+        let (mut router, pool) = fleet(clusters, 0);
+        router.defer_fits();
+        let mut steady = Steady { router, pool, running: VecDeque::new(), next_id: 0, now_s: 1.0 };
+        while steady.running.len() < 64 * clusters as usize {
+            steady.route_one();
+        }
+        steady
+    }
+
+    fn route_one(&mut self) {
+        self.now_s += 0.05;
+        let mut query = query(self.next_id);
+        query.arrival = Instant::from_secs_f64(self.now_s);
+        self.next_id += 1;
+        match self.router.route(query.arrival, &query, &self.pool) {
+            Routing::Dispatch(decision) => self.running.push_back((query, decision.target)),
+            Routing::Reject { reason } => panic!("rejected: {reason}"),
+        }
+    }
+
+    /// Routes one query and completes the oldest.
+    fn iterate(&mut self) {
+        self.route_one();
+        let (query, target) = self.running.pop_front().expect("the fleet runs queries");
+        let finished = Instant::from_secs_f64(self.now_s);
+        let report = ExecutionReport { query: query.id, target, arrival: query.arrival, dispatched: query.arrival, started: Some(query.arrival), finished, outcome: ExecutionOutcome::Completed };
+        self.router.handle_completion(finished, &report);
+    }
+}
+
 fn bench(c: &mut Criterion) {
     sampled_percentiles();
+    let mut steady = c.benchmark_group("steady");
+    for clusters in [2u32, 16] {
+        let mut state = Steady::new(clusters);
+        steady.bench_function(BenchmarkId::new(format!("{clusters}_clusters"), 64), |b| b.iter(|| state.iterate()));
+    }
+    steady.finish();
     let mut group = c.benchmark_group("route");
     for clusters in [1u32, 2, 4, 8, 16] {
         for running in [1u64, 4, 16, 64] {

@@ -40,6 +40,9 @@
 //!   prediction grows, and is 0 or 1 until the margin applies.
 //! - (D) Deterministic: the same completions in the same order give the same
 //!   factor.
+//! - (F) A miss probability is exactly the share of the spread's residuals
+//!   above `ln(slo / predicted)` (the shortcuts past either end of the
+//!   spread, with and without the log, change only how fast it is found).
 
 use std::collections::VecDeque;
 
@@ -116,11 +119,28 @@ impl MarginState {
     }
 }
 
+/// How far past `e^residual` a ratio must lie for its log to be surely on
+/// that side of the residual: far more than `exp`'s and `ln`'s rounding
+/// (an ulp or so, below 1e-13 for any residual under 500 in size).
+const RATIO_SURE: f64 = 1e-9;
+
 /// A window of log residuals, in arrival order and sorted.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct Spread {
     in_order: VecDeque<f64>,
     sorted: Vec<f64>,
+    /// A ratio at or above this has its log surely at or above every
+    /// residual ([`RATIO_SURE`] past `e^highest`); NaN while empty.
+    ratio_clear_of_all: f64,
+    /// A ratio below this has its log surely below every residual; NaN
+    /// while empty.
+    ratio_short_of_all: f64,
+}
+
+impl Default for Spread {
+    fn default() -> Self {
+        Spread { in_order: VecDeque::new(), sorted: Vec::new(), ratio_clear_of_all: f64::NAN, ratio_short_of_all: f64::NAN }
+    }
 }
 
 impl Spread {
@@ -134,6 +154,9 @@ impl Spread {
         self.in_order.push_back(residual);
         let at = self.sorted.partition_point(|&r| r < residual);
         self.sorted.insert(at, residual);
+        let (lowest, highest) = (self.sorted[0], self.sorted[self.sorted.len() - 1]);
+        self.ratio_clear_of_all = highest.exp() * (1.0 + RATIO_SURE);
+        self.ratio_short_of_all = lowest.exp() * (1.0 - RATIO_SURE);
     }
 
     fn len(&self) -> usize {
@@ -144,8 +167,28 @@ impl Spread {
         self.sorted[((self.sorted.len() - 1) as f64 * q).round() as usize]
     }
 
+    /// The share of residuals above `ratio.ln()`.
+    fn share_above_log_of(&self, ratio: f64) -> f64 {
+        // Most ratios a router asks about lie well past either end (a
+        // prediction far within its SLO, or far past it): answered without
+        // the log, as its log would be.
+        if ratio >= self.ratio_clear_of_all {
+            return 0.0;
+        }
+        if ratio < self.ratio_short_of_all {
+            return 1.0;
+        }
+        self.share_above(ratio.ln())
+    }
+
     /// The share of residuals above `threshold`.
     fn share_above(&self, threshold: f64) -> f64 {
+        // Past either end, answered without the search.
+        match (self.sorted.first(), self.sorted.last()) {
+            (_, Some(&highest)) if highest <= threshold => return 0.0,
+            (Some(&lowest), _) if lowest > threshold => return 1.0,
+            _ => {}
+        }
         let within = self.sorted.partition_point(|&r| r <= threshold);
         (self.sorted.len() - within) as f64 / self.sorted.len() as f64
     }
@@ -238,7 +281,7 @@ impl SloMargin {
         if p <= 0.0 {
             return 0.0;
         }
-        spread.share_above((s / p).ln())
+        spread.share_above_log_of(s / p)
     }
 
     /// Residuals it keeps (all loads together).
@@ -340,6 +383,35 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn the_share_above_a_threshold_is_the_share_of_residuals_above_it(
+            residuals in prop::collection::vec(prop_oneof![-3.0f64..3.0, Just(0.0), Just(0.5)], 1..700),
+            window in 1usize..600,
+            thresholds in prop::collection::vec(prop_oneof![-4.0f64..4.0, Just(0.0), Just(0.5), Just(f64::NEG_INFINITY), Just(f64::NAN)], 1..40),
+        ) {
+            let mut spread = Spread::default();
+            for (pushed, &residual) in residuals.iter().enumerate() {
+                spread.push(residual, window);
+                // (F), after every push, thresholds inside the spread and
+                // past either end alike.
+                for &threshold in &thresholds {
+                    let above = spread.in_order.iter().filter(|&&r| !(r <= threshold)).count();
+                    let share = above as f64 / spread.len() as f64;
+                    prop_assert_eq!(spread.share_above(threshold).to_bits(), share.to_bits(), "after {} pushes, threshold {}", pushed + 1, threshold);
+                }
+                // ... and asked by the ratio, as its log would be.
+                for ratio in thresholds.iter().map(|t| t.exp()).chain([0.0, f64::INFINITY, f64::NAN]) {
+                    prop_assert_eq!(spread.share_above_log_of(ratio).to_bits(), spread.share_above(ratio.ln()).to_bits(), "ratio {}", ratio);
+                }
+            }
+            // Ratios a hair from each end's exponential, where the
+            // shortcut must hand over to the log.
+            let ends = [spread.sorted[0], spread.sorted[spread.len() - 1]];
+            for ratio in ends.iter().flat_map(|&r| [1.0, 1.0 + 1e-15, 1.0 - 1e-15, 1.0 + 2e-9, 1.0 - 2e-9].map(|f| r.exp() * f)) {
+                prop_assert_eq!(spread.share_above_log_of(ratio).to_bits(), spread.share_above(ratio.ln()).to_bits(), "ratio {}", ratio);
+            }
+        }
+
         #[test]
         fn quantile_stays_in_bounds_and_responds_in_the_right_direction(
             events in prop::collection::vec((0.1f64..100.0, 0.1f64..100.0, any::<bool>(), any::<bool>(), 0u32..12), 1..300),
