@@ -25,6 +25,12 @@ for evaluation in "${evaluations[@]}"; do
   fi
   if [ "$evaluation" = shapes-dev ] || [ "$evaluation" = shapes-held-out ]; then
     ./target/release/slogate eval "$evaluation" --policies least-loaded,slogate,slogate-reserve --json "$out/$evaluation-reserve.json" > "$out/$evaluation-reserve.txt"
+    # The README's tables ("Held-out workloads").
+    python3 deploy/shapes_tables.py compare "$out/$evaluation.json" > "$out/$evaluation-table.txt"
+  fi
+  if [ "$evaluation" = shapes-held-out ]; then
+    ./target/release/slogate eval shapes-held-out --elastic on --json "$out/shapes-held-out-elastic.json" > "$out/shapes-held-out-elastic.txt"
+    python3 deploy/shapes_tables.py elastic "$out/shapes-held-out-elastic.json" > "$out/shapes-held-out-elastic-table.txt"
   fi
 done
 echo "figures: written to $out" >&2

@@ -48,8 +48,9 @@
 //! the expected violations it adds (the query's own miss probability plus
 //! the rise in the running queries', as outside damage control: a query
 //! that misses anyway must not take others with it, and a cluster where
-//! it might still make it beats one where it surely will not; the tier
-//! counts 1 if it misses there too, else 0), whether it finishes the query
+//! it might still make it beats one where it surely will not; the tier,
+//! when it competes, adds none on the clusters and ranks first), whether
+//! it finishes the query
 //! (at the decision quantile) within [`DAMAGE_BOUND_SLO_MULTIPLE`] × its
 //! SLO (a placement that would leave it for a timeout loses to one that
 //! finishes it soon after), and the damage: how late the query will be
@@ -474,11 +475,13 @@ impl<P: LatencyPredictor> SloRouter<P> {
             // SLO, or every cluster would make a running query miss too.
             // Paying for an offload that only makes a miss less late is not
             // worth its bill.
+            // Then it ranks first: it adds no violation on the clusters,
+            // and its own miss, if it misses too, would happen anywhere.
             let fewest_others = self.last_scores.iter().map(|s| s.others_violations).min().unwrap_or(0);
-            if let Some(Ok((score, violations))) = &elastic
+            if let Some(Ok((score, _))) = &elastic
                 && (score.predicted_latency <= slo || fewest_others > 0)
             {
-                keys.push(DamageKey::new(slo, score.predicted_latency, *violations as f64, Duration::ZERO, score.cost_usd));
+                keys.push(DamageKey::new(slo, score.predicted_latency, 0.0, Duration::ZERO, score.cost_usd));
             }
             keys
         });
