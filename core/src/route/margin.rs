@@ -395,8 +395,8 @@ mod tests {
                 // (F), after every push, thresholds inside the spread and
                 // past either end alike.
                 for &threshold in &thresholds {
-                    let above = spread.in_order.iter().filter(|&&r| !(r <= threshold)).count();
-                    let share = above as f64 / spread.len() as f64;
+                    let within = spread.in_order.iter().filter(|&&r| r <= threshold).count();
+                    let share = (spread.len() - within) as f64 / spread.len() as f64;
                     prop_assert_eq!(spread.share_above(threshold).to_bits(), share.to_bits(), "after {} pushes, threshold {}", pushed + 1, threshold);
                 }
                 // ... and asked by the ratio, as its log would be.
