@@ -244,6 +244,11 @@ struct EvalArgs {
     /// `learn`) trains one per seed on the training run.
     #[arg(long)]
     model: Option<PathBuf>,
+    /// The learned policies start from priors, with no training run to
+    /// learn from: the simulated counterpart of a freshly started node
+    /// without `--warm-from`.
+    #[arg(long)]
+    cold: bool,
     /// `bursty-service` only: seconds of load per run.
     #[arg(long, default_value_t = 3_600)]
     duration_s: u32,
@@ -448,6 +453,7 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
         elastic: (args.elastic == "on").then(slogate_core::route::elastic::ElasticOptions::default),
         director_queue_per_16_rpu: args.director_queue,
         iconq: args.model.as_deref().map(crate::model::load).transpose()?,
+        cold: args.cold,
     };
     evaluate(args, scenario.seed, |seed| eval::run_with(&scenario, &policies, seed, &options), eval::render_table)
 }

@@ -459,6 +459,10 @@ pub struct EvalOptions {
     /// `slogate-iconq`'s model; `None` trains one per seed on the training
     /// run (feature `learn`).
     pub iconq: Option<Arc<IconqWeights>>,
+    /// The learned policies start from priors, with no training run: what
+    /// a freshly started node without `--warm-from` has
+    /// (`deploy/fresh-node.sh` runs that live).
+    pub cold: bool,
 }
 
 /// Runs every case of `scenario` with `policies`, seeded by `seed`.
@@ -498,7 +502,7 @@ pub fn run_with(scenario: &Scenario, policies: &[String], seed: u64, options: &E
             };
             for clusters in &scenario.cluster_sets {
                 let case = Case { workload: spec.label(), kappa, clusters: clusters.clone() };
-                let history: &[Observation] = if learned {
+                let history: &[Observation] = if learned && !options.cold {
                     histories.entry(clusters.clone()).or_insert_with(|| training_observations(clusters, seed))
                 } else {
                     &[]
@@ -821,6 +825,24 @@ mod tests {
         let one_day = Scenario::from_toml(&format!("{base}[autoscale]\nenabled=true\n[tune]\nenabled=true\n"), std::path::Path::new(".")).unwrap();
         let err = run(&one_day, &one_day.policies, 1).unwrap_err().to_string();
         assert!(err.contains("base(λ=0.2) spans one day"), "{err}");
+    }
+
+    #[test]
+    fn a_cold_run_starts_from_priors_and_spreads_what_it_has_not_learned() {
+        let text = "name='t'\nkappa=4\nclusters=[16,16]\npolicies=['least-loaded','slogate']\n[[workload]]\nkind='base'\nrate_per_s=0.1\n";
+        let scenario = Scenario::from_toml(text, std::path::Path::new(".")).unwrap();
+        let options = EvalOptions { explain: 20, cold: true, ..EvalOptions::default() };
+        let report = run_with(&scenario, &scenario.policies, 1, &options).unwrap();
+        let slogate = report.results.iter().find(|r| r.policy == "slogate").unwrap();
+        assert_eq!(slogate.decisions.len(), 20);
+        // Nothing is learned before the first completion: every early
+        // query's template is a guess.
+        assert!(slogate.decisions[0].contains("learned from 0 executions"), "{}", slogate.decisions[0]);
+        assert!(slogate.decisions.iter().all(|d| d.contains("spread like least-loaded")), "{:#?}", slogate.decisions);
+        // Warmed on the training run, it has learned the templates.
+        let warm = run_with(&scenario, &scenario.policies, 1, &EvalOptions { explain: 20, ..EvalOptions::default() }).unwrap();
+        let slogate = warm.results.iter().find(|r| r.policy == "slogate").unwrap();
+        assert!(slogate.decisions.iter().any(|d| !d.contains("spread like least-loaded")), "{:#?}", slogate.decisions);
     }
 
     #[test]
