@@ -206,6 +206,8 @@ fn explain_prints_each_policys_first_decisions() {
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert_eq!(stdout.lines().filter(|l| l.starts_with("    q") && l.contains("predicted")).count(), 2, "{stdout}");
     assert_eq!(stdout.lines().filter(|l| l.starts_with("    q") && l.contains("round-robin over")).count(), 2, "{stdout}");
+    // Each decision says what became of its query.
+    assert!(stdout.lines().filter(|l| l.starts_with("    q")).all(|l| l.contains(" ⇒ met: ") || l.contains(" ⇒ MISSED: ")), "{stdout}");
 }
 
 #[cfg(feature = "learn")]

@@ -298,8 +298,8 @@ pub fn train_iconq(_sizes: &[u32], _seed: u64) -> Result<Arc<IconqWeights>> {
 struct Timed {
     inner: Box<dyn RoutingPolicy>,
     samples_us: Vec<f64>,
-    /// The first `explain` decisions, as `query: explanation`.
-    explained: Vec<String>,
+    /// The first `explain` decisions, as `query → target: explanation`.
+    explained: Vec<(slogate_core::model::QueryId, String)>,
     explain: usize,
 }
 
@@ -317,7 +317,7 @@ impl RoutingPolicy for Timed {
                 Routing::Dispatch(decision) => format!("{} → {}: {}", query.id, decision.target, decision.explanation),
                 Routing::Reject { reason } => format!("{} rejected: {reason}", query.id),
             };
-            self.explained.push(text);
+            self.explained.push((query.id, text));
         }
         routing
     }
@@ -564,6 +564,7 @@ fn run_case(
     };
     sim.drive_until_idle();
     let summary = sim.summary();
+    let decisions = with_outcomes(&sim.policy().explained, &sim.records());
     let spinups = autoscaler.as_ref().map(|a| a.borrow().decisions().filter(|d| matches!(d, slogate_core::scale::ScaleDecision::SpinUp { .. })).count());
     let mut samples = sim.policy().samples_us.clone();
     samples.sort_by(f64::total_cmp);
@@ -583,8 +584,34 @@ fn run_case(
         decision_time_us: DecisionTime { p50: percentile(&samples, 0.5), p99: percentile(&samples, 0.99) },
         margin: sim.policy().margin(),
         spinups,
-        decisions: sim.policy().explained.clone(),
+        decisions,
     })
+}
+
+/// Each explained decision followed by what became of its query: its
+/// latency against the SLO, a timeout or a rejection. The last routing of a
+/// query is the one its outcome belongs to; a decision whose query has no
+/// record (the run ended first) is left as it is.
+fn with_outcomes(explained: &[(slogate_core::model::QueryId, String)], records: &[slogate_core::sim::QueryRecord]) -> Vec<String> {
+    use slogate_core::sim::QueryOutcome;
+    let by_query: std::collections::HashMap<slogate_core::model::QueryId, &slogate_core::sim::QueryRecord> = records.iter().map(|r| (r.query, r)).collect();
+    explained
+        .iter()
+        .map(|(query, text)| match by_query.get(query) {
+            None => text.clone(),
+            Some(record) => {
+                let latency_s = record.latency().as_secs_f64();
+                let slo_s = record.slo.latency.as_secs_f64();
+                let outcome = match &record.outcome {
+                    QueryOutcome::Completed if record.slo_met() => format!("met: {latency_s:.1}s of {slo_s:.1}s"),
+                    QueryOutcome::Completed => format!("MISSED: {latency_s:.1}s of {slo_s:.1}s, {:.1}s late", latency_s - slo_s),
+                    QueryOutcome::TimedOut => format!("TIMED OUT after {latency_s:.1}s (SLO {slo_s:.1}s)"),
+                    QueryOutcome::Rejected { reason } => format!("REJECTED: {reason}"),
+                };
+                format!("{text} ⇒ {outcome}")
+            }
+        })
+        .collect()
 }
 
 /// Per policy other than round-robin: the mean relative change in VR and
