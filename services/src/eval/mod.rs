@@ -564,7 +564,7 @@ fn run_case(
     };
     sim.drive_until_idle();
     let summary = sim.summary();
-    let decisions = with_outcomes(&sim.policy().explained, &sim.records());
+    let decisions = with_outcomes(&sim.policy().explained, sim.records());
     let spinups = autoscaler.as_ref().map(|a| a.borrow().decisions().filter(|d| matches!(d, slogate_core::scale::ScaleDecision::SpinUp { .. })).count());
     let mut samples = sim.policy().samples_us.clone();
     samples.sort_by(f64::total_cmp);
