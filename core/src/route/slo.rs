@@ -603,7 +603,10 @@ impl<P: LatencyPredictor> SloRouter<P> {
                 Some(keys) => keys[a].cmp(&keys[b]).then(a.cmp(&b)),
                 None => outcomes[a].cmp_with_target(&outcomes[b], target).then(a.cmp(&b)),
             })
-            .map(|i| (self.last_scores[i].cluster, self.last_scores[i].marginal_violations, self.last_scores[i].marginal_cost_usd));
+            .map(|i| {
+                let s = &self.last_scores[i];
+                (s.cluster, s.marginal_violations, s.expected_violations, s.marginal_cost_usd)
+            });
 
         // Commit: the chosen cluster's running queries take their updated,
         // guarded states, and the query joins them. In another policy's
@@ -684,8 +687,8 @@ impl<P: LatencyPredictor> SloRouter<P> {
             chosen.marginal_violations,
             Fixed::<4>(chosen.marginal_cost_usd)
         );
-        if let Some((cluster, violations, cost_usd)) = runner_up {
-            let _ = write!(explanation, "; runner-up {cluster} (+{violations} violations, +${})", Fixed::<4>(cost_usd));
+        if let Some((cluster, violations, expected, cost_usd)) = runner_up {
+            let _ = write!(explanation, "; runner-up {cluster} (+{violations} violations, +{} expected, +${})", Fixed::<2>(expected), Fixed::<4>(cost_usd));
         }
         explanation.push_str(&elastic_note);
         let routing = Routing::Dispatch(RouteDecision {
