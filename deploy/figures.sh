@@ -13,6 +13,12 @@ evaluations=("${@:-${all[@]}}")
 for evaluation in "${evaluations[@]}"; do
   echo "figures: $evaluation" >&2
   ./target/release/slogate eval "$evaluation" --json "$out/$evaluation.json" > "$out/$evaluation.txt"
+  if [ "$evaluation" = base ]; then
+    # A fresh node in simulation: the learned policies from priors.
+    ./target/release/slogate eval base --cold --seeds 1..20 --policies least-loaded,slogate --json "$out/base-cold.json" > "$out/base-cold.txt"
+    ./target/release/slogate eval base --cold --seeds 101..120 --policies least-loaded,slogate --json "$out/base-cold-held-out.json" > "$out/base-cold-held-out.txt"
+    ./target/release/slogate eval router-table2 --cold --policies round-robin,least-loaded,slogate --json "$out/router-table2-cold.json" > "$out/router-table2-cold.txt"
+  fi
   if [ "$evaluation" = router-table2 ]; then
     ./target/release/slogate eval router-table2 --elastic on --json "$out/router-table2-elastic.json" > "$out/router-table2-elastic.txt"
     # The overload reserve, on the default seeds and on seeds 11..15.
