@@ -549,7 +549,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
             && !reserve.is_some_and(|r| r.long)
             && chosen_index.is_some_and(|i| i < candidates.len());
         let chosen_index = if uncertain {
-            (0..candidates.len()).filter(|&i| outcomes[i].violations.is_finite()).min_by(|&a, &b| {
+            (0..candidates.len()).filter(|&i| reserve.is_none_or(|r| r.allows(i))).min_by(|&a, &b| {
                 let per_rpu = |c: &ClusterView| self.placed_on(c.id) as f64 / f64::from(c.size.0.max(1));
                 per_rpu(candidates[a]).total_cmp(&per_rpu(candidates[b])).then(candidates[a].id.cmp(&candidates[b].id))
             })
