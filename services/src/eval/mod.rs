@@ -594,6 +594,11 @@ fn run_case(
 /// record (the run ended first) is left as it is.
 fn with_outcomes(explained: &[(slogate_core::model::QueryId, String)], records: &[slogate_core::sim::QueryRecord]) -> Vec<String> {
     use slogate_core::sim::QueryOutcome;
+    // Without `--explain` there is nothing to annotate: no index over
+    // every record of every run.
+    if explained.is_empty() {
+        return Vec::new();
+    }
     let by_query: std::collections::HashMap<slogate_core::model::QueryId, &slogate_core::sim::QueryRecord> = records.iter().map(|r| (r.query, r)).collect();
     explained
         .iter()
