@@ -30,7 +30,7 @@
 //! last segment's slope clamped to `[0, 1]` (processor sharing stretches at
 //! most linearly); with one bin seen, with the prior curve's shape. It
 //! refits each time it has learned an eighth more observations (after
-//! each of the first eight) and at most every `refit_every`,
+//! each of the first fifteen) and at most every `refit_every`,
 //! warm-starting from the previous fit.
 //!
 //! # Properties
