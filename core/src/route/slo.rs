@@ -545,7 +545,6 @@ impl<P: LatencyPredictor> SloRouter<P> {
         // predictions are a guess.
         let seen = self.predictor.template_observations(query.template);
         let uncertain = seen < UNCERTAIN_TEMPLATE_OBSERVATIONS
-            && damage.is_none()
             && !reserve.is_some_and(|r| r.long)
             && chosen_index.is_some_and(|i| i < candidates.len());
         let chosen_index = if uncertain {

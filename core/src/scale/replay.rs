@@ -31,10 +31,21 @@
 //! which bounds the effort when the pool is so overloaded that μ
 //! completions would take hours of simulated time.
 //!
+//! **Saturation** (another extension). When every candidate misses every
+//! SLO it measures (a cold burst the predictions call hopeless, a margin
+//! that says every query misses), the violation rate no longer tells the
+//! candidates apart, and BestWithTarget would always do nothing, the
+//! cheapest. The selector then compares how late the measured queries are
+//! on average: the candidates within [`SATURATED_LATENESS_SLACK`] of the
+//! least lateness tie, and the cheapest of them wins.
+//!
 //! # Properties
 //!
 //! - (A) The selector never returns a size whose outcome does not strictly
-//!   beat doing nothing under BestWithTarget.
+//!   beat doing nothing under BestWithTarget; when every candidate misses
+//!   every SLO, a size that is neither cheaper than doing nothing nor
+//!   better than doing nothing's mean lateness by more than
+//!   [`SATURATED_LATENESS_SLACK`] of the least.
 //! - (B) It reads only the pool, the arrival window and a fork of the
 //!   router: the live router is untouched.
 //! - (C) Deterministic: the same inputs give the same choice.
@@ -111,7 +122,25 @@ pub struct CandidateOutcome {
     pub completed: usize,
     /// Those still outstanding at the end (counted with predictions).
     pub outstanding: usize,
+    /// How late the measured queries that miss their SLO are, in all
+    /// (outstanding ones by their predicted end; a query the router
+    /// rejects adds nothing), seconds.
+    #[serde(default)]
+    pub lateness_s: f64,
 }
+
+impl CandidateOutcome {
+    /// How late a measured query is on average (0 for those that meet
+    /// their SLO), seconds.
+    pub fn mean_lateness_s(&self) -> f64 {
+        self.lateness_s / (self.completed + self.outstanding).max(1) as f64
+    }
+}
+
+/// When every candidate misses every SLO, those whose mean lateness is
+/// within this share above the least are tied, and the cheapest of them
+/// wins: a spinup must cut the lateness by about a tenth to be paid for.
+pub const SATURATED_LATENESS_SLACK: f64 = 0.1;
 
 /// The selector's answer, with every candidate for the decision record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -156,6 +185,7 @@ pub(super) struct Replay<'a> {
     replace_others_at: Option<usize>,
     completed: usize,
     violations: usize,
+    lateness_s: f64,
     pub(super) arrivals: usize,
     /// Offloads to the elastic tier: `(predicted end, query)` and their
     /// placement.
@@ -209,6 +239,7 @@ impl<'a> Replay<'a> {
             replace_others_at: None,
             completed: 0,
             violations: 0,
+            lateness_s: 0.0,
             arrivals: 0,
             offloaded: Vec::new(),
             elastic_cost_usd: 0.0,
@@ -244,6 +275,7 @@ impl<'a> Replay<'a> {
             replace_others_at: self.replace_others_at,
             completed: self.completed,
             violations: self.violations,
+            lateness_s: self.lateness_s,
             arrivals: self.arrivals,
             offloaded: self.offloaded.clone(),
             elastic_cost_usd: self.elastic_cost_usd,
@@ -304,8 +336,7 @@ impl<'a> Replay<'a> {
                 Event::Offload(index) => {
                     let (_, id, placed) = self.offloaded.swap_remove(index);
                     if placed.measured {
-                        self.completed += 1;
-                        self.violations += usize::from(!placed.slo.is_met_by(self.now - placed.arrival));
+                        self.count(placed, self.now - placed.arrival);
                     }
                     self.router.release(self.now, id);
                 }
@@ -320,10 +351,8 @@ impl<'a> Replay<'a> {
         let (_, id) = self.earliest[cluster].expect("a completion event has a query");
         let index = self.placed[cluster].iter().position(|p| p.id == id).expect("the router predicts only placed queries");
         let placed = self.placed[cluster].swap_remove(index);
-        let latency = self.now - placed.arrival;
         if placed.measured {
-            self.completed += 1;
-            self.violations += usize::from(!placed.slo.is_met_by(latency));
+            self.count(placed, self.now - placed.arrival);
         }
         self.router.release(self.now, placed.id);
         self.billing[cluster].handle_query_end(self.now);
@@ -332,6 +361,15 @@ impl<'a> Replay<'a> {
             running.swap_remove(position);
         }
         self.refresh(cluster);
+    }
+
+    /// Counts a measured query that completed after `latency`.
+    fn count(&mut self, placed: Placed, latency: Duration) {
+        self.completed += 1;
+        if !placed.slo.is_met_by(latency) {
+            self.violations += 1;
+            self.lateness_s += (latency - placed.slo.latency).as_secs_f64();
+        }
     }
 
     fn make_ready(&mut self, index: usize) {
@@ -421,7 +459,16 @@ impl<'a> Replay<'a> {
 
     pub(super) fn outcome(&self, size: Option<Rpu>, copies: usize) -> CandidateOutcome {
         let mut violations = self.violations;
+        let mut lateness_s = self.lateness_s;
         let mut outstanding = 0;
+        let mut count_outstanding = |placed: &Placed, end: Instant| {
+            outstanding += 1;
+            let latency = end - placed.arrival;
+            if !placed.slo.is_met_by(latency) {
+                violations += 1;
+                lateness_s += (latency - placed.slo.latency).as_secs_f64();
+            }
+        };
         let mut drain: Vec<Instant> = vec![self.now; self.pool.clusters.len()];
         for (cluster, here) in self.placed.iter().enumerate() {
             let predicted: std::collections::HashMap<QueryId, Duration> =
@@ -430,15 +477,13 @@ impl<'a> Replay<'a> {
                 let end = (placed.arrival + predicted.get(&placed.id).copied().unwrap_or(Duration::ZERO)).max(self.now);
                 drain[cluster] = drain[cluster].max(end);
                 if placed.measured {
-                    outstanding += 1;
-                    violations += usize::from(!placed.slo.is_met_by(end - placed.arrival));
+                    count_outstanding(placed, end);
                 }
             }
         }
         for (end, _, placed) in &self.offloaded {
             if placed.measured {
-                outstanding += 1;
-                violations += usize::from(!placed.slo.is_met_by(*end - placed.arrival));
+                count_outstanding(placed, *end);
             }
         }
         let measured = self.completed + outstanding;
@@ -451,6 +496,7 @@ impl<'a> Replay<'a> {
             cost_usd,
             completed: self.completed,
             outstanding,
+            lateness_s,
         }
     }
 }
@@ -501,10 +547,10 @@ pub fn select_spinup_size(
     Selection { candidates, choice, copies, replayed_arrivals }
 }
 
-/// The index of the best candidate under BestWithTarget.
+/// The index of the best candidate (see [`best_position`]).
 fn best_index(candidates: &[(CandidateOutcome, usize)], target: f64) -> Option<usize> {
-    let outcomes: Vec<Outcome> = candidates.iter().map(|(c, _)| Outcome { violations: c.violation_rate, cost_usd: c.cost_usd }).collect();
-    crate::objective::best_with_target(&outcomes, target)
+    let all: Vec<&CandidateOutcome> = candidates.iter().map(|(c, _)| c).collect();
+    best_position(&all, target)
 }
 
 /// Evaluates each option on a fork of `preparation`, on `threads` threads,
@@ -545,12 +591,18 @@ where
 }
 
 /// "Do nothing" (the first candidate) unless a size strictly beats it; the
-/// largest among the sizes tied for best, with the fewest copies.
+/// largest among the sizes tied for best, with the fewest copies. When
+/// every candidate misses every SLO, by lateness instead (see
+/// [`best_position`]).
 fn choose(candidates: &[CandidateOutcome], target: f64) -> (Option<Rpu>, usize) {
+    let all: Vec<&CandidateOutcome> = candidates.iter().collect();
+    let Some(best) = best_position(&all, target) else { return (None, 0) };
+    if saturated(&all) {
+        return (candidates[best].size, candidates[best].copies);
+    }
     let outcome = |c: &CandidateOutcome| Outcome { violations: c.violation_rate, cost_usd: c.cost_usd };
-    let Some(nothing) = candidates.first().map(outcome) else { return (None, 0) };
-    let Some(best) = candidates.iter().map(outcome).min_by(|a, b| a.cmp_with_target(b, target)) else { return (None, 0) };
-    if nothing.cmp_with_target(&best, target).is_eq() {
+    let best = outcome(&candidates[best]);
+    if outcome(&candidates[0]).cmp_with_target(&best, target).is_eq() {
         return (None, 0);
     }
     candidates
@@ -558,6 +610,29 @@ fn choose(candidates: &[CandidateOutcome], target: f64) -> (Option<Rpu>, usize) 
         .filter(|c| c.size.is_some() && outcome(c).cmp_with_target(&best, target).is_eq())
         .max_by_key(|c| (c.size, std::cmp::Reverse(c.copies)))
         .map_or((None, 0), |c| (c.size, c.copies))
+}
+
+/// Whether every candidate misses every SLO it measures: the violation
+/// rate then tells them apart no more.
+fn saturated(candidates: &[&CandidateOutcome]) -> bool {
+    !candidates.is_empty() && candidates.iter().all(|c| c.violation_rate >= 1.0)
+}
+
+/// The best candidate's position: under BestWithTarget, or, when the
+/// replay is saturated, the cheapest of those whose mean lateness is
+/// within [`SATURATED_LATENESS_SLACK`] of the least (so a size must make
+/// the misses clearly less late than doing nothing, the cheapest, to be
+/// chosen; the first listed on ties).
+fn best_position(candidates: &[&CandidateOutcome], target: f64) -> Option<usize> {
+    if saturated(candidates) {
+        let least = candidates.iter().map(|c| c.mean_lateness_s()).fold(f64::INFINITY, f64::min);
+        let bound = least * (1.0 + SATURATED_LATENESS_SLACK);
+        return (0..candidates.len())
+            .filter(|&i| candidates[i].mean_lateness_s() <= bound)
+            .min_by(|&a, &b| candidates[a].cost_usd.total_cmp(&candidates[b].cost_usd).then(a.cmp(&b)));
+    }
+    let outcomes: Vec<Outcome> = candidates.iter().map(|c| Outcome { violations: c.violation_rate, cost_usd: c.cost_usd }).collect();
+    crate::objective::best_with_target(&outcomes, target)
 }
 
 /// An empty pool with one ready cluster per size: a helper for tests and
@@ -660,6 +735,28 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn a_pool_where_every_query_misses_anyway_still_gets_help_against_lateness() {
+        // 1 s SLOs on 20 s queries: every placement misses, so only how
+        // late they are tells the candidates apart.
+        let r = router();
+        let selection = select_spinup_size(Instant::from_secs_f64(1_000.0), &pool_of(&[Rpu(8)]), &r, &window(0.2, 1.0), &config(), SelectorMode::AddCluster);
+        assert!(selection.candidates.iter().all(|c| c.violation_rate >= 1.0), "saturated: {selection:?}");
+        let chosen = selection.choice.unwrap_or_else(|| panic!("a spinup cuts the lateness: {selection:?}"));
+        let chosen_outcome = selection.candidates.iter().find(|c| c.size == Some(chosen) && c.copies == selection.copies).expect("listed");
+        assert!(chosen_outcome.mean_lateness_s() < selection.candidates[0].mean_lateness_s() / (1.0 + SATURATED_LATENESS_SLACK), "{selection:?}");
+    }
+
+    #[test]
+    fn a_pool_where_every_query_misses_by_the_same_either_way_does_nothing() {
+        // A trickle with 1 s SLOs: each query runs alone and misses by the
+        // same wherever it goes, so a spinup buys nothing.
+        let r = router();
+        let selection = select_spinup_size(Instant::from_secs_f64(1_000.0), &pool_of(&[Rpu(32)]), &r, &window(0.002, 1.0), &config(), SelectorMode::AddCluster);
+        assert!(selection.candidates.iter().all(|c| c.violation_rate >= 1.0), "saturated: {selection:?}");
+        assert_eq!(selection.choice, None, "{selection:?}");
+    }
+
+    #[test]
     fn an_overload_no_single_cluster_fixes_gets_several_clusters_at_once() {
         let r = router();
         let (pool, window) = (pool_of(&[Rpu(8)]), window(1.0, 60.0));
@@ -740,10 +837,16 @@ pub(super) mod tests {
             let again = select_spinup_size(Instant::from_secs_f64(1_000.0), &pool_of(&[Rpu(start)]), &r, &window(rate, slo_s), &c, mode);
             prop_assert_eq!(&selection, &again, "deterministic");
             if let Some(size) = selection.choice {
-                let outcome = |c: &CandidateOutcome| Outcome { violations: c.violation_rate, cost_usd: c.cost_usd };
-                let nothing = outcome(&selection.candidates[0]);
-                let chosen = selection.candidates.iter().find(|c| c.size == Some(size) && c.copies == selection.copies).map(outcome).expect("listed");
-                prop_assert!(chosen.cmp_with_target(&nothing, c.target).is_lt(), "{:?}", selection);
+                let chosen = selection.candidates.iter().find(|c| c.size == Some(size) && c.copies == selection.copies).expect("listed");
+                let nothing = &selection.candidates[0];
+                if selection.candidates.iter().all(|c| c.violation_rate >= 1.0) {
+                    let least = selection.candidates.iter().map(CandidateOutcome::mean_lateness_s).fold(f64::INFINITY, f64::min);
+                    prop_assert!(chosen.cost_usd < nothing.cost_usd || nothing.mean_lateness_s() > least * (1.0 + SATURATED_LATENESS_SLACK), "{:?}", selection);
+                    prop_assert!(chosen.mean_lateness_s() <= least * (1.0 + SATURATED_LATENESS_SLACK), "{:?}", selection);
+                } else {
+                    let outcome = |c: &CandidateOutcome| Outcome { violations: c.violation_rate, cost_usd: c.cost_usd };
+                    prop_assert!(outcome(chosen).cmp_with_target(&outcome(nothing), c.target).is_lt(), "{:?}", selection);
+                }
             }
             prop_assert!(selection.copies <= max_added, "{:?}", selection);
             let several = selection.candidates.iter().any(|cand| cand.copies > 1);
