@@ -157,6 +157,11 @@ async fn a_burst_creates_a_workgroup_that_serves_once_healthy_and_idleness_delet
     // deleted.
     wait_until(Duration::from_secs(30), "the new workgroup's deletion", || stand_in.calls("DeleteWorkgroup") >= 1);
     wait_until(Duration::from_secs(10), "one workgroup left", || stand_in.workgroups().iter().filter(|w| w.1 != "DELETING").count() == 1);
+    // The stand-in counts a call when it receives it; the provider logs
+    // the deletion once the answer is back.
+    wait_until(Duration::from_secs(10), "the provider's log of the deletion", || {
+        http(admin, "GET", "/v1/actors?pool=sls", Some(TOKEN), "").1.contains("\"action\":\"delete\"")
+    });
 
     // The operator sees it all: the provider's log and resources, the
     // decisions, the bill.
