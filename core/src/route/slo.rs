@@ -6,7 +6,9 @@
 //! 1. counts the running queries predicted to miss their SLO, and the cost
 //!    until `c` drains (from its own billing timer);
 //! 2. predicts, counterfactually, `q`'s latency on `c` and every running
-//!    query's latency with `q` as one more neighbour, in O(running);
+//!    query's latency with `q` as one more neighbour, in O(running) (for
+//!    as much of the running query's remaining time as `q` overlaps: see
+//!    [`LatencyPredictor::predict_placement`]);
 //! 3. applies the monotonicity guard: a running query's prediction never
 //!    goes down, and never below the time it has already run;
 //! 4. takes the marginal violations and marginal cost of placing `q` there.
