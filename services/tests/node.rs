@@ -930,9 +930,22 @@ async fn shadow_mode_never_changes_where_a_query_runs_and_records_what_slogate_w
     assert_eq!(report["actual"]["finished"], 40, "{report}");
     let agreed = report["agreed"].as_u64().unwrap();
     assert!(agreed < 40, "slogate would have placed some queries elsewhere: {report}");
-    // Slogate predicts its own choices miss less often than round-robin's.
-    let predicted_vr = |side: &serde_json::Value| side["predicted_vr"].as_f64().unwrap();
-    assert!(predicted_vr(&report["slogate"]["predicted"]) < predicted_vr(&report["actual"]["slogate_predicted"]), "{report}");
+    // Each choice of slogate's, scored on the same state as round-robin's
+    // placement, adds no more expected violations than it, within the
+    // router's tolerance (properties B and E), unless the template was
+    // still a guess and was spread (property F). (The two sides' totals
+    // are not ordered: a guess is spread whatever it adds.)
+    let tolerance = slogate_core::route::slo::EXPECTED_VIOLATION_TOLERANCE;
+    let mut learned = 0;
+    for decision in report["recent"].as_array().unwrap() {
+        if decision["explanation"].as_str().unwrap().starts_with("template") {
+            continue;
+        }
+        learned += 1;
+        let expected = |side: &str| decision[side]["expected_violations"].as_f64().unwrap();
+        assert!(expected("own") <= expected("predicted_actual") + tolerance + 1e-9, "{decision}");
+    }
+    assert!(learned > 0, "some decisions were on learned templates: {report}");
     let disagreement = report["recent"].as_array().unwrap().iter().find(|d| d["would"] != d["actual"]).expect("a disagreement is listed");
     assert!(disagreement["explanation"].as_str().unwrap().contains("predicted"), "{disagreement}");
     assert!(disagreement["own"]["predicted_latency_s"].as_f64().is_some() && disagreement["missed"].is_boolean(), "{disagreement}");
