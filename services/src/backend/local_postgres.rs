@@ -98,7 +98,11 @@ impl LocalPostgres {
     fn start_serving(parent: &Path, tls: bool) -> Result<LocalPostgres> {
         let bin = binaries()?;
         let as_postgres = is_root();
-        let root = parent.join(format!("pg-{}-{}", std::process::id(), free_port()?));
+        // A counter, not a probed port, keeps two servers of one process
+        // apart: the operating system may hand the same free port out twice.
+        static SERVERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let serial = SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let root = parent.join(format!("pg-{}-{serial}", std::process::id()));
         std::fs::create_dir_all(&root).map_err(|e| failed(&format!("cannot create {}", root.display()), e))?;
         let password_file = root.join("password");
         let password = format!("slogate-{:x}", std::process::id() as u64 * 7_919 + u64::from(free_port()?));
