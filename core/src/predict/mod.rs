@@ -174,8 +174,9 @@ pub trait LatencyPredictor {
             .iter()
             .map(|r| {
                 let elapsed = now - r.arrival;
-                let before = guard(r.predicted, r.predicted, elapsed);
-                let full = guard(r.predicted, self.predict(r.template, size, r.neighbours + 1), elapsed);
+                // `guard` twice, sharing its first half.
+                let before = r.predicted.max(elapsed);
+                let full = self.predict(r.template, size, r.neighbours + 1).max(before);
                 let remaining = (before - elapsed).as_secs_f64();
                 let share = if remaining <= 0.0 { 1.0 } else { (predicted.as_secs_f64() / remaining).min(1.0) };
                 QueryState { neighbours: r.neighbours + 1, predicted: before + (full - before).mul_f64(share), ..r.clone() }

@@ -624,14 +624,15 @@ fn saturated(candidates: &[&CandidateOutcome]) -> bool {
 /// the misses clearly less late than doing nothing, the cheapest, to be
 /// chosen; the first listed on ties).
 fn best_position(candidates: &[&CandidateOutcome], target: f64) -> Option<usize> {
-    if saturated(candidates) {
-        let least = candidates.iter().map(|c| c.mean_lateness_s()).fold(f64::INFINITY, f64::min);
-        let bound = least * (1.0 + SATURATED_LATENESS_SLACK);
-        return (0..candidates.len())
-            .filter(|&i| candidates[i].mean_lateness_s() <= bound)
-            .min_by(|&a, &b| candidates[a].cost_usd.total_cmp(&candidates[b].cost_usd).then(a.cmp(&b)));
-    }
-    let outcomes: Vec<Outcome> = candidates.iter().map(|c| Outcome { violations: c.violation_rate, cost_usd: c.cost_usd }).collect();
+    // Saturated, it is BestWithTarget again, on mean lateness with the
+    // target just above the least.
+    let (outcomes, target): (Vec<Outcome>, f64) = if saturated(candidates) {
+        let lateness: Vec<Outcome> = candidates.iter().map(|c| Outcome { violations: c.mean_lateness_s(), cost_usd: c.cost_usd }).collect();
+        let least = lateness.iter().map(|o| o.violations).fold(f64::INFINITY, f64::min);
+        (lateness, least * (1.0 + SATURATED_LATENESS_SLACK))
+    } else {
+        (candidates.iter().map(|c| Outcome { violations: c.violation_rate, cost_usd: c.cost_usd }).collect(), target)
+    };
     crate::objective::best_with_target(&outcomes, target)
 }
 
