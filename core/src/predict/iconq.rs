@@ -901,7 +901,11 @@ impl IconqModel {
 /// Iconq+ as a [`LatencyPredictor`] for the router and the planner: a
 /// placement reads the queries running on the cluster as the new query's
 /// earlier neighbours, and advances each running query's memory by the new
-/// arrival, O(1) each ([`IconqWeights::read_later`]). Predictions are
+/// arrival, O(1) each ([`IconqWeights::read_later`]); the running query's
+/// prediction moves towards what its memory now predicts by the share of
+/// its remaining time the newcomer overlaps
+/// ([`crate::predict::overlap_update`], as the count-based predictors'
+/// placements do). Predictions are
 /// judged as the router needs them: the final latency from what is known
 /// so far (the later neighbours not complete). Everything else (the base
 /// prediction, the isolated estimates the features read, the count-based
@@ -1012,7 +1016,7 @@ impl LatencyPredictor for IconqPredictor {
                 let fresh = self.kernels.predict_from(&mut memory, self.estimates(r.template, size, r.neighbours_at_dispatch), size, false);
                 crate::predict::QueryState {
                     neighbours: r.neighbours + 1,
-                    predicted: crate::predict::guard(r.predicted, Duration::from_secs_f64(fresh), now - r.arrival),
+                    predicted: crate::predict::overlap_update(r.predicted, Duration::from_secs_f64(fresh), now - r.arrival, predicted),
                     memory: Some(Arc::new(memory)),
                     ..r.clone()
                 }

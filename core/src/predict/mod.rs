@@ -103,6 +103,20 @@ pub fn guard(previous: Duration, fresh: Duration, elapsed: Duration) -> Duration
     fresh.max(previous).max(elapsed)
 }
 
+/// A running query's prediction once a new query joins it: from its
+/// guarded prediction before (`previous`, at least `elapsed`) towards the
+/// guarded `fresh` one that counts the newcomer, by the share of its
+/// predicted remaining time the newcomer (predicted to take `newcomer`)
+/// overlaps, at most all of it, and all of it for a query past its
+/// prediction. Never below [`guard`]'s first half, never above the guard.
+pub fn overlap_update(previous: Duration, fresh: Duration, elapsed: Duration, newcomer: Duration) -> Duration {
+    let before = previous.max(elapsed);
+    let full = fresh.max(before);
+    let remaining = (before - elapsed).as_secs_f64();
+    let share = if remaining <= 0.0 { 1.0 } else { (newcomer.as_secs_f64() / remaining).min(1.0) };
+    before + (full - before).mul_f64(share)
+}
+
 /// A latency predictor.
 pub trait LatencyPredictor {
     /// A short name for reports.
@@ -173,13 +187,8 @@ pub trait LatencyPredictor {
         let updated = running
             .iter()
             .map(|r| {
-                let elapsed = now - r.arrival;
-                // `guard` twice, sharing its first half.
-                let before = r.predicted.max(elapsed);
-                let full = self.predict(r.template, size, r.neighbours + 1).max(before);
-                let remaining = (before - elapsed).as_secs_f64();
-                let share = if remaining <= 0.0 { 1.0 } else { (predicted.as_secs_f64() / remaining).min(1.0) };
-                QueryState { neighbours: r.neighbours + 1, predicted: before + (full - before).mul_f64(share), ..r.clone() }
+                let fresh = self.predict(r.template, size, r.neighbours + 1);
+                QueryState { neighbours: r.neighbours + 1, predicted: overlap_update(r.predicted, fresh, now - r.arrival, predicted), ..r.clone() }
             })
             .collect();
         Placement {
@@ -296,6 +305,21 @@ mod tests {
                 if placement.query.predicted >= before - elapsed {
                     prop_assert_eq!(after.predicted, full);
                 }
+            }
+        }
+
+        /// The update both predictors' placements share: between the
+        /// guarded prediction before and the guard of the fresh one, and
+        /// the latter when the newcomer outlasts what is left.
+        #[test]
+        fn an_overlap_update_lies_between_the_old_and_the_guarded_fresh_prediction(
+            previous_s in 0.0f64..1_000.0, fresh_s in 0.0f64..1_000.0, elapsed_s in 0.0f64..1_000.0, newcomer_s in 0.0f64..1_000.0,
+        ) {
+            let [previous, fresh, elapsed, newcomer] = [previous_s, fresh_s, elapsed_s, newcomer_s].map(Duration::from_secs_f64);
+            let updated = overlap_update(previous, fresh, elapsed, newcomer);
+            prop_assert!(previous.max(elapsed) <= updated && updated <= guard(previous, fresh, elapsed));
+            if newcomer >= previous.max(elapsed) - elapsed {
+                prop_assert_eq!(updated, guard(previous, fresh, elapsed));
             }
         }
 
