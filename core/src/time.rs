@@ -100,7 +100,15 @@ impl Duration {
 
     /// `self * factor`, rounded, saturating; negative factors give zero.
     pub fn mul_f64(self, factor: f64) -> Duration {
-        Duration::from_secs_f64(self.as_secs_f64() * factor)
+        // In microseconds: no round trip through seconds (two divisions'
+        // latency on the router's path).
+        Duration(round_micros(self.0 as f64 * factor))
+    }
+
+    /// `self / other` as a float (`inf` or NaN for a zero `other`), in
+    /// one division.
+    pub fn ratio(self, other: Duration) -> f64 {
+        self.0 as f64 / other.0 as f64
     }
 
     /// `self - other`, or zero.
@@ -110,13 +118,19 @@ impl Duration {
 }
 
 fn secs_to_micros(secs: f64) -> u64 {
-    if secs.is_nan() || secs <= 0.0 {
+    round_micros(secs * MICROS_PER_SEC)
+}
+
+/// `micros` rounded half up to a whole count, saturating; NaN and
+/// negatives give zero.
+fn round_micros(micros: f64) -> u64 {
+    if micros.is_nan() || micros <= 0.0 {
         0
     } else {
         // Round half up by truncating `x + 0.5` (a saturating cast): the
         // same as `round()` for positive values, without a libm call on
         // the prediction hot path.
-        (secs * MICROS_PER_SEC + 0.5) as u64
+        (micros + 0.5) as u64
     }
 }
 
@@ -200,5 +214,15 @@ mod tests {
         assert_eq!(Duration::from_secs_f64(-3.0), Duration::ZERO);
         assert_eq!(Duration::from_secs_f64(f64::NAN), Duration::ZERO);
         assert_eq!(Duration::from_secs_f64(f64::INFINITY), Duration::MAX);
+    }
+
+    #[test]
+    fn scaling_rounds_to_the_nearest_microsecond_and_saturates() {
+        assert_eq!(Duration::from_micros(3).mul_f64(0.5), Duration::from_micros(2), "1.5 µs rounds half up");
+        assert_eq!(Duration::from_micros(1_000_001).mul_f64(1.5), Duration::from_micros(1_500_002));
+        assert_eq!(Duration::from_secs_f64(2.0).mul_f64(-1.0), Duration::ZERO);
+        assert_eq!(Duration::from_secs_f64(2.0).mul_f64(f64::NAN), Duration::ZERO);
+        assert_eq!(Duration::MAX.mul_f64(2.0), Duration::MAX);
+        assert_eq!(Duration::from_micros(3).ratio(Duration::from_micros(4)), 0.75);
     }
 }

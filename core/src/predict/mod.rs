@@ -112,8 +112,8 @@ pub fn guard(previous: Duration, fresh: Duration, elapsed: Duration) -> Duration
 pub fn overlap_update(previous: Duration, fresh: Duration, elapsed: Duration, newcomer: Duration) -> Duration {
     let before = previous.max(elapsed);
     let full = fresh.max(before);
-    let remaining = (before - elapsed).as_secs_f64();
-    let share = if remaining <= 0.0 { 1.0 } else { (newcomer.as_secs_f64() / remaining).min(1.0) };
+    let remaining = before - elapsed;
+    let share = if remaining == Duration::ZERO { 1.0 } else { newcomer.ratio(remaining).min(1.0) };
     before + (full - before).mul_f64(share)
 }
 

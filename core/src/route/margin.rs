@@ -167,18 +167,20 @@ impl Spread {
         self.sorted[((self.sorted.len() - 1) as f64 * q).round() as usize]
     }
 
-    /// The share of residuals above `ratio.ln()`.
-    fn share_above_log_of(&self, ratio: f64) -> f64 {
+    /// The share of residuals above `(numerator / denominator).ln()`, for
+    /// a positive `denominator`.
+    fn share_above_log_of(&self, numerator: f64, denominator: f64) -> f64 {
         // Most ratios a router asks about lie well past either end (a
         // prediction far within its SLO, or far past it): answered without
-        // the log, as its log would be.
-        if ratio >= self.ratio_clear_of_all {
+        // the division or the log, as they would be (the ends' slack is
+        // far wider than the product's rounding).
+        if numerator >= denominator * self.ratio_clear_of_all {
             return 0.0;
         }
-        if ratio < self.ratio_short_of_all {
+        if numerator < denominator * self.ratio_short_of_all {
             return 1.0;
         }
-        self.share_above(ratio.ln())
+        self.share_above((numerator / denominator).ln())
     }
 
     /// The share of residuals above `threshold`.
@@ -277,11 +279,10 @@ impl SloMargin {
     /// 1 if the point estimate is past the SLO and 0 if not.
     pub fn miss_probability(&self, predicted: Duration, slo: Duration, neighbours: u32) -> f64 {
         let Some(spread) = self.spread(neighbours) else { return f64::from(u8::from(predicted > slo)) };
-        let (p, s) = (predicted.as_secs_f64(), slo.as_secs_f64());
-        if p <= 0.0 {
+        if predicted == Duration::ZERO {
             return 0.0;
         }
-        spread.share_above_log_of(s / p)
+        spread.share_above_log_of(slo.as_micros() as f64, predicted.as_micros() as f64)
     }
 
     /// Residuals it keeps (all loads together).
@@ -346,6 +347,9 @@ mod tests {
 
     use super::*;
 
+    /// Denominators (microseconds) a ratio is asked with in the tests.
+    const DENOMINATORS: [f64; 4] = [1.0, 37_501.0, 1e6, 3.3e9];
+
     fn s(secs: f64) -> Duration {
         Duration::from_secs_f64(secs)
     }
@@ -399,16 +403,22 @@ mod tests {
                     let share = (spread.len() - within) as f64 / spread.len() as f64;
                     prop_assert_eq!(spread.share_above(threshold).to_bits(), share.to_bits(), "after {} pushes, threshold {}", pushed + 1, threshold);
                 }
-                // ... and asked by the ratio, as its log would be.
+                // ... and asked by a ratio's two terms, as its log would be.
                 for ratio in thresholds.iter().map(|t| t.exp()).chain([0.0, f64::INFINITY, f64::NAN]) {
-                    prop_assert_eq!(spread.share_above_log_of(ratio).to_bits(), spread.share_above(ratio.ln()).to_bits(), "ratio {}", ratio);
+                    for denominator in DENOMINATORS {
+                        let numerator = ratio * denominator;
+                        prop_assert_eq!(spread.share_above_log_of(numerator, denominator).to_bits(), spread.share_above((numerator / denominator).ln()).to_bits(), "{} / {}", numerator, denominator);
+                    }
                 }
             }
             // Ratios a hair from each end's exponential, where the
             // shortcut must hand over to the log.
             let ends = [spread.sorted[0], spread.sorted[spread.len() - 1]];
             for ratio in ends.iter().flat_map(|&r| [1.0, 1.0 + 1e-15, 1.0 - 1e-15, 1.0 + 2e-9, 1.0 - 2e-9].map(|f| r.exp() * f)) {
-                prop_assert_eq!(spread.share_above_log_of(ratio).to_bits(), spread.share_above(ratio.ln()).to_bits(), "ratio {}", ratio);
+                for denominator in DENOMINATORS {
+                    let numerator = ratio * denominator;
+                    prop_assert_eq!(spread.share_above_log_of(numerator, denominator).to_bits(), spread.share_above((numerator / denominator).ln()).to_bits(), "{} / {}", numerator, denominator);
+                }
             }
         }
 
