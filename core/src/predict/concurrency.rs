@@ -236,6 +236,8 @@ pub struct ConcurrencyAware {
     window: VecDeque<Observation>,
     /// Shared with a [`FitJob`] as its warm start, without a copy.
     fitted: Option<Arc<Fitted>>,
+    /// Fits installed: `predict` answers as it did while this stays.
+    fits_installed: u64,
     observations: u64,
     /// `observations` when the last refit fell due.
     fell_due_at: u64,
@@ -268,6 +270,7 @@ impl ConcurrencyAware {
             config,
             window: VecDeque::new(),
             fitted: None,
+            fits_installed: 0,
             observations: 0,
             fell_due_at: 0,
             deferred_fits: false,
@@ -295,6 +298,7 @@ impl ConcurrencyAware {
     /// Installs a fit run from a [`FitJob`]: predictions use it from now on.
     pub fn install_fit(&mut self, fit: Fit) {
         self.fitted = Some(fit.0);
+        self.fits_installed += 1;
     }
 
     /// The fitted size-scaling exponent α (`ℓ(s) ∝ s^-α`).
@@ -309,6 +313,7 @@ impl ConcurrencyAware {
             return;
         }
         self.fitted = Some(Arc::new(fit_window(&self.config, &self.window, self.fitted.as_deref())));
+        self.fits_installed += 1;
     }
 }
 
@@ -615,6 +620,10 @@ impl LatencyPredictor for ConcurrencyAware {
 
     fn predict(&self, template: TemplateId, size: Rpu, neighbours: u32) -> Duration {
         Duration::from_secs_f64(self.log_predict(template, size, neighbours).exp().clamp(1e-6, 1e7))
+    }
+
+    fn predictions_version(&self) -> Option<u64> {
+        Some(self.fits_installed)
     }
 }
 

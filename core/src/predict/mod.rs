@@ -140,6 +140,14 @@ pub trait LatencyPredictor {
     /// queries overlap it.
     fn predict(&self, template: TemplateId, size: Rpu, neighbours: u32) -> Duration;
 
+    /// A version of [`LatencyPredictor::predict`]'s answers: while it
+    /// stays the same, so does every answer, and a caller may keep them
+    /// ([`LatencyPredictor::predict_placement_with_next`]). `None` (the
+    /// default): not tracked, keep nothing.
+    fn predictions_version(&self) -> Option<u64> {
+        None
+    }
+
     /// Hands refits out ([`LatencyPredictor::take_fit_job`]) instead of
     /// running them while observing, for predictors that refit; a no-op
     /// for the others.
@@ -182,27 +190,38 @@ pub trait LatencyPredictor {
     /// what it leaves of the gap, later arrivals close. The count still
     /// rises by one.
     fn predict_placement(&self, now: Instant, query: &Query, size: Rpu, running: &[QueryState]) -> Placement {
-        let count = running.len() as u32;
-        let predicted = self.predict(query.template, size, count);
-        let updated = running
-            .iter()
-            .map(|r| {
-                let fresh = self.predict(r.template, size, r.neighbours + 1);
-                QueryState { neighbours: r.neighbours + 1, predicted: overlap_update(r.predicted, fresh, now - r.arrival, predicted), ..r.clone() }
-            })
-            .collect();
-        Placement {
-            query: QueryState {
-                query: query.id,
-                template: query.template,
-                arrival: query.arrival,
-                neighbours_at_dispatch: count,
-                neighbours: count,
-                predicted,
-                memory: None,
-            },
-            running: updated,
-        }
+        overlap_placement(self.predict(query.template, size, running.len() as u32), now, query, running, |_, r| {
+            self.predict(r.template, size, r.neighbours + 1)
+        })
+    }
+
+    /// [`LatencyPredictor::predict_placement`] from each running query's
+    /// [`LatencyPredictor::predict`] at its next neighbour count, kept by
+    /// the caller (`next[i]` for `running[i]`, made at the current
+    /// [`LatencyPredictor::predictions_version`]): a router scores every
+    /// cluster on every arrival, and a cluster's running queries change
+    /// only when one is placed there. The same placement as without them.
+    /// The default is the default `predict_placement`'s; a predictor that
+    /// overrides that one and keeps a version overrides this too.
+    fn predict_placement_with_next(&self, now: Instant, query: &Query, size: Rpu, running: &[QueryState], next: &[Duration]) -> Placement {
+        debug_assert_eq!(running.len(), next.len());
+        overlap_placement(self.predict(query.template, size, running.len() as u32), now, query, running, |i, _| next[i])
+    }
+}
+
+/// A placement of `query`, predicted to take `predicted` alongside
+/// `running`, each of which moves by [`overlap_update`] towards
+/// `fresh(i, running[i])`, its prediction at its next neighbour count.
+fn overlap_placement(predicted: Duration, now: Instant, query: &Query, running: &[QueryState], fresh: impl Fn(usize, &QueryState) -> Duration) -> Placement {
+    let count = running.len() as u32;
+    let updated = running
+        .iter()
+        .enumerate()
+        .map(|(i, r)| QueryState { neighbours: r.neighbours + 1, predicted: overlap_update(r.predicted, fresh(i, r), now - r.arrival, predicted), ..r.clone() })
+        .collect();
+    Placement {
+        query: QueryState { query: query.id, template: query.template, arrival: query.arrival, neighbours_at_dispatch: count, neighbours: count, predicted, memory: None },
+        running: updated,
     }
 }
 
@@ -321,6 +340,31 @@ mod tests {
             if newcomer >= previous.max(elapsed) - elapsed {
                 prop_assert_eq!(updated, guard(previous, fresh, elapsed));
             }
+        }
+
+        /// Placing from kept next-count predictions is placing.
+        #[test]
+        fn a_placement_from_kept_predictions_is_the_placement(
+            predicted in prop::collection::vec((0.1f64..1_000.0, 0.0f64..500.0, 0u32..40, 1u32..6), 0..20),
+            now_s in 0.0f64..2_000.0,
+        ) {
+            let mut predictor = ConcurrencyAware::new(ConcurrencyConfig::default());
+            for (i, &(p, _, n, template)) in predicted.iter().enumerate() {
+                predictor.observe(&Observation { template: TemplateId(template), size: Rpu(16), neighbours: n, latency: Duration::from_secs_f64(p), censored: i % 5 == 4 });
+            }
+            predictor.fit();
+            let running: Vec<QueryState> = predicted
+                .iter()
+                .enumerate()
+                .map(|(i, &(p, ago, n, template))| QueryState { template: TemplateId(template), ..state(i as u64, n, p, (now_s - ago).max(0.0)) })
+                .collect();
+            let next: Vec<Duration> = running.iter().map(|r| predictor.predict(r.template, Rpu(16), r.neighbours + 1)).collect();
+            let query = Query { id: QueryId(999), pool: PoolId::default(), template: TemplateId(2), slo: Slo { latency: Duration::from_secs(1) }, arrival: Instant::from_secs_f64(now_s) };
+            let now = Instant::from_secs_f64(now_s);
+            prop_assert_eq!(
+                predictor.predict_placement_with_next(now, &query, Rpu(16), &running, &next),
+                predictor.predict_placement(now, &query, Rpu(16), &running)
+            );
         }
 
         #[test]

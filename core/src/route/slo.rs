@@ -142,11 +142,41 @@ struct ClusterState {
     /// Each one's point prediction at placement (the margin learns its
     /// spread from these: a new query's prediction is of that kind).
     predicted_at_placement: Vec<Duration>,
+    /// Each one's prediction at its next neighbour count, while `next_at`
+    /// says for which predictions version and size they were made
+    /// ([`LatencyPredictor::predict_placement_with_next`]): they change
+    /// only when a query is placed here or the predictor refits, where
+    /// every arrival scores every cluster.
+    next_predicted: Vec<Duration>,
+    next_at: Option<(u64, Rpu)>,
 }
 
 impl ClusterState {
     fn new(billing: BillingConfig, size: Rpu) -> Self {
-        ClusterState { size, billing: BillingTimer::new(billing, size), states: Vec::new(), slos: Vec::new(), predicted_misses: Vec::new(), predicted_at_placement: Vec::new() }
+        ClusterState {
+            size,
+            billing: BillingTimer::new(billing, size),
+            states: Vec::new(),
+            slos: Vec::new(),
+            predicted_misses: Vec::new(),
+            predicted_at_placement: Vec::new(),
+            next_predicted: Vec::new(),
+            next_at: None,
+        }
+    }
+
+    /// Makes `next_predicted` current for `predictor` at `size`, if it
+    /// keeps a version.
+    fn refresh_next(&mut self, predictor: &impl LatencyPredictor, size: Rpu) {
+        let at = predictor.predictions_version().map(|version| (version, size));
+        if at.is_some() && self.next_at == at {
+            return;
+        }
+        self.next_predicted.clear();
+        if at.is_some() {
+            self.next_predicted.extend(self.states.iter().map(|r| predictor.predict(r.template, size, r.neighbours + 1)));
+        }
+        self.next_at = at;
     }
 }
 
@@ -364,6 +394,9 @@ impl<P: LatencyPredictor> SloRouter<P> {
         let slo = state.slos.swap_remove(index);
         let predicted_miss = state.predicted_misses.swap_remove(index);
         let predicted_at_placement = state.predicted_at_placement.swap_remove(index);
+        if state.next_at.is_some() {
+            state.next_predicted.swap_remove(index);
+        }
         state.billing.handle_query_end(now);
         Some(Released { state: placed, size: state.size, slo, predicted_miss, predicted_at_placement })
     }
@@ -373,7 +406,13 @@ impl<P: LatencyPredictor> SloRouter<P> {
     fn score(&self, now: Instant, query: &Query, view: &ClusterView) -> (CandidateScore, Placement) {
         let empty = ClusterState::new(self.billing.clone(), view.size);
         let state = self.clusters.get(&view.id).unwrap_or(&empty);
-        let placement = self.predictor.predict_placement(now, query, view.size, &state.states);
+        let placement = match self.predictor.predictions_version() {
+            Some(version) if state.next_at == Some((version, view.size)) => {
+                debug_assert!(state.states.iter().zip(&state.next_predicted).all(|(r, &next)| next == self.predictor.predict(r.template, view.size, r.neighbours + 1)));
+                self.predictor.predict_placement_with_next(now, query, view.size, &state.states, &state.next_predicted)
+            }
+            _ => self.predictor.predict_placement(now, query, view.size, &state.states),
+        };
         let mut violations_before = 0i64;
         let mut violations_after = 0i64;
         let mut drain_before = now;
@@ -447,6 +486,11 @@ impl<P: LatencyPredictor> SloRouter<P> {
     fn decide(&mut self, now: Instant, query: &Query, pool: &Pool, actual: Option<Target>) -> ShadowVerdict {
         let mut candidates: Vec<&ClusterView> = pool.ready_clusters().collect();
         candidates.sort_by_key(|c| c.id);
+        for view in &candidates {
+            if let Some(state) = self.clusters.get_mut(&view.id) {
+                state.refresh_next(&self.predictor, view.size);
+            }
+        }
         let (scores, mut placements): (Vec<CandidateScore>, Vec<Placement>) =
             candidates.iter().map(|c| self.score(now, query, c)).unzip();
         self.last_scores = scores;
@@ -738,6 +782,9 @@ impl<P: LatencyPredictor> SloRouter<P> {
         let state = self.clusters.entry(score.cluster).or_insert_with(|| ClusterState::new(billing, size));
         state.states = placement.running;
         state.states.push(placement.query);
+        // Every running query here has a neighbour more.
+        state.next_at = None;
+        state.refresh_next(&self.predictor, size);
         state.slos.push(query.slo.latency);
         state.predicted_misses.push(score.predicted_latency_at_quantile > query.slo.latency);
         state.predicted_at_placement.push(score.predicted_latency);
@@ -1071,6 +1118,51 @@ pub(super) mod tests {
     }
 
     proptest! {
+        /// The predictions kept at each running query's next neighbour
+        /// count change nothing: through placements and completions, a
+        /// router that keeps them from one placement to the next scores
+        /// and routes as one that recomputes them all at every decision
+        /// (and in a debug build every kept one is checked against the
+        /// predictor as it is read).
+        #[test]
+        fn kept_next_count_predictions_score_as_fresh_ones(
+            events in prop::collection::vec((1u32..20, 1u32..60, 0u32..5, any::<bool>()), 1..40),
+            sizes in prop::sample::select(vec![vec![16u32, 16], vec![16, 32], vec![8, 16, 32]]),
+        ) {
+            let pool = pool(&sizes);
+            let mut kept = SloRouter::new("slogate", trained(), BillingConfig::default());
+            let mut fresh = kept.clone();
+            let mut running: Vec<(QueryId, ClusterId, Instant)> = Vec::new();
+            let mut at = 0.0;
+            for (i, &(template, slo, gap, complete)) in events.iter().enumerate() {
+                at += f64::from(gap);
+                let now = Instant::from_secs_f64(at);
+                if complete && !running.is_empty() {
+                    let (id, cluster, arrival) = running.remove(i % running.len());
+                    let report = ExecutionReport {
+                        query: id,
+                        target: Target::Cluster(cluster),
+                        arrival,
+                        dispatched: arrival,
+                        started: Some(arrival),
+                        finished: now,
+                        outcome: ExecutionOutcome::Completed,
+                    };
+                    kept.handle_completion(now, &report);
+                    fresh.handle_completion(now, &report);
+                }
+                for state in fresh.clusters.values_mut() {
+                    state.next_at = None;
+                    state.next_predicted.clear();
+                }
+                let q = query(i as u64, template, f64::from(slo), at);
+                let chosen = target(&kept.route(now, &q, &pool));
+                prop_assert_eq!(chosen, target(&fresh.route(now, &q, &pool)));
+                prop_assert_eq!(kept.last_scores(), fresh.last_scores());
+                running.push((q.id, chosen, now));
+            }
+        }
+
         /// (F): an unseen template's query (templates 100 and up) goes to
         /// the cluster with the fewest running queries per RPU, even when
         /// its SLO is so tight that the guess misses everywhere.
