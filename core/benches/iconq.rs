@@ -83,7 +83,7 @@ fn congested(predictor: &IconqPredictor, running: u64) -> (Vec<QueryState>, Vec<
     let mut queries = Vec::new();
     for id in 0..running {
         let q = query(id);
-        let placement = predictor.predict_placement(q.arrival, &q, Rpu(16), &states);
+        let placement = predictor.predict_placement(q.arrival, &q, Rpu(16), &states, None);
         states = placement.running;
         states.push(placement.query);
         queries.push(q);
@@ -153,7 +153,7 @@ fn bench(c: &mut Criterion) {
         let (states, queries) = congested(&predictor, running);
         let next = query(10_000);
         group.bench_function(BenchmarkId::new("incremental", running), |b| {
-            b.iter_batched(|| states.clone(), |s| predictor.predict_placement(next.arrival, &next, Rpu(16), &s), BatchSize::SmallInput)
+            b.iter_batched(|| states.clone(), |s| predictor.predict_placement(next.arrival, &next, Rpu(16), &s, None), BatchSize::SmallInput)
         });
         group.bench_function(BenchmarkId::new("full", running), |b| b.iter(|| full_reingestion(&predictor, &weights, &queries, &next)));
     }

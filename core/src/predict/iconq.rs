@@ -989,7 +989,14 @@ impl LatencyPredictor for IconqPredictor {
         Ok(())
     }
 
-    fn predict_placement(&self, now: crate::time::Instant, query: &crate::model::Query, size: Rpu, running: &[crate::predict::QueryState]) -> crate::predict::Placement {
+    fn predict_placement(
+        &self,
+        now: crate::time::Instant,
+        query: &crate::model::Query,
+        size: Rpu,
+        running: &[crate::predict::QueryState],
+        _next: Option<&[Duration]>,
+    ) -> crate::predict::Placement {
         let member = |template: TemplateId, arrival: crate::time::Instant| Member {
             isolated_s: self.base.isolated(template, size).as_secs_f64(),
             arrival_s: arrival.as_secs_f64(),
@@ -1127,11 +1134,11 @@ mod tests {
         let base = crate::predict::ConcurrencyAware::new(crate::predict::concurrency::ConcurrencyConfig::default());
         let mut predictor = IconqPredictor::new(base, Arc::new(random_weights(6, 1))).unwrap();
         let size = Rpu(16);
-        let first = predictor.predict_placement(crate::time::Instant::from_secs_f64(0.0), &arriving(0, 3, 0.0), size, &[]);
+        let first = predictor.predict_placement(crate::time::Instant::from_secs_f64(0.0), &arriving(0, 3, 0.0), size, &[], None);
         let replacement = Arc::new(random_weights(4, 2));
         predictor.install_model(replacement.clone()).unwrap();
         let second = arriving(1, 5, 1.0);
-        let placement = predictor.predict_placement(second.arrival, &second, size, std::slice::from_ref(&first.query));
+        let placement = predictor.predict_placement(second.arrival, &second, size, std::slice::from_ref(&first.query), None);
         // The running query starts over under the new model: the one
         // later neighbour it has seen, from the zero state.
         let member = |q: &crate::model::Query| Member { isolated_s: predictor.isolated(q.template, size).as_secs_f64(), arrival_s: q.arrival.as_secs_f64() };
@@ -1175,7 +1182,7 @@ mod tests {
                 at_s += gap;
                 let query = arriving(i as u64, template, at_s);
                 let now = query.arrival;
-                let placement = predictor.predict_placement(now, &query, size, &running);
+                let placement = predictor.predict_placement(now, &query, size, &running, None);
                 // (D) Positive, finite, and never lowered.
                 prop_assert!(placement.query.predicted > Duration::ZERO);
                 for (before, after) in running.iter().zip(&placement.running) {

@@ -142,7 +142,7 @@ pub trait LatencyPredictor {
 
     /// A version of [`LatencyPredictor::predict`]'s answers: while it
     /// stays the same, so does every answer, and a caller may keep them
-    /// ([`LatencyPredictor::predict_placement_with_next`]). `None` (the
+    /// (see [`LatencyPredictor::predict_placement`]'s `next`). `None` (the
     /// default): not tracked, keep nothing.
     fn predictions_version(&self) -> Option<u64> {
         None
@@ -180,6 +180,15 @@ pub trait LatencyPredictor {
     /// cluster of `size` running `running`, its state and every running
     /// query's updated, guarded state. O(running).
     ///
+    /// `next`, when the caller kept them, is each running query's
+    /// [`LatencyPredictor::predict`] at its neighbour count plus one
+    /// (`next[i]` for `running[i]`, made at the current
+    /// [`LatencyPredictor::predictions_version`]): a router scores every
+    /// cluster on every arrival, and a cluster's running queries change
+    /// only when one is placed there. A hint: the placement is the same
+    /// with it or without it, and a predictor that does not move running
+    /// queries by `predict` ignores it.
+    ///
     /// The default predicts the new query at the running count, and moves
     /// each running query's prediction towards [`LatencyPredictor::predict`]
     /// at its neighbour count plus one (guarded) by the share of its
@@ -189,23 +198,15 @@ pub trait LatencyPredictor {
     /// gone long before a running one ends slows it only while it runs;
     /// what it leaves of the gap, later arrivals close. The count still
     /// rises by one.
-    fn predict_placement(&self, now: Instant, query: &Query, size: Rpu, running: &[QueryState]) -> Placement {
-        overlap_placement(self.predict(query.template, size, running.len() as u32), now, query, running, |_, r| {
-            self.predict(r.template, size, r.neighbours + 1)
-        })
-    }
-
-    /// [`LatencyPredictor::predict_placement`] from each running query's
-    /// [`LatencyPredictor::predict`] at its next neighbour count, kept by
-    /// the caller (`next[i]` for `running[i]`, made at the current
-    /// [`LatencyPredictor::predictions_version`]): a router scores every
-    /// cluster on every arrival, and a cluster's running queries change
-    /// only when one is placed there. The same placement as without them.
-    /// The default is the default `predict_placement`'s; a predictor that
-    /// overrides that one and keeps a version overrides this too.
-    fn predict_placement_with_next(&self, now: Instant, query: &Query, size: Rpu, running: &[QueryState], next: &[Duration]) -> Placement {
-        debug_assert_eq!(running.len(), next.len());
-        overlap_placement(self.predict(query.template, size, running.len() as u32), now, query, running, |i, _| next[i])
+    fn predict_placement(&self, now: Instant, query: &Query, size: Rpu, running: &[QueryState], next: Option<&[Duration]>) -> Placement {
+        let predicted = self.predict(query.template, size, running.len() as u32);
+        match next {
+            Some(next) => {
+                debug_assert_eq!(running.len(), next.len());
+                overlap_placement(predicted, now, query, running, |i, _| next[i])
+            }
+            None => overlap_placement(predicted, now, query, running, |_, r| self.predict(r.template, size, r.neighbours + 1)),
+        }
     }
 }
 
@@ -262,7 +263,7 @@ mod tests {
             arrival: Instant::from_secs_f64(5.0),
         };
         let running = [state(1, 0, 1.0, 0.0), state(2, 3, 1.0, 4.0)];
-        let placement = predictor.predict_placement(Instant::from_secs_f64(5.0), &query, Rpu(16), &running);
+        let placement = predictor.predict_placement(Instant::from_secs_f64(5.0), &query, Rpu(16), &running, None);
         assert_eq!(placement.query.neighbours_at_dispatch, 2);
         assert_eq!(placement.running.iter().map(|s| s.neighbours).collect::<Vec<_>>(), vec![1, 4]);
         // Query 1 has run 5 s already: the guard lifts its prediction to that.
@@ -290,13 +291,13 @@ mod tests {
             slo: Slo { latency: Duration::from_secs(10) },
             arrival: Instant::ZERO,
         };
-        let short = predictor.predict_placement(Instant::ZERO, &arrival(2), Rpu(16), &running);
+        let short = predictor.predict_placement(Instant::ZERO, &arrival(2), Rpu(16), &running, None);
         let share = short.query.predicted.as_secs_f64() / before.as_secs_f64();
         let moved = (short.running[0].predicted - before).as_secs_f64();
         assert!(share < 0.05, "the short query is short: {share}");
         assert!((moved - share * (full - before).as_secs_f64()).abs() < 1e-3, "moved {moved} s of {:?}", full - before);
         assert_eq!(short.running[0].neighbours, 1, "the count rises by one all the same");
-        let long = predictor.predict_placement(Instant::ZERO, &arrival(1), Rpu(16), &running);
+        let long = predictor.predict_placement(Instant::ZERO, &arrival(1), Rpu(16), &running, None);
         assert_eq!(long.running[0].predicted, full);
     }
 
@@ -315,7 +316,7 @@ mod tests {
             let running: Vec<QueryState> =
                 predicted.iter().enumerate().map(|(i, &(p, ago, n))| state(i as u64, n, p, (now_s - ago).max(0.0))).collect();
             let query = Query { id: QueryId(999), pool: PoolId::default(), template: TemplateId(new_template), slo: Slo { latency: Duration::from_secs(1) }, arrival: now };
-            let placement = predictor.predict_placement(now, &query, Rpu(16), &running);
+            let placement = predictor.predict_placement(now, &query, Rpu(16), &running, None);
             for (r, after) in running.iter().zip(&placement.running) {
                 let elapsed = now - r.arrival;
                 let before = guard(r.predicted, r.predicted, elapsed);
@@ -362,8 +363,8 @@ mod tests {
             let query = Query { id: QueryId(999), pool: PoolId::default(), template: TemplateId(2), slo: Slo { latency: Duration::from_secs(1) }, arrival: Instant::from_secs_f64(now_s) };
             let now = Instant::from_secs_f64(now_s);
             prop_assert_eq!(
-                predictor.predict_placement_with_next(now, &query, Rpu(16), &running, &next),
-                predictor.predict_placement(now, &query, Rpu(16), &running)
+                predictor.predict_placement(now, &query, Rpu(16), &running, Some(&next)),
+                predictor.predict_placement(now, &query, Rpu(16), &running, None)
             );
         }
 
@@ -378,7 +379,7 @@ mod tests {
                 slo: Slo { latency: Duration::from_secs(1) },
                 arrival: Instant::from_secs_f64(now_s),
             };
-            let placement = predictor.predict_placement(Instant::from_secs_f64(now_s), &query, Rpu(16), &running);
+            let placement = predictor.predict_placement(Instant::from_secs_f64(now_s), &query, Rpu(16), &running, None);
             for (before, after) in running.iter().zip(&placement.running) {
                 prop_assert!(after.predicted >= before.predicted);
                 prop_assert!(after.predicted >= Instant::from_secs_f64(now_s) - before.arrival);

@@ -144,7 +144,7 @@ struct ClusterState {
     predicted_at_placement: Vec<Duration>,
     /// Each one's prediction at its next neighbour count, while `next_at`
     /// says for which predictions version and size they were made
-    /// ([`LatencyPredictor::predict_placement_with_next`]): they change
+    /// ([`LatencyPredictor::predict_placement`]'s `next`): they change
     /// only when a query is placed here or the predictor refits, where
     /// every arrival scores every cluster.
     next_predicted: Vec<Duration>,
@@ -406,13 +406,14 @@ impl<P: LatencyPredictor> SloRouter<P> {
     fn score(&self, now: Instant, query: &Query, view: &ClusterView) -> (CandidateScore, Placement) {
         let empty = ClusterState::new(self.billing.clone(), view.size);
         let state = self.clusters.get(&view.id).unwrap_or(&empty);
-        let placement = match self.predictor.predictions_version() {
+        let next = match self.predictor.predictions_version() {
             Some(version) if state.next_at == Some((version, view.size)) => {
                 debug_assert!(state.states.iter().zip(&state.next_predicted).all(|(r, &next)| next == self.predictor.predict(r.template, view.size, r.neighbours + 1)));
-                self.predictor.predict_placement_with_next(now, query, view.size, &state.states, &state.next_predicted)
+                Some(state.next_predicted.as_slice())
             }
-            _ => self.predictor.predict_placement(now, query, view.size, &state.states),
+            _ => None,
         };
+        let placement = self.predictor.predict_placement(now, query, view.size, &state.states, next);
         let mut violations_before = 0i64;
         let mut violations_after = 0i64;
         let mut drain_before = now;
