@@ -148,7 +148,14 @@ impl Curve {
     }
 
     fn log_slowdown(&self, neighbours: u32) -> f64 {
-        let x = f64::from(neighbours).ln_1p();
+        self.log_slowdown_at(f64::from(neighbours).ln_1p(), &mut 0)
+    }
+
+    /// The curve at `x = log(1 + neighbours)`. `segment` is where the
+    /// search for `x`'s segment starts, and is left at the segment found:
+    /// a caller reading increasing `x`s passes the same one along (the
+    /// answers are those of a search from the start).
+    fn log_slowdown_at(&self, x: f64, segment: &mut usize) -> f64 {
         match self.points.as_slice() {
             [] => prior_log_slowdown(x),
             [(x0, y0)] => y0 + (prior_log_slowdown(x) - prior_log_slowdown(*x0)).max(0.0),
@@ -156,17 +163,24 @@ impl Curve {
                 if x <= points[0].0 {
                     return points[0].1;
                 }
-                for pair in points.windows(2) {
-                    let ((x0, y0), (x1, y1)) = (pair[0], pair[1]);
+                while *segment + 1 < points.len() {
+                    let ((x0, y0), (x1, y1)) = (points[*segment], points[*segment + 1]);
                     if x <= x1 {
                         return y0 + (y1 - y0) * (x - x0) / (x1 - x0).max(1e-12);
                     }
+                    *segment += 1;
                 }
                 let ((x0, y0), (x1, y1)) = (points[points.len() - 2], points[points.len() - 1]);
                 let slope = ((y1 - y0) / (x1 - x0).max(1e-12)).clamp(0.0, 1.0);
                 y1 + slope * (x - x1)
             }
         }
+    }
+
+    /// The curve at each of `xs`, which increase.
+    fn tabulate(&self, xs: &[f64]) -> Vec<f64> {
+        let mut segment = 0;
+        xs.iter().map(|&x| self.log_slowdown_at(x, &mut segment)).collect()
     }
 }
 
@@ -252,14 +266,66 @@ pub struct ConcurrencyAware {
     templates: RecentKeys<TemplateId>,
 }
 
-/// One execution, indexed densely for the backfitting passes.
+/// One execution, indexed densely for the backfitting passes (24 bytes,
+/// so that a full window's rows stay in a core's cache across passes).
 struct Row {
-    template: usize,
-    size: usize,
-    template_size: usize,
-    bin: usize,
-    log_latency: f64,
-    censored: bool,
+    /// The pass's target: the log latency, or for a censored execution
+    /// `max(observed, predicted)` as of the pass.
+    target: f64,
+    template: u32,
+    size: u32,
+    template_size: u32,
+    bin: u8,
+}
+
+impl Row {
+    fn template(&self) -> usize {
+        self.template as usize
+    }
+
+    fn size(&self) -> usize {
+        self.size as usize
+    }
+
+    fn template_size(&self) -> usize {
+        self.template_size as usize
+    }
+
+    fn bin(&self) -> usize {
+        usize::from(self.bin)
+    }
+}
+
+/// The backfitting's parameters over the rows' dense indices.
+struct Params {
+    base: Vec<f64>,
+    sensitivity: Vec<f64>,
+    speed: Vec<f64>,
+    deviation: Vec<f64>,
+    shared: [f64; BINS],
+    per_size: Vec<[f64; BINS]>,
+}
+
+impl Params {
+    /// The row's log slowdown curve at its bin, `g + h`.
+    fn curve(&self, r: &Row) -> f64 {
+        self.shared[r.bin()] + self.per_size[r.size()][r.bin()]
+    }
+
+    /// The row's predicted log latency.
+    fn predict(&self, r: &Row) -> f64 {
+        self.base[r.template()] + self.speed[r.size()] + self.deviation[r.template_size()] + self.sensitivity[r.template()] * self.curve(r)
+    }
+
+    /// The row's residual against its target.
+    fn residual(&self, r: &Row) -> f64 {
+        r.target - self.predict(r)
+    }
+}
+
+/// A dense index as a row stores it.
+fn dense(index: usize) -> u32 {
+    u32::try_from(index).expect("a window holds fewer than 2^32 distinct keys")
 }
 
 impl ConcurrencyAware {
@@ -355,13 +421,16 @@ fn fit_window<'a>(config: &ConcurrencyConfig, window: impl IntoIterator<Item = &
 
     // Dense indices in order of first appearance (deterministic).
     let mut templates: Vec<TemplateId> = Vec::new();
-    let mut template_index: HashMap<TemplateId, usize> = HashMap::new();
+    let mut template_index: HashMap<TemplateId, usize, KeyHasher> = HashMap::default();
     let mut sizes: Vec<Rpu> = Vec::new();
     let mut pairs: Vec<(TemplateId, Rpu)> = Vec::new();
-    let mut pair_index: HashMap<(TemplateId, Rpu), usize> = HashMap::new();
+    let mut pair_index: HashMap<(TemplateId, Rpu), usize, KeyHasher> = HashMap::default();
     let mut bin_x_sum = [0.0; BINS];
     let mut bin_count = [0.0; BINS];
     let mut rows = Vec::with_capacity(window_len);
+    let mut censored: Vec<(usize, f64)> = Vec::new();
+    // `log(1 + n)` for the neighbour counts the curves tabulate.
+    let table_xs: Vec<f64> = (0..TABLE).map(|n| (n as f64).ln_1p()).collect();
     for o in window {
         let template = *template_index.entry(o.template).or_insert_with(|| {
             templates.push(o.template);
@@ -376,115 +445,132 @@ fn fit_window<'a>(config: &ConcurrencyConfig, window: impl IntoIterator<Item = &
             pairs.len() - 1
         });
         let bin = bin_of(o.neighbours);
-        bin_x_sum[bin] += f64::from(o.neighbours).ln_1p();
+        bin_x_sum[bin] += table_xs.get(o.neighbours as usize).copied().unwrap_or_else(|| f64::from(o.neighbours).ln_1p());
         bin_count[bin] += 1.0;
-        rows.push(Row { template, size, template_size, bin, log_latency: o.latency.as_secs_f64().max(1e-6).ln(), censored: o.censored });
+        let log_latency = o.latency.as_secs_f64().max(1e-6).ln();
+        if o.censored {
+            censored.push((rows.len(), log_latency));
+        }
+        rows.push(Row {
+            target: log_latency,
+            template: dense(template),
+            size: dense(size),
+            template_size: dense(template_size),
+            bin: u8::try_from(bin).expect("fewer than 256 bins"),
+        });
     }
 
     // Parameters, warm-started.
     let old = previous;
-    let mut base: Vec<f64> = templates.iter().map(|t| old.and_then(|f| f.base.get(t).copied()).unwrap_or(0.0)).collect();
-    let mut sensitivity: Vec<f64> =
-        templates.iter().map(|t| old.and_then(|f| f.sensitivity.get(t).copied()).unwrap_or(1.0)).collect();
-    let mut speed: Vec<f64> = sizes.iter().map(|s| old.and_then(|f| f.size.get(s).copied()).unwrap_or(0.0)).collect();
-    let mut deviation: Vec<f64> = pairs.iter().map(|p| old.and_then(|f| f.template_size.get(p).copied()).unwrap_or(0.0)).collect();
-    let mut shared: [f64; BINS] = old.map_or([0.0; BINS], |f| f.shared_raw);
-    let mut per_size: Vec<[f64; BINS]> =
-        sizes.iter().map(|s| old.and_then(|f| f.size_raw.get(s).copied()).unwrap_or([0.0; BINS])).collect();
+    let mut params = Params {
+        base: templates.iter().map(|t| old.and_then(|f| f.base.get(t).copied()).unwrap_or(0.0)).collect(),
+        sensitivity: templates.iter().map(|t| old.and_then(|f| f.sensitivity.get(t).copied()).unwrap_or(1.0)).collect(),
+        speed: sizes.iter().map(|s| old.and_then(|f| f.size.get(s).copied()).unwrap_or(0.0)).collect(),
+        deviation: pairs.iter().map(|p| old.and_then(|f| f.template_size.get(p).copied()).unwrap_or(0.0)).collect(),
+        shared: old.map_or([0.0; BINS], |f| f.shared_raw),
+        per_size: sizes.iter().map(|s| old.and_then(|f| f.size_raw.get(s).copied()).unwrap_or([0.0; BINS])).collect(),
+    };
 
-    let curve = |shared: &[f64; BINS], per_size: &[[f64; BINS]], r: &Row| shared[r.bin] + per_size[r.size][r.bin];
+    // Rows per key, for the additive terms' means.
+    let counts = |len: usize, key: fn(&Row) -> usize| {
+        let mut count = vec![0.0; len];
+        for r in &rows {
+            count[key(r)] += 1.0;
+        }
+        count
+    };
+    let template_count = counts(templates.len(), Row::template);
+    let size_count = counts(sizes.len(), Row::size);
+    let template_size_count = counts(pairs.len(), Row::template_size);
+
+    // Each step sums the residuals under the parameters as they stand
+    // (one pass over the rows) and then updates its own parameters.
+    let mut sum = Vec::new();
     for _ in 0..iterations {
         // Censored rows are imputed as max(bound, current prediction).
-        let predict = |base: &[f64], speed: &[f64], deviation: &[f64], sensitivity: &[f64], shared: &[f64; BINS], per_size: &[[f64; BINS]], r: &Row| {
-            base[r.template] + speed[r.size] + deviation[r.template_size] + sensitivity[r.template] * curve(shared, per_size, r)
-        };
-        let targets: Vec<f64> = rows
-            .iter()
-            .map(|r| {
-                let p = predict(&base, &speed, &deviation, &sensitivity, &shared, &per_size, r);
-                if r.censored { r.log_latency.max(p) } else { r.log_latency }
-            })
-            .collect();
-        let residuals = |base: &[f64], speed: &[f64], deviation: &[f64], sensitivity: &[f64], shared: &[f64; BINS], per_size: &[[f64; BINS]]| {
-            rows.iter().zip(&targets).map(|(r, y)| y - predict(base, speed, deviation, sensitivity, shared, per_size, r)).collect::<Vec<f64>>()
-        };
+        for &(i, log_latency) in &censored {
+            let predicted = params.predict(&rows[i]);
+            rows[i].target = log_latency.max(predicted);
+        }
 
         // Additive terms: new = (Σ residual + n·old) / (n + shrinkage).
-        let additive = |values: &mut Vec<f64>, key: &dyn Fn(&Row) -> usize, residual: &[f64], shrinkage: f64| {
-            let mut sum = vec![0.0; values.len()];
-            let mut count = vec![0.0; values.len()];
-            for (r, e) in rows.iter().zip(residual) {
-                sum[key(r)] += e;
-                count[key(r)] += 1.0;
+        let additive = |sum: &mut Vec<f64>, params: &Params, key: fn(&Row) -> usize, len: usize| {
+            sum.clear();
+            sum.resize(len, 0.0);
+            for r in &rows {
+                sum[key(r)] += params.residual(r);
             }
+        };
+        let update = |values: &mut [f64], sum: &[f64], count: &[f64], shrinkage: f64| {
             for (k, value) in values.iter_mut().enumerate() {
                 *value = (sum[k] + count[k] * *value) / (count[k] + shrinkage).max(1e-12);
             }
         };
-        let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
-        additive(&mut base, &|r| r.template, &e, 0.0);
-        let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
-        additive(&mut speed, &|r| r.size, &e, 0.0);
-        let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
-        additive(&mut deviation, &|r| r.template_size, &e, config.template_size_shrinkage);
+        additive(&mut sum, &params, Row::template, templates.len());
+        update(&mut params.base, &sum, &template_count, 0.0);
+        additive(&mut sum, &params, Row::size, sizes.len());
+        update(&mut params.speed, &sum, &size_count, 0.0);
+        additive(&mut sum, &params, Row::template_size, pairs.len());
+        update(&mut params.deviation, &sum, &template_size_count, config.template_size_shrinkage);
 
         // Curves: regress the partial residual on β.
-        let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
         let (mut num, mut den) = ([0.0; BINS], [0.0; BINS]);
-        for (r, e) in rows.iter().zip(&e) {
-            let b = sensitivity[r.template];
-            num[r.bin] += b * (e + b * shared[r.bin]);
-            den[r.bin] += b * b;
+        for r in &rows {
+            let e = params.residual(r);
+            let b = params.sensitivity[r.template()];
+            num[r.bin()] += b * (e + b * params.shared[r.bin()]);
+            den[r.bin()] += b * b;
         }
         for bin in 0..BINS {
             if den[bin] > 1e-12 {
-                shared[bin] = num[bin] / den[bin];
+                params.shared[bin] = num[bin] / den[bin];
             }
         }
-        let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
         let (mut num, mut den) = (vec![[0.0; BINS]; sizes.len()], vec![[0.0; BINS]; sizes.len()]);
-        for (r, e) in rows.iter().zip(&e) {
-            let b = sensitivity[r.template];
-            num[r.size][r.bin] += b * (e + b * per_size[r.size][r.bin]);
-            den[r.size][r.bin] += b * b;
+        for r in &rows {
+            let e = params.residual(r);
+            let b = params.sensitivity[r.template()];
+            num[r.size()][r.bin()] += b * (e + b * params.per_size[r.size()][r.bin()]);
+            den[r.size()][r.bin()] += b * b;
         }
-        for (size, curve) in per_size.iter_mut().enumerate() {
+        for (size, curve) in params.per_size.iter_mut().enumerate() {
             for bin in 0..BINS {
                 curve[bin] = num[size][bin] / (den[size][bin] + config.size_curve_shrinkage).max(1e-12);
             }
         }
 
         // Sensitivities, shrunk towards 1 and kept non-negative.
-        let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
         let (mut num, mut den) = (vec![0.0; templates.len()], vec![0.0; templates.len()]);
-        for (r, e) in rows.iter().zip(&e) {
-            let g = curve(&shared, &per_size, r);
-            num[r.template] += g * (e + sensitivity[r.template] * g);
-            den[r.template] += g * g;
+        for r in &rows {
+            let e = params.residual(r);
+            let g = params.curve(r);
+            num[r.template()] += g * (e + params.sensitivity[r.template()] * g);
+            den[r.template()] += g * g;
         }
-        for (t, b) in sensitivity.iter_mut().enumerate() {
+        for (t, b) in params.sensitivity.iter_mut().enumerate() {
             *b = ((num[t] + config.sensitivity_shrinkage) / (den[t] + config.sensitivity_shrinkage).max(1e-12)).clamp(0.0, 8.0);
         }
 
         // Anchor the shared curve at its least-loaded bin; the bases
         // absorb the shift.
         if let Some(first) = (0..BINS).find(|&bin| bin_count[bin] > 0.0) {
-            let shift = shared[first];
-            for value in shared.iter_mut() {
+            let shift = params.shared[first];
+            for value in params.shared.iter_mut() {
                 *value -= shift;
             }
-            for (t, b) in base.iter_mut().enumerate() {
-                *b += sensitivity[t] * shift;
+            for (t, b) in params.base.iter_mut().enumerate() {
+                *b += params.sensitivity[t] * shift;
             }
         }
     }
+    let Params { base, sensitivity, speed, deviation, shared, per_size } = params;
 
     // Prediction tables.
     let bin_x = |bin: usize| bin_x_sum[bin] / bin_count[bin];
     let shared_curve = Curve::monotone((0..BINS).filter(|&b| bin_count[b] > 0.0).map(|b| (bin_x(b), shared[b], bin_count[b])));
     let mut size_counts = vec![[0.0; BINS]; sizes.len()];
     for r in &rows {
-        size_counts[r.size][r.bin] += 1.0;
+        size_counts[r.size()][r.bin()] += 1.0;
     }
     let size_curves: BTreeMap<Rpu, Curve> = sizes
         .iter()
@@ -520,10 +606,7 @@ fn fit_window<'a>(config: &ConcurrencyConfig, window: impl IntoIterator<Item = &
             ((t, z), (base[ti] + speed_of[&z] + d, sensitivity[ti]))
         })
         .collect();
-    let tables = size_curves
-        .iter()
-        .map(|(size, curve): (&Rpu, &Curve)| (*size, (0..TABLE).map(|n| curve.log_slowdown(n as u32)).collect()))
-        .collect();
+    let tables = size_curves.iter().map(|(size, curve): (&Rpu, &Curve)| (*size, curve.tabulate(&table_xs))).collect();
     Fitted {
         keyed,
         tables,
@@ -781,6 +864,21 @@ mod tests {
             b.fit();
             for n in [0, 3, 50] {
                 prop_assert_eq!(a.predict(TemplateId(2), Rpu(16), n), b.predict(TemplateId(2), Rpu(16), n));
+            }
+        }
+
+        #[test]
+        fn a_tabulated_curve_reads_as_the_curve_at_each_count(
+            bins in prop::collection::vec((0.0f64..7.0, -1.0f64..4.0, 0.5f64..50.0), 0..19),
+        ) {
+            let mut bins = bins;
+            bins.sort_by(|a, b| a.0.total_cmp(&b.0));
+            bins.dedup_by(|a, b| a.0 == b.0);
+            let curve = Curve::monotone(bins);
+            let xs: Vec<f64> = (0..TABLE).map(|n| (n as f64).ln_1p()).collect();
+            let table = curve.tabulate(&xs);
+            for (n, value) in table.iter().enumerate() {
+                prop_assert_eq!(value.to_bits(), curve.log_slowdown(n as u32).to_bits(), "n={}", n);
             }
         }
 
