@@ -33,6 +33,13 @@
 //! each of the first fifteen) and at most every `refit_every`,
 //! warm-starting from the previous fit.
 //!
+//! The model predicts every execution of one template on one size in one
+//! neighbour bin alike, so each backfitting pass reads those *cells* (their
+//! counts and summed log latencies; censored executions are imputed one by
+//! one) instead of the executions: a refit costs one pass over the window
+//! and then passes over a few thousand cells at most, not ten passes of six
+//! over 16,384 executions.
+//!
 //! # Properties
 //!
 //! - (A) For a fixed template and size, the prediction never decreases as
@@ -50,6 +57,9 @@
 //!   caller runs it anywhere and installs the [`Fit`]. Run and installed at
 //!   once, it gives predictions identical to the inline fit's. Until then
 //!   the previous fit keeps predicting.
+//! - (F) The cells are a regrouping, not an approximation: the fitted
+//!   parameters are those of the same backfitting run execution by
+//!   execution, up to float rounding.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -247,7 +257,7 @@ impl std::hash::Hasher for MultiplyHasher {
 #[derive(Clone, Debug)]
 pub struct ConcurrencyAware {
     config: ConcurrencyConfig,
-    window: VecDeque<Observation>,
+    window: VecDeque<Windowed>,
     /// Shared with a [`FitJob`] as its warm start, without a copy.
     fitted: Option<Arc<Fitted>>,
     /// Fits installed: `predict` answers as it did while this stays.
@@ -266,19 +276,38 @@ pub struct ConcurrencyAware {
     templates: RecentKeys<TemplateId>,
 }
 
-/// One execution, indexed densely for the backfitting passes (24 bytes,
-/// so that a full window's rows stay in a core's cache across passes).
-struct Row {
-    /// The pass's target: the log latency, or for a censored execution
-    /// `max(observed, predicted)` as of the pass.
-    target: f64,
+/// An execution in the window, with its log latency (computed once, not
+/// at each of the refits it takes part in).
+#[derive(Clone, Copy, Debug)]
+struct Windowed {
+    observation: Observation,
+    log_latency: f64,
+}
+
+impl Windowed {
+    fn new(observation: Observation) -> Self {
+        Windowed { observation, log_latency: observation.latency.as_secs_f64().max(1e-6).ln() }
+    }
+}
+
+/// The executions of one template on one size in one neighbour bin: the
+/// backfitting's model predicts them alike, so each pass reads their
+/// count and the sum of their targets instead of each execution.
+struct Cell {
+    /// Executions.
+    count: f64,
+    /// Their log latencies summed, censored ones excepted.
+    exact_sum: f64,
+    /// The pass's targets summed: `exact_sum` plus each censored
+    /// execution's `max(observed, predicted)` as of the pass.
+    target_sum: f64,
     template: u32,
     size: u32,
     template_size: u32,
     bin: u8,
 }
 
-impl Row {
+impl Cell {
     fn template(&self) -> usize {
         self.template as usize
     }
@@ -296,7 +325,7 @@ impl Row {
     }
 }
 
-/// The backfitting's parameters over the rows' dense indices.
+/// The backfitting's parameters over the cells' dense indices.
 struct Params {
     base: Vec<f64>,
     sensitivity: Vec<f64>,
@@ -307,23 +336,23 @@ struct Params {
 }
 
 impl Params {
-    /// The row's log slowdown curve at its bin, `g + h`.
-    fn curve(&self, r: &Row) -> f64 {
+    /// The cell's log slowdown curve at its bin, `g + h`.
+    fn curve(&self, r: &Cell) -> f64 {
         self.shared[r.bin()] + self.per_size[r.size()][r.bin()]
     }
 
-    /// The row's predicted log latency.
-    fn predict(&self, r: &Row) -> f64 {
+    /// The cell's predicted log latency.
+    fn predict(&self, r: &Cell) -> f64 {
         self.base[r.template()] + self.speed[r.size()] + self.deviation[r.template_size()] + self.sensitivity[r.template()] * self.curve(r)
     }
 
-    /// The row's residual against its target.
-    fn residual(&self, r: &Row) -> f64 {
-        r.target - self.predict(r)
+    /// The cell's residuals against its targets, summed.
+    fn residual(&self, r: &Cell) -> f64 {
+        r.target_sum - r.count * self.predict(r)
     }
 }
 
-/// A dense index as a row stores it.
+/// A dense index as a cell stores it.
 fn dense(index: usize) -> u32 {
     u32::try_from(index).expect("a window holds fewer than 2^32 distinct keys")
 }
@@ -389,7 +418,7 @@ impl ConcurrencyAware {
 #[derive(Clone, Debug)]
 pub struct FitJob {
     config: ConcurrencyConfig,
-    window: Vec<Observation>,
+    window: Vec<Windowed>,
     previous: Option<Arc<Fitted>>,
 }
 
@@ -415,9 +444,8 @@ impl FitJob {
 pub struct Fit(Arc<Fitted>);
 
 /// Fits every parameter to `window`, warm-starting from `previous`.
-fn fit_window<'a>(config: &ConcurrencyConfig, window: impl IntoIterator<Item = &'a Observation> + Copy, previous: Option<&Fitted>) -> Fitted {
+fn fit_window<'a>(config: &ConcurrencyConfig, window: impl IntoIterator<Item = &'a Windowed>, previous: Option<&Fitted>) -> Fitted {
     let iterations = if previous.is_some() { config.warm_fit_iterations } else { config.cold_fit_iterations };
-    let window_len = window.into_iter().count();
 
     // Dense indices in order of first appearance (deterministic).
     let mut templates: Vec<TemplateId> = Vec::new();
@@ -427,11 +455,13 @@ fn fit_window<'a>(config: &ConcurrencyConfig, window: impl IntoIterator<Item = &
     let mut pair_index: HashMap<(TemplateId, Rpu), usize, KeyHasher> = HashMap::default();
     let mut bin_x_sum = [0.0; BINS];
     let mut bin_count = [0.0; BINS];
-    let mut rows = Vec::with_capacity(window_len);
+    let mut cells: Vec<Cell> = Vec::new();
+    // A cell's index by `template_size * BINS + bin`.
+    let mut cell_index: Vec<u32> = Vec::new();
     let mut censored: Vec<(usize, f64)> = Vec::new();
     // `log(1 + n)` for the neighbour counts the curves tabulate.
     let table_xs: Vec<f64> = (0..TABLE).map(|n| (n as f64).ln_1p()).collect();
-    for o in window {
+    for &Windowed { observation: ref o, log_latency } in window {
         let template = *template_index.entry(o.template).or_insert_with(|| {
             templates.push(o.template);
             templates.len() - 1
@@ -442,24 +472,33 @@ fn fit_window<'a>(config: &ConcurrencyConfig, window: impl IntoIterator<Item = &
         });
         let template_size = *pair_index.entry((o.template, o.size)).or_insert_with(|| {
             pairs.push((o.template, o.size));
+            cell_index.resize(pairs.len() * BINS, u32::MAX);
             pairs.len() - 1
         });
         let bin = bin_of(o.neighbours);
         bin_x_sum[bin] += table_xs.get(o.neighbours as usize).copied().unwrap_or_else(|| f64::from(o.neighbours).ln_1p());
         bin_count[bin] += 1.0;
-        let log_latency = o.latency.as_secs_f64().max(1e-6).ln();
-        if o.censored {
-            censored.push((rows.len(), log_latency));
+        let slot = &mut cell_index[template_size * BINS + bin];
+        if *slot == u32::MAX {
+            *slot = dense(cells.len());
+            cells.push(Cell {
+                count: 0.0,
+                exact_sum: 0.0,
+                target_sum: 0.0,
+                template: dense(template),
+                size: dense(size),
+                template_size: dense(template_size),
+                bin: u8::try_from(bin).expect("fewer than 256 bins"),
+            });
         }
-        rows.push(Row {
-            target: log_latency,
-            template: dense(template),
-            size: dense(size),
-            template_size: dense(template_size),
-            bin: u8::try_from(bin).expect("fewer than 256 bins"),
-        });
+        let cell = *slot as usize;
+        cells[cell].count += 1.0;
+        if o.censored {
+            censored.push((cell, log_latency));
+        } else {
+            cells[cell].exact_sum += log_latency;
+        }
     }
-
     // Parameters, warm-started.
     let old = previous;
     let mut params = Params {
@@ -471,33 +510,37 @@ fn fit_window<'a>(config: &ConcurrencyConfig, window: impl IntoIterator<Item = &
         per_size: sizes.iter().map(|s| old.and_then(|f| f.size_raw.get(s).copied()).unwrap_or([0.0; BINS])).collect(),
     };
 
-    // Rows per key, for the additive terms' means.
-    let counts = |len: usize, key: fn(&Row) -> usize| {
+    // Executions per key, for the additive terms' means.
+    let counts = |len: usize, key: fn(&Cell) -> usize| {
         let mut count = vec![0.0; len];
-        for r in &rows {
-            count[key(r)] += 1.0;
+        for r in &cells {
+            count[key(r)] += r.count;
         }
         count
     };
-    let template_count = counts(templates.len(), Row::template);
-    let size_count = counts(sizes.len(), Row::size);
-    let template_size_count = counts(pairs.len(), Row::template_size);
+    let template_count = counts(templates.len(), Cell::template);
+    let size_count = counts(sizes.len(), Cell::size);
+    let template_size_count = counts(pairs.len(), Cell::template_size);
 
     // Each step sums the residuals under the parameters as they stand
-    // (one pass over the rows) and then updates its own parameters.
+    // (one pass over the cells) and then updates its own parameters.
     let mut sum = Vec::new();
     for _ in 0..iterations {
-        // Censored rows are imputed as max(bound, current prediction).
+        // Censored executions are imputed as max(bound, current
+        // prediction).
+        for cell in &mut cells {
+            cell.target_sum = cell.exact_sum;
+        }
         for &(i, log_latency) in &censored {
-            let predicted = params.predict(&rows[i]);
-            rows[i].target = log_latency.max(predicted);
+            let predicted = params.predict(&cells[i]);
+            cells[i].target_sum += log_latency.max(predicted);
         }
 
         // Additive terms: new = (Σ residual + n·old) / (n + shrinkage).
-        let additive = |sum: &mut Vec<f64>, params: &Params, key: fn(&Row) -> usize, len: usize| {
+        let additive = |sum: &mut Vec<f64>, params: &Params, key: fn(&Cell) -> usize, len: usize| {
             sum.clear();
             sum.resize(len, 0.0);
-            for r in &rows {
+            for r in &cells {
                 sum[key(r)] += params.residual(r);
             }
         };
@@ -506,20 +549,20 @@ fn fit_window<'a>(config: &ConcurrencyConfig, window: impl IntoIterator<Item = &
                 *value = (sum[k] + count[k] * *value) / (count[k] + shrinkage).max(1e-12);
             }
         };
-        additive(&mut sum, &params, Row::template, templates.len());
+        additive(&mut sum, &params, Cell::template, templates.len());
         update(&mut params.base, &sum, &template_count, 0.0);
-        additive(&mut sum, &params, Row::size, sizes.len());
+        additive(&mut sum, &params, Cell::size, sizes.len());
         update(&mut params.speed, &sum, &size_count, 0.0);
-        additive(&mut sum, &params, Row::template_size, pairs.len());
+        additive(&mut sum, &params, Cell::template_size, pairs.len());
         update(&mut params.deviation, &sum, &template_size_count, config.template_size_shrinkage);
 
         // Curves: regress the partial residual on β.
         let (mut num, mut den) = ([0.0; BINS], [0.0; BINS]);
-        for r in &rows {
+        for r in &cells {
             let e = params.residual(r);
             let b = params.sensitivity[r.template()];
-            num[r.bin()] += b * (e + b * params.shared[r.bin()]);
-            den[r.bin()] += b * b;
+            num[r.bin()] += b * (e + r.count * b * params.shared[r.bin()]);
+            den[r.bin()] += r.count * b * b;
         }
         for bin in 0..BINS {
             if den[bin] > 1e-12 {
@@ -527,11 +570,11 @@ fn fit_window<'a>(config: &ConcurrencyConfig, window: impl IntoIterator<Item = &
             }
         }
         let (mut num, mut den) = (vec![[0.0; BINS]; sizes.len()], vec![[0.0; BINS]; sizes.len()]);
-        for r in &rows {
+        for r in &cells {
             let e = params.residual(r);
             let b = params.sensitivity[r.template()];
-            num[r.size()][r.bin()] += b * (e + b * params.per_size[r.size()][r.bin()]);
-            den[r.size()][r.bin()] += b * b;
+            num[r.size()][r.bin()] += b * (e + r.count * b * params.per_size[r.size()][r.bin()]);
+            den[r.size()][r.bin()] += r.count * b * b;
         }
         for (size, curve) in params.per_size.iter_mut().enumerate() {
             for bin in 0..BINS {
@@ -541,11 +584,11 @@ fn fit_window<'a>(config: &ConcurrencyConfig, window: impl IntoIterator<Item = &
 
         // Sensitivities, shrunk towards 1 and kept non-negative.
         let (mut num, mut den) = (vec![0.0; templates.len()], vec![0.0; templates.len()]);
-        for r in &rows {
+        for r in &cells {
             let e = params.residual(r);
             let g = params.curve(r);
-            num[r.template()] += g * (e + params.sensitivity[r.template()] * g);
-            den[r.template()] += g * g;
+            num[r.template()] += g * (e + r.count * params.sensitivity[r.template()] * g);
+            den[r.template()] += r.count * g * g;
         }
         for (t, b) in params.sensitivity.iter_mut().enumerate() {
             *b = ((num[t] + config.sensitivity_shrinkage) / (den[t] + config.sensitivity_shrinkage).max(1e-12)).clamp(0.0, 8.0);
@@ -569,8 +612,8 @@ fn fit_window<'a>(config: &ConcurrencyConfig, window: impl IntoIterator<Item = &
     let bin_x = |bin: usize| bin_x_sum[bin] / bin_count[bin];
     let shared_curve = Curve::monotone((0..BINS).filter(|&b| bin_count[b] > 0.0).map(|b| (bin_x(b), shared[b], bin_count[b])));
     let mut size_counts = vec![[0.0; BINS]; sizes.len()];
-    for r in &rows {
-        size_counts[r.size()][r.bin()] += 1.0;
+    for r in &cells {
+        size_counts[r.size()][r.bin()] += r.count;
     }
     let size_curves: BTreeMap<Rpu, Curve> = sizes
         .iter()
@@ -660,7 +703,7 @@ impl LatencyPredictor for ConcurrencyAware {
         if self.window.len() == self.config.window.max(1) {
             self.window.pop_front();
         }
-        self.window.push_back(*observation);
+        self.window.push_back(Windowed::new(*observation));
         self.observations += 1;
         if let Some(forgotten) = self.templates.touch(&observation.template) {
             self.per_template.remove(&forgotten);
@@ -822,6 +865,133 @@ mod tests {
         assert!((p.predict(TemplateId(1), Rpu(16), 4).as_secs_f64() - 2.0 * 3.0).abs() < 1e-3);
     }
 
+    /// The backfitting run execution by execution, as first written: each
+    /// step computes every execution's residual, then sums them by key.
+    mod reference {
+        use super::super::*;
+
+        pub(super) struct Raw {
+            pub base: HashMap<TemplateId, f64>,
+            pub sensitivity: HashMap<TemplateId, f64>,
+            pub template_size: HashMap<(TemplateId, Rpu), f64>,
+            pub size: HashMap<Rpu, f64>,
+            pub shared_raw: [f64; BINS],
+            pub size_raw: HashMap<Rpu, [f64; BINS]>,
+        }
+
+        /// An execution: template, size, pair, bin, log latency, censored.
+        type Row = (usize, usize, usize, usize, f64, bool);
+
+        pub(super) fn fit(config: &ConcurrencyConfig, window: &[Windowed], previous: Option<&Fitted>) -> Raw {
+            let iterations = if previous.is_some() { config.warm_fit_iterations } else { config.cold_fit_iterations };
+            let mut templates = Vec::new();
+            let mut sizes = Vec::new();
+            let mut pairs = Vec::new();
+            fn index<K: PartialEq>(list: &mut Vec<K>, key: K) -> usize {
+                list.iter().position(|k| *k == key).unwrap_or_else(|| {
+                    list.push(key);
+                    list.len() - 1
+                })
+            }
+            let rows: Vec<Row> = window
+                .iter()
+                .map(|w| {
+                    let o = w.observation;
+                    let t = index(&mut templates, o.template);
+                    let z = index(&mut sizes, o.size);
+                    let p = index(&mut pairs, (o.template, o.size));
+                    (t, z, p, bin_of(o.neighbours), w.log_latency, o.censored)
+                })
+                .collect();
+            let mut bin_seen = [false; BINS];
+            for r in &rows {
+                bin_seen[r.3] = true;
+            }
+            let mut base: Vec<f64> = templates.iter().map(|t| previous.and_then(|f| f.base.get(t).copied()).unwrap_or(0.0)).collect();
+            let mut sensitivity: Vec<f64> = templates.iter().map(|t| previous.and_then(|f| f.sensitivity.get(t).copied()).unwrap_or(1.0)).collect();
+            let mut speed: Vec<f64> = sizes.iter().map(|s| previous.and_then(|f| f.size.get(s).copied()).unwrap_or(0.0)).collect();
+            let mut deviation: Vec<f64> = pairs.iter().map(|p| previous.and_then(|f| f.template_size.get(p).copied()).unwrap_or(0.0)).collect();
+            let mut shared = previous.map_or([0.0; BINS], |f| f.shared_raw);
+            let mut per_size: Vec<[f64; BINS]> = sizes.iter().map(|s| previous.and_then(|f| f.size_raw.get(s).copied()).unwrap_or([0.0; BINS])).collect();
+            for _ in 0..iterations {
+                let predict = |base: &[f64], speed: &[f64], deviation: &[f64], sensitivity: &[f64], shared: &[f64; BINS], per_size: &[[f64; BINS]], r: &Row| {
+                    base[r.0] + speed[r.1] + deviation[r.2] + sensitivity[r.0] * (shared[r.3] + per_size[r.1][r.3])
+                };
+                let targets: Vec<f64> = rows.iter().map(|r| if r.5 { r.4.max(predict(&base, &speed, &deviation, &sensitivity, &shared, &per_size, r)) } else { r.4 }).collect();
+                let residuals = |base: &[f64], speed: &[f64], deviation: &[f64], sensitivity: &[f64], shared: &[f64; BINS], per_size: &[[f64; BINS]]| -> Vec<f64> {
+                    rows.iter().zip(&targets).map(|(r, y)| y - predict(base, speed, deviation, sensitivity, shared, per_size, r)).collect()
+                };
+                let additive = |values: &mut Vec<f64>, key: &dyn Fn(&Row) -> usize, e: &[f64], shrinkage: f64| {
+                    let (mut sum, mut count) = (vec![0.0; values.len()], vec![0.0; values.len()]);
+                    for (r, e) in rows.iter().zip(e) {
+                        sum[key(r)] += e;
+                        count[key(r)] += 1.0;
+                    }
+                    for (k, value) in values.iter_mut().enumerate() {
+                        *value = (sum[k] + count[k] * *value) / (count[k] + shrinkage).max(1e-12);
+                    }
+                };
+                let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
+                additive(&mut base, &|r| r.0, &e, 0.0);
+                let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
+                additive(&mut speed, &|r| r.1, &e, 0.0);
+                let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
+                additive(&mut deviation, &|r| r.2, &e, config.template_size_shrinkage);
+                let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
+                let (mut num, mut den) = ([0.0; BINS], [0.0; BINS]);
+                for (r, e) in rows.iter().zip(&e) {
+                    let b = sensitivity[r.0];
+                    num[r.3] += b * (e + b * shared[r.3]);
+                    den[r.3] += b * b;
+                }
+                for bin in 0..BINS {
+                    if den[bin] > 1e-12 {
+                        shared[bin] = num[bin] / den[bin];
+                    }
+                }
+                let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
+                let (mut num, mut den) = (vec![[0.0; BINS]; sizes.len()], vec![[0.0; BINS]; sizes.len()]);
+                for (r, e) in rows.iter().zip(&e) {
+                    let b = sensitivity[r.0];
+                    num[r.1][r.3] += b * (e + b * per_size[r.1][r.3]);
+                    den[r.1][r.3] += b * b;
+                }
+                for (z, curve) in per_size.iter_mut().enumerate() {
+                    for bin in 0..BINS {
+                        curve[bin] = num[z][bin] / (den[z][bin] + config.size_curve_shrinkage).max(1e-12);
+                    }
+                }
+                let e = residuals(&base, &speed, &deviation, &sensitivity, &shared, &per_size);
+                let (mut num, mut den) = (vec![0.0; templates.len()], vec![0.0; templates.len()]);
+                for (r, e) in rows.iter().zip(&e) {
+                    let g = shared[r.3] + per_size[r.1][r.3];
+                    num[r.0] += g * (e + sensitivity[r.0] * g);
+                    den[r.0] += g * g;
+                }
+                for (t, b) in sensitivity.iter_mut().enumerate() {
+                    *b = ((num[t] + config.sensitivity_shrinkage) / (den[t] + config.sensitivity_shrinkage).max(1e-12)).clamp(0.0, 8.0);
+                }
+                if let Some(first) = (0..BINS).find(|&bin| bin_seen[bin]) {
+                    let shift = shared[first];
+                    for value in shared.iter_mut() {
+                        *value -= shift;
+                    }
+                    for (t, b) in base.iter_mut().enumerate() {
+                        *b += sensitivity[t] * shift;
+                    }
+                }
+            }
+            Raw {
+                base: templates.iter().copied().zip(base).collect(),
+                sensitivity: templates.iter().copied().zip(sensitivity).collect(),
+                template_size: pairs.iter().copied().zip(deviation).collect(),
+                size: sizes.iter().copied().zip(speed).collect(),
+                shared_raw: shared,
+                size_raw: sizes.iter().copied().zip(per_size).collect(),
+            }
+        }
+    }
+
     proptest! {
         #[test]
         fn predictions_never_fall_as_neighbours_grow(
@@ -879,6 +1049,36 @@ mod tests {
             let table = curve.tabulate(&xs);
             for (n, value) in table.iter().enumerate() {
                 prop_assert_eq!(value.to_bits(), curve.log_slowdown(n as u32).to_bits(), "n={}", n);
+            }
+        }
+
+        /// Property F.
+        #[test]
+        fn fitting_over_cells_is_fitting_over_executions(
+            points in prop::collection::vec((1u32..6, prop::sample::select(vec![4u32, 16, 64]), 0u32..200, 0.1f64..100.0, prop::bool::weighted(0.2)), 1..300),
+            warm in any::<bool>(),
+        ) {
+            let config = ConcurrencyConfig::default();
+            let window: Vec<Windowed> = points.iter().map(|&(t, size, n, l, censored)| Windowed::new(Observation { censored, ..obs(t, size, n, l) })).collect();
+            let previous = warm.then(|| fit_window(&config, &window[..window.len() / 2 + 1], None));
+            let fitted = fit_window(&config, &window, previous.as_ref());
+            let reference = reference::fit(&config, &window, previous.as_ref());
+            let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * (1.0 + a.abs().max(b.abs()));
+            for (template, value) in &reference.base {
+                prop_assert!(close(fitted.base[template], *value), "base {:?}: {} vs {}", template, fitted.base[template], value);
+                prop_assert!(close(fitted.sensitivity[template], reference.sensitivity[template]), "sensitivity {:?}", template);
+            }
+            for (pair, value) in &reference.template_size {
+                prop_assert!(close(fitted.template_size[pair], *value), "deviation {:?}", pair);
+            }
+            for (size, value) in &reference.size {
+                prop_assert!(close(fitted.size[size], *value), "speed {:?}", size);
+                for bin in 0..BINS {
+                    prop_assert!(close(fitted.size_raw[size][bin], reference.size_raw[size][bin]), "curve {:?} bin {}", size, bin);
+                }
+            }
+            for bin in 0..BINS {
+                prop_assert!(close(fitted.shared_raw[bin], reference.shared_raw[bin]), "shared bin {}", bin);
             }
         }
 
