@@ -36,9 +36,8 @@
 //! The model predicts every execution of one template on one size in one
 //! neighbour bin alike, so each backfitting pass reads those *cells* (their
 //! counts and summed log latencies; censored executions are imputed one by
-//! one) instead of the executions: a refit costs one pass over the window
-//! and then passes over a few thousand cells at most, not ten passes of six
-//! over 16,384 executions.
+//! one) instead of the executions: passes over a few thousand cells at
+//! most, not ten passes of six over 16,384 executions.
 //!
 //! # Properties
 //!
@@ -60,6 +59,9 @@
 //! - (F) The cells are a regrouping, not an approximation: the fitted
 //!   parameters are those of the same backfitting run execution by
 //!   execution, up to float rounding.
+//! - (G) The cells are kept as executions enter and leave the window, in
+//!   exact fixed-point sums: always equal to grouping the window afresh, so
+//!   a refit copies a few thousand cells, not the window.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -257,7 +259,9 @@ impl std::hash::Hasher for MultiplyHasher {
 #[derive(Clone, Debug)]
 pub struct ConcurrencyAware {
     config: ConcurrencyConfig,
-    window: VecDeque<Windowed>,
+    /// Shared with this predictor's clones until one of them learns (the
+    /// planner's forks never do): a fork costs no copy of the window.
+    learned: Arc<Learned>,
     /// Shared with a [`FitJob`] as its warm start, without a copy.
     fitted: Option<Arc<Fitted>>,
     /// Fits installed: `predict` answers as it did while this stays.
@@ -276,6 +280,14 @@ pub struct ConcurrencyAware {
     templates: RecentKeys<TemplateId>,
 }
 
+/// What the fit learns from.
+#[derive(Clone, Debug, Default)]
+struct Learned {
+    window: VecDeque<Windowed>,
+    /// The window's executions by cell, kept as they enter and leave.
+    cells: WindowCells,
+}
+
 /// An execution in the window, with its log latency (computed once, not
 /// at each of the refits it takes part in).
 #[derive(Clone, Copy, Debug)]
@@ -288,6 +300,126 @@ impl Windowed {
     fn new(observation: Observation) -> Self {
         Windowed { observation, log_latency: observation.latency.as_secs_f64().max(1e-6).ln() }
     }
+}
+
+/// Fixed-point sums, in units of 2^-64: a value is truncated to whole
+/// units (which changes no log latency of at least 2^-12 in magnitude:
+/// every one but those within 0.03% of a second), and sums of units are
+/// exact, whatever the order, so an execution added and later removed
+/// leaves no trace.
+const FIXED_UNITS: f64 = 18_446_744_073_709_551_616.0;
+
+fn to_fixed(value: f64) -> i128 {
+    (value * FIXED_UNITS) as i128
+}
+
+fn from_fixed(sum: i128) -> f64 {
+    sum as f64 / FIXED_UNITS
+}
+
+/// A cell's key: template, size, neighbour bin.
+type CellKey = (TemplateId, Rpu, u8);
+
+/// One cell's executions in the window.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct CellSums {
+    count: u32,
+    censored: u32,
+    /// The log latencies of those not censored.
+    exact_sum: i128,
+}
+
+/// The window's executions grouped by cell, kept incrementally (property
+/// G: always equal to grouping the window afresh).
+#[derive(Clone, Debug, Default, PartialEq)]
+struct WindowCells {
+    cells: BTreeMap<CellKey, CellSums>,
+    bin_count: [u64; BINS],
+    bin_x_sum: [i128; BINS],
+    censored: u64,
+}
+
+impl WindowCells {
+    #[cfg(test)]
+    fn of(window: &[Windowed]) -> Self {
+        let mut cells = WindowCells::default();
+        for w in window {
+            cells.add(w);
+        }
+        cells
+    }
+
+    fn key(w: &Windowed) -> CellKey {
+        let bin = u8::try_from(bin_of(w.observation.neighbours)).expect("fewer than 256 bins");
+        (w.observation.template, w.observation.size, bin)
+    }
+
+    fn add(&mut self, w: &Windowed) {
+        let key = WindowCells::key(w);
+        let cell = self.cells.entry(key).or_default();
+        cell.count += 1;
+        if w.observation.censored {
+            cell.censored += 1;
+            self.censored += 1;
+        } else {
+            cell.exact_sum += to_fixed(w.log_latency);
+        }
+        self.bin_count[usize::from(key.2)] += 1;
+        self.bin_x_sum[usize::from(key.2)] += to_fixed(f64::from(w.observation.neighbours).ln_1p());
+    }
+
+    fn remove(&mut self, w: &Windowed) {
+        let key = WindowCells::key(w);
+        let std::collections::btree_map::Entry::Occupied(mut entry) = self.cells.entry(key) else {
+            debug_assert!(false, "a windowed execution has its cell");
+            return;
+        };
+        let cell = entry.get_mut();
+        cell.count -= 1;
+        if w.observation.censored {
+            cell.censored -= 1;
+            self.censored -= 1;
+        } else {
+            cell.exact_sum -= to_fixed(w.log_latency);
+        }
+        if cell.count == 0 {
+            entry.remove();
+        }
+        self.bin_count[usize::from(key.2)] -= 1;
+        self.bin_x_sum[usize::from(key.2)] -= to_fixed(f64::from(w.observation.neighbours).ln_1p());
+    }
+
+    /// What a fit reads: the cells in key order, and the censored
+    /// executions of `window` (the executions these cells group).
+    fn fit_input<'a>(&self, window: impl IntoIterator<Item = &'a Windowed>) -> FitInput {
+        let keys: Vec<CellKey> = self.cells.keys().copied().collect();
+        let censored = if self.censored == 0 {
+            Vec::new()
+        } else {
+            window
+                .into_iter()
+                .filter(|w| w.observation.censored)
+                .map(|w| (keys.binary_search(&WindowCells::key(w)).expect("a windowed execution has its cell"), w.log_latency))
+                .collect()
+        };
+        FitInput {
+            cells: self.cells.iter().map(|(key, sums)| (*key, f64::from(sums.count), from_fixed(sums.exact_sum))).collect(),
+            censored,
+            bin_count: self.bin_count.map(|n| n as f64),
+            bin_x_sum: self.bin_x_sum.map(from_fixed),
+        }
+    }
+}
+
+/// A fit's data: per cell its key, executions and summed exact log
+/// latencies; each censored execution's cell and log latency; per bin its
+/// executions and their `log(1 + neighbours)` summed.
+#[derive(Clone, Debug)]
+struct FitInput {
+    cells: Vec<(CellKey, f64, f64)>,
+    censored: Vec<(usize, f64)>,
+    bin_count: [f64; BINS],
+    bin_x_sum: [f64; BINS],
 }
 
 /// The executions of one template on one size in one neighbour bin: the
@@ -363,7 +495,7 @@ impl ConcurrencyAware {
         let templates = RecentKeys::new(config.templates_max);
         ConcurrencyAware {
             config,
-            window: VecDeque::new(),
+            learned: Arc::default(),
             fitted: None,
             fits_installed: 0,
             observations: 0,
@@ -384,10 +516,11 @@ impl ConcurrencyAware {
 
     /// The refit that fell due since the last one handed out, if any.
     pub fn take_fit_job(&mut self) -> Option<FitJob> {
-        if !std::mem::take(&mut self.fit_due) || self.window.is_empty() {
+        let Learned { window, cells } = &*self.learned;
+        if !std::mem::take(&mut self.fit_due) || window.is_empty() {
             return None;
         }
-        Some(FitJob { config: self.config.clone(), window: self.window.iter().copied().collect(), previous: self.fitted.clone() })
+        Some(FitJob { config: self.config.clone(), executions: window.len(), input: cells.fit_input(window), previous: self.fitted.clone() })
     }
 
     /// Installs a fit run from a [`FitJob`]: predictions use it from now on.
@@ -404,38 +537,40 @@ impl ConcurrencyAware {
     /// Refits every parameter to the window, warm-starting from the last
     /// fit.
     pub fn fit(&mut self) {
-        if self.window.is_empty() {
+        let Learned { window, cells } = &*self.learned;
+        if window.is_empty() {
             return;
         }
-        self.fitted = Some(Arc::new(fit_window(&self.config, &self.window, self.fitted.as_deref())));
+        self.fitted = Some(Arc::new(fit_cells(&self.config, &cells.fit_input(window), self.fitted.as_deref())));
         self.fits_installed += 1;
     }
 }
 
-/// A refit detached from its predictor: a copy of the window and the
-/// previous fit to warm-start from. [`FitJob::run`] is pure, so it can run
-/// on any thread.
+/// A refit detached from its predictor: a copy of the window's cells and
+/// the previous fit to warm-start from. [`FitJob::run`] is pure, so it can
+/// run on any thread.
 #[derive(Clone, Debug)]
 pub struct FitJob {
     config: ConcurrencyConfig,
-    window: Vec<Windowed>,
+    executions: usize,
+    input: FitInput,
     previous: Option<Arc<Fitted>>,
 }
 
 impl FitJob {
     /// Executions it fits.
     pub fn len(&self) -> usize {
-        self.window.len()
+        self.executions
     }
 
     /// Whether it has nothing to fit (never, as handed out).
     pub fn is_empty(&self) -> bool {
-        self.window.is_empty()
+        self.executions == 0
     }
 
     /// Fits, as [`ConcurrencyAware::fit`] would have.
     pub fn run(self) -> Fit {
-        Fit(Arc::new(fit_window(&self.config, &self.window, self.previous.as_deref())))
+        Fit(Arc::new(fit_cells(&self.config, &self.input, self.previous.as_deref())))
     }
 }
 
@@ -443,62 +578,36 @@ impl FitJob {
 #[derive(Clone, Debug)]
 pub struct Fit(Arc<Fitted>);
 
-/// Fits every parameter to `window`, warm-starting from `previous`.
-fn fit_window<'a>(config: &ConcurrencyConfig, window: impl IntoIterator<Item = &'a Windowed>, previous: Option<&Fitted>) -> Fitted {
+/// Fits every parameter to the cells of `input`, warm-starting from
+/// `previous`.
+fn fit_cells(config: &ConcurrencyConfig, input: &FitInput, previous: Option<&Fitted>) -> Fitted {
     let iterations = if previous.is_some() { config.warm_fit_iterations } else { config.cold_fit_iterations };
 
-    // Dense indices in order of first appearance (deterministic).
+    // Dense indices in key order.
     let mut templates: Vec<TemplateId> = Vec::new();
     let mut template_index: HashMap<TemplateId, usize, KeyHasher> = HashMap::default();
     let mut sizes: Vec<Rpu> = Vec::new();
     let mut pairs: Vec<(TemplateId, Rpu)> = Vec::new();
     let mut pair_index: HashMap<(TemplateId, Rpu), usize, KeyHasher> = HashMap::default();
-    let mut bin_x_sum = [0.0; BINS];
-    let mut bin_count = [0.0; BINS];
-    let mut cells: Vec<Cell> = Vec::new();
-    // A cell's index by `template_size * BINS + bin`.
-    let mut cell_index: Vec<u32> = Vec::new();
-    let mut censored: Vec<(usize, f64)> = Vec::new();
-    // `log(1 + n)` for the neighbour counts the curves tabulate.
-    let table_xs: Vec<f64> = (0..TABLE).map(|n| (n as f64).ln_1p()).collect();
-    for &Windowed { observation: ref o, log_latency } in window {
-        let template = *template_index.entry(o.template).or_insert_with(|| {
-            templates.push(o.template);
+    let FitInput { bin_count, bin_x_sum, .. } = *input;
+    let mut cells: Vec<Cell> = Vec::with_capacity(input.cells.len());
+    for &((template_id, size_id, bin), count, exact_sum) in &input.cells {
+        let template = *template_index.entry(template_id).or_insert_with(|| {
+            templates.push(template_id);
             templates.len() - 1
         });
-        let size = sizes.iter().position(|s| *s == o.size).unwrap_or_else(|| {
-            sizes.push(o.size);
+        let size = sizes.iter().position(|s| *s == size_id).unwrap_or_else(|| {
+            sizes.push(size_id);
             sizes.len() - 1
         });
-        let template_size = *pair_index.entry((o.template, o.size)).or_insert_with(|| {
-            pairs.push((o.template, o.size));
-            cell_index.resize(pairs.len() * BINS, u32::MAX);
+        let template_size = *pair_index.entry((template_id, size_id)).or_insert_with(|| {
+            pairs.push((template_id, size_id));
             pairs.len() - 1
         });
-        let bin = bin_of(o.neighbours);
-        bin_x_sum[bin] += table_xs.get(o.neighbours as usize).copied().unwrap_or_else(|| f64::from(o.neighbours).ln_1p());
-        bin_count[bin] += 1.0;
-        let slot = &mut cell_index[template_size * BINS + bin];
-        if *slot == u32::MAX {
-            *slot = dense(cells.len());
-            cells.push(Cell {
-                count: 0.0,
-                exact_sum: 0.0,
-                target_sum: 0.0,
-                template: dense(template),
-                size: dense(size),
-                template_size: dense(template_size),
-                bin: u8::try_from(bin).expect("fewer than 256 bins"),
-            });
-        }
-        let cell = *slot as usize;
-        cells[cell].count += 1.0;
-        if o.censored {
-            censored.push((cell, log_latency));
-        } else {
-            cells[cell].exact_sum += log_latency;
-        }
+        cells.push(Cell { count, exact_sum, target_sum: 0.0, template: dense(template), size: dense(size), template_size: dense(template_size), bin });
     }
+    let censored = &input.censored;
+
     // Parameters, warm-started.
     let old = previous;
     let mut params = Params {
@@ -531,7 +640,7 @@ fn fit_window<'a>(config: &ConcurrencyConfig, window: impl IntoIterator<Item = &
         for cell in &mut cells {
             cell.target_sum = cell.exact_sum;
         }
-        for &(i, log_latency) in &censored {
+        for &(i, log_latency) in censored {
             let predicted = params.predict(&cells[i]);
             cells[i].target_sum += log_latency.max(predicted);
         }
@@ -649,6 +758,7 @@ fn fit_window<'a>(config: &ConcurrencyConfig, window: impl IntoIterator<Item = &
             ((t, z), (base[ti] + speed_of[&z] + d, sensitivity[ti]))
         })
         .collect();
+    let table_xs: Vec<f64> = (0..TABLE).map(|n| (n as f64).ln_1p()).collect();
     let tables = size_curves.iter().map(|(size, curve): (&Rpu, &Curve)| (*size, curve.tabulate(&table_xs))).collect();
     Fitted {
         keyed,
@@ -700,10 +810,15 @@ impl LatencyPredictor for ConcurrencyAware {
     }
 
     fn observe(&mut self, observation: &Observation) {
-        if self.window.len() == self.config.window.max(1) {
-            self.window.pop_front();
+        let Learned { window, cells } = Arc::make_mut(&mut self.learned);
+        if window.len() == self.config.window.max(1)
+            && let Some(oldest) = window.pop_front()
+        {
+            cells.remove(&oldest);
         }
-        self.window.push_back(Windowed::new(*observation));
+        let windowed = Windowed::new(*observation);
+        cells.add(&windowed);
+        window.push_back(windowed);
         self.observations += 1;
         if let Some(forgotten) = self.templates.touch(&observation.template) {
             self.per_template.remove(&forgotten);
@@ -777,6 +892,19 @@ mod tests {
         assert_eq!(p.predict(TemplateId(1), Rpu(16), 0), prior, "still the previous fit while the job runs");
         p.install_fit(job.run());
         assert!((p.predict(TemplateId(1), Rpu(16), 0).as_secs_f64() - 40.0).abs() < 1.0, "{:?}", p.predict(TemplateId(1), Rpu(16), 0));
+    }
+
+    #[test]
+    fn a_clone_shares_the_window_until_it_learns() {
+        let mut p = ConcurrencyAware::new(ConcurrencyConfig::default());
+        for i in 0..100 {
+            p.observe(&obs(i % 7, 16, i % 5, 1.0 + f64::from(i)));
+        }
+        let mut fork = p.clone();
+        assert!(Arc::ptr_eq(&p.learned, &fork.learned), "a fork copies nothing");
+        fork.observe(&obs(1, 16, 0, 2.0));
+        assert!(!Arc::ptr_eq(&p.learned, &fork.learned));
+        assert_eq!((p.learned.window.len(), fork.learned.window.len()), (100, 101), "what the fork learns stays its own");
     }
 
     #[test]
@@ -1018,7 +1146,7 @@ mod tests {
             for i in 0..n {
                 p.observe(&obs((i % 50) as u32, 16, (i % 7) as u32, 1.0 + i as f64));
             }
-            prop_assert!(p.window.len() <= 32);
+            prop_assert!(p.learned.window.len() <= 32);
             prop_assert!(p.fitted.as_ref().is_none_or(|f| f.base.len() <= 32));
         }
 
@@ -1060,8 +1188,9 @@ mod tests {
         ) {
             let config = ConcurrencyConfig::default();
             let window: Vec<Windowed> = points.iter().map(|&(t, size, n, l, censored)| Windowed::new(Observation { censored, ..obs(t, size, n, l) })).collect();
-            let previous = warm.then(|| fit_window(&config, &window[..window.len() / 2 + 1], None));
-            let fitted = fit_window(&config, &window, previous.as_ref());
+            let fit = |window: &[Windowed], previous: Option<&Fitted>| fit_cells(&config, &WindowCells::of(window).fit_input(window), previous);
+            let previous = warm.then(|| fit(&window[..window.len() / 2 + 1], None));
+            let fitted = fit(&window, previous.as_ref());
             let reference = reference::fit(&config, &window, previous.as_ref());
             let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * (1.0 + a.abs().max(b.abs()));
             for (template, value) in &reference.base {
@@ -1080,6 +1209,21 @@ mod tests {
             for bin in 0..BINS {
                 prop_assert!(close(fitted.shared_raw[bin], reference.shared_raw[bin]), "shared bin {}", bin);
             }
+        }
+
+        /// Property G.
+        #[test]
+        fn cells_kept_incrementally_are_the_windows_cells(
+            points in prop::collection::vec((1u32..6, prop::sample::select(vec![4u32, 16, 64]), 0u32..200, 1e-7f64..1e6, prop::bool::weighted(0.2)), 1..400),
+            window in 1usize..64,
+        ) {
+            let mut p = ConcurrencyAware::new(ConcurrencyConfig { window, ..ConcurrencyConfig::default() });
+            for &(t, size, n, l, censored) in &points {
+                p.observe(&Observation { censored, ..obs(t, size, n, l) });
+                let windowed: Vec<Windowed> = p.learned.window.iter().copied().collect();
+                prop_assert_eq!(&p.learned.cells, &WindowCells::of(&windowed));
+            }
+            prop_assert!(p.learned.cells.cells.len() <= window);
         }
 
         /// Property E.
