@@ -153,17 +153,36 @@ impl Default for Spread {
 
 impl Spread {
     fn push(&mut self, residual: f64, window: usize) {
-        if self.in_order.len() >= window.max(1)
-            && let Some(oldest) = self.in_order.pop_front()
-        {
-            let at = self.sorted.partition_point(|&r| r < oldest);
-            self.sorted.remove(at);
-        }
+        let full = self.in_order.len() >= window.max(1);
         self.in_order.push_back(residual);
-        let at = self.sorted.partition_point(|&r| r < residual);
-        self.sorted.insert(at, residual);
-        self.block_ends.clear();
-        self.block_ends.extend(self.sorted.chunks_exact(BLOCK).map(|block| block[BLOCK - 1]));
+        let insert_at = self.sorted.partition_point(|&r| r < residual);
+        let oldest = if full { self.in_order.pop_front() } else { None };
+        match oldest {
+            Some(oldest) => {
+                // The oldest leaves and the newest enters: only the
+                // residuals between the two places move, by one, and only
+                // the blocks holding them change their last residual.
+                let removed_at = self.sorted.partition_point(|&r| r < oldest);
+                let insert_at = if removed_at < insert_at { insert_at - 1 } else { insert_at };
+                let (low, high) = (removed_at.min(insert_at), removed_at.max(insert_at));
+                if removed_at < insert_at {
+                    self.sorted.copy_within(removed_at + 1..=insert_at, removed_at);
+                } else {
+                    self.sorted.copy_within(insert_at..removed_at, insert_at + 1);
+                }
+                self.sorted[insert_at] = residual;
+                for block in low / BLOCK..=high / BLOCK {
+                    if let Some(end) = self.block_ends.get_mut(block) {
+                        *end = self.sorted[block * BLOCK + BLOCK - 1];
+                    }
+                }
+            }
+            None => {
+                self.sorted.insert(insert_at, residual);
+                self.block_ends.clear();
+                self.block_ends.extend(self.sorted.chunks_exact(BLOCK).map(|block| block[BLOCK - 1]));
+            }
+        }
         let (lowest, highest) = (self.sorted[0], self.sorted[self.sorted.len() - 1]);
         self.ratio_clear_of_all = highest.exp() * (1.0 + RATIO_SURE);
         self.ratio_short_of_all = lowest.exp() * (1.0 - RATIO_SURE);
@@ -410,6 +429,11 @@ mod tests {
             let mut spread = Spread::default();
             for (pushed, &residual) in residuals.iter().enumerate() {
                 spread.push(residual, window);
+                let mut sorted: Vec<f64> = spread.in_order.iter().copied().collect();
+                sorted.sort_by(f64::total_cmp);
+                prop_assert_eq!(spread.sorted.iter().map(|r| r.to_bits()).collect::<Vec<_>>(), sorted.iter().map(|r| r.to_bits()).collect::<Vec<_>>());
+                let ends: Vec<f64> = sorted.chunks_exact(BLOCK).map(|block| block[BLOCK - 1]).collect();
+                prop_assert_eq!(&spread.block_ends, &ends);
                 // (F), after every push, thresholds inside the spread and
                 // past either end alike.
                 for &threshold in &thresholds {
