@@ -31,8 +31,9 @@ fn observation(rng: &mut SmallRng) -> Observation {
     }
 }
 
-/// A predictor with a full window and a fit, and its next refit job.
-fn warm_job() -> FitJob {
+/// A predictor that defers its refits, with a full window, and the RNG
+/// that drew it.
+fn full_window() -> (ConcurrencyAware, SmallRng) {
     let config = ConcurrencyConfig::default();
     let mut rng = SmallRng::seed_from_u64(7);
     let mut predictor = ConcurrencyAware::new(config.clone());
@@ -40,24 +41,25 @@ fn warm_job() -> FitJob {
     for _ in 0..config.window {
         predictor.observe(&observation(&mut rng));
     }
+    (predictor, rng)
+}
+
+/// The refit after a fit of the full window and `refit_every` more
+/// executions.
+fn warm_job() -> FitJob {
+    let (mut predictor, mut rng) = full_window();
     if let Some(job) = predictor.take_fit_job() {
         predictor.install_fit(job.run());
     }
-    for _ in 0..config.refit_every {
+    for _ in 0..ConcurrencyConfig::default().refit_every {
         predictor.observe(&observation(&mut rng));
     }
     predictor.take_fit_job().expect("a refit falls due every refit_every observations")
 }
 
+/// The first fit of the full window.
 fn cold_job() -> FitJob {
-    let config = ConcurrencyConfig::default();
-    let mut rng = SmallRng::seed_from_u64(7);
-    let mut predictor = ConcurrencyAware::new(config.clone());
-    predictor.defer_fits();
-    for _ in 0..config.window {
-        predictor.observe(&observation(&mut rng));
-    }
-    predictor.take_fit_job().expect("the young window's last refit fell due")
+    full_window().0.take_fit_job().expect("the young window's last refit fell due")
 }
 
 fn bench_fit(c: &mut Criterion) {

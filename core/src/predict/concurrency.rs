@@ -222,6 +222,9 @@ struct Fitted {
 /// Neighbour counts tabulated per size; larger ones interpolate.
 const TABLE: usize = 4_096;
 
+/// `log(1 + n)` for each tabulated neighbour count `n`, computed once.
+static TABLE_XS: std::sync::LazyLock<Vec<f64>> = std::sync::LazyLock::new(|| (0..TABLE).map(|n| (n as f64).ln_1p()).collect());
+
 /// A fast hasher for the small integer keys of the prediction hot path
 /// (the router predicts every running query on every arrival).
 #[derive(Clone, Copy, Debug, Default)]
@@ -324,7 +327,6 @@ type CellKey = (TemplateId, Rpu, u8);
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct CellSums {
     count: u32,
-    censored: u32,
     /// The log latencies of those not censored.
     exact_sum: i128,
 }
@@ -336,7 +338,9 @@ struct WindowCells {
     cells: BTreeMap<CellKey, CellSums>,
     bin_count: [u64; BINS],
     bin_x_sum: [i128; BINS],
-    censored: u64,
+    /// The censored executions' cells and log latencies, oldest first:
+    /// they leave the window in the order they entered it.
+    censored: VecDeque<(CellKey, f64)>,
 }
 
 impl WindowCells {
@@ -359,8 +363,7 @@ impl WindowCells {
         let cell = self.cells.entry(key).or_default();
         cell.count += 1;
         if w.observation.censored {
-            cell.censored += 1;
-            self.censored += 1;
+            self.censored.push_back((key, w.log_latency));
         } else {
             cell.exact_sum += to_fixed(w.log_latency);
         }
@@ -377,8 +380,8 @@ impl WindowCells {
         let cell = entry.get_mut();
         cell.count -= 1;
         if w.observation.censored {
-            cell.censored -= 1;
-            self.censored -= 1;
+            let oldest = self.censored.pop_front();
+            debug_assert_eq!(oldest.map(|(key, _)| key), Some(key), "the oldest censored execution leaves first");
         } else {
             cell.exact_sum -= to_fixed(w.log_latency);
         }
@@ -389,35 +392,24 @@ impl WindowCells {
         self.bin_x_sum[usize::from(key.2)] -= to_fixed(f64::from(w.observation.neighbours).ln_1p());
     }
 
-    /// What a fit reads: the cells in key order, and the censored
-    /// executions of `window` (the executions these cells group).
-    fn fit_input<'a>(&self, window: impl IntoIterator<Item = &'a Windowed>) -> FitInput {
-        let keys: Vec<CellKey> = self.cells.keys().copied().collect();
-        let censored = if self.censored == 0 {
-            Vec::new()
-        } else {
-            window
-                .into_iter()
-                .filter(|w| w.observation.censored)
-                .map(|w| (keys.binary_search(&WindowCells::key(w)).expect("a windowed execution has its cell"), w.log_latency))
-                .collect()
-        };
+    /// What a fit reads: a copy, O(cells + censored executions).
+    fn fit_input(&self) -> FitInput {
         FitInput {
             cells: self.cells.iter().map(|(key, sums)| (*key, f64::from(sums.count), from_fixed(sums.exact_sum))).collect(),
-            censored,
+            censored: self.censored.iter().copied().collect(),
             bin_count: self.bin_count.map(|n| n as f64),
             bin_x_sum: self.bin_x_sum.map(from_fixed),
         }
     }
 }
 
-/// A fit's data: per cell its key, executions and summed exact log
-/// latencies; each censored execution's cell and log latency; per bin its
-/// executions and their `log(1 + neighbours)` summed.
+/// A fit's data: per cell in key order its key, executions and summed
+/// exact log latencies; each censored execution's cell and log latency;
+/// per bin its executions and their `log(1 + neighbours)` summed.
 #[derive(Clone, Debug)]
 struct FitInput {
     cells: Vec<(CellKey, f64, f64)>,
-    censored: Vec<(usize, f64)>,
+    censored: Vec<(CellKey, f64)>,
     bin_count: [f64; BINS],
     bin_x_sum: [f64; BINS],
 }
@@ -433,28 +425,10 @@ struct Cell {
     /// The pass's targets summed: `exact_sum` plus each censored
     /// execution's `max(observed, predicted)` as of the pass.
     target_sum: f64,
-    template: u32,
-    size: u32,
-    template_size: u32,
-    bin: u8,
-}
-
-impl Cell {
-    fn template(&self) -> usize {
-        self.template as usize
-    }
-
-    fn size(&self) -> usize {
-        self.size as usize
-    }
-
-    fn template_size(&self) -> usize {
-        self.template_size as usize
-    }
-
-    fn bin(&self) -> usize {
-        usize::from(self.bin)
-    }
+    template: usize,
+    size: usize,
+    template_size: usize,
+    bin: usize,
 }
 
 /// The backfitting's parameters over the cells' dense indices.
@@ -470,12 +444,12 @@ struct Params {
 impl Params {
     /// The cell's log slowdown curve at its bin, `g + h`.
     fn curve(&self, r: &Cell) -> f64 {
-        self.shared[r.bin()] + self.per_size[r.size()][r.bin()]
+        self.shared[r.bin] + self.per_size[r.size][r.bin]
     }
 
     /// The cell's predicted log latency.
     fn predict(&self, r: &Cell) -> f64 {
-        self.base[r.template()] + self.speed[r.size()] + self.deviation[r.template_size()] + self.sensitivity[r.template()] * self.curve(r)
+        self.base[r.template] + self.speed[r.size] + self.deviation[r.template_size] + self.sensitivity[r.template] * self.curve(r)
     }
 
     /// The cell's residuals against its targets, summed.
@@ -484,10 +458,6 @@ impl Params {
     }
 }
 
-/// A dense index as a cell stores it.
-fn dense(index: usize) -> u32 {
-    u32::try_from(index).expect("a window holds fewer than 2^32 distinct keys")
-}
 
 impl ConcurrencyAware {
     /// An untrained predictor.
@@ -520,7 +490,7 @@ impl ConcurrencyAware {
         if !std::mem::take(&mut self.fit_due) || window.is_empty() {
             return None;
         }
-        Some(FitJob { config: self.config.clone(), executions: window.len(), input: cells.fit_input(window), previous: self.fitted.clone() })
+        Some(FitJob { config: self.config.clone(), executions: window.len(), input: cells.fit_input(), previous: self.fitted.clone() })
     }
 
     /// Installs a fit run from a [`FitJob`]: predictions use it from now on.
@@ -541,7 +511,7 @@ impl ConcurrencyAware {
         if window.is_empty() {
             return;
         }
-        self.fitted = Some(Arc::new(fit_cells(&self.config, &cells.fit_input(window), self.fitted.as_deref())));
+        self.fitted = Some(Arc::new(fit_cells(&self.config, &cells.fit_input(), self.fitted.as_deref())));
         self.fits_installed += 1;
     }
 }
@@ -583,30 +553,33 @@ pub struct Fit(Arc<Fitted>);
 fn fit_cells(config: &ConcurrencyConfig, input: &FitInput, previous: Option<&Fitted>) -> Fitted {
     let iterations = if previous.is_some() { config.warm_fit_iterations } else { config.cold_fit_iterations };
 
-    // Dense indices in key order.
+    // Dense indices in key order: the cells are sorted by template, then
+    // size, so a template's and a pair's cells are consecutive.
     let mut templates: Vec<TemplateId> = Vec::new();
-    let mut template_index: HashMap<TemplateId, usize, KeyHasher> = HashMap::default();
     let mut sizes: Vec<Rpu> = Vec::new();
     let mut pairs: Vec<(TemplateId, Rpu)> = Vec::new();
-    let mut pair_index: HashMap<(TemplateId, Rpu), usize, KeyHasher> = HashMap::default();
     let FitInput { bin_count, bin_x_sum, .. } = *input;
     let mut cells: Vec<Cell> = Vec::with_capacity(input.cells.len());
     for &((template_id, size_id, bin), count, exact_sum) in &input.cells {
-        let template = *template_index.entry(template_id).or_insert_with(|| {
+        if templates.last() != Some(&template_id) {
             templates.push(template_id);
-            templates.len() - 1
-        });
+        }
+        if pairs.last() != Some(&(template_id, size_id)) {
+            pairs.push((template_id, size_id));
+        }
         let size = sizes.iter().position(|s| *s == size_id).unwrap_or_else(|| {
             sizes.push(size_id);
             sizes.len() - 1
         });
-        let template_size = *pair_index.entry((template_id, size_id)).or_insert_with(|| {
-            pairs.push((template_id, size_id));
-            pairs.len() - 1
-        });
-        cells.push(Cell { count, exact_sum, target_sum: 0.0, template: dense(template), size: dense(size), template_size: dense(template_size), bin });
+        let bin = usize::from(bin);
+        cells.push(Cell { count, exact_sum, target_sum: 0.0, template: templates.len() - 1, size, template_size: pairs.len() - 1, bin });
     }
-    let censored = &input.censored;
+    // Each censored execution's cell.
+    let censored: Vec<(usize, f64)> = input
+        .censored
+        .iter()
+        .map(|(key, log_latency)| (input.cells.binary_search_by(|(k, _, _)| k.cmp(key)).expect("a censored execution has its cell"), *log_latency))
+        .collect();
 
     // Parameters, warm-started.
     let old = previous;
@@ -627,9 +600,9 @@ fn fit_cells(config: &ConcurrencyConfig, input: &FitInput, previous: Option<&Fit
         }
         count
     };
-    let template_count = counts(templates.len(), Cell::template);
-    let size_count = counts(sizes.len(), Cell::size);
-    let template_size_count = counts(pairs.len(), Cell::template_size);
+    let template_count = counts(templates.len(), |c| c.template);
+    let size_count = counts(sizes.len(), |c| c.size);
+    let template_size_count = counts(pairs.len(), |c| c.template_size);
 
     // Each step sums the residuals under the parameters as they stand
     // (one pass over the cells) and then updates its own parameters.
@@ -640,7 +613,7 @@ fn fit_cells(config: &ConcurrencyConfig, input: &FitInput, previous: Option<&Fit
         for cell in &mut cells {
             cell.target_sum = cell.exact_sum;
         }
-        for &(i, log_latency) in censored {
+        for &(i, log_latency) in &censored {
             let predicted = params.predict(&cells[i]);
             cells[i].target_sum += log_latency.max(predicted);
         }
@@ -658,20 +631,20 @@ fn fit_cells(config: &ConcurrencyConfig, input: &FitInput, previous: Option<&Fit
                 *value = (sum[k] + count[k] * *value) / (count[k] + shrinkage).max(1e-12);
             }
         };
-        additive(&mut sum, &params, Cell::template, templates.len());
+        additive(&mut sum, &params, |c| c.template, templates.len());
         update(&mut params.base, &sum, &template_count, 0.0);
-        additive(&mut sum, &params, Cell::size, sizes.len());
+        additive(&mut sum, &params, |c| c.size, sizes.len());
         update(&mut params.speed, &sum, &size_count, 0.0);
-        additive(&mut sum, &params, Cell::template_size, pairs.len());
+        additive(&mut sum, &params, |c| c.template_size, pairs.len());
         update(&mut params.deviation, &sum, &template_size_count, config.template_size_shrinkage);
 
         // Curves: regress the partial residual on β.
         let (mut num, mut den) = ([0.0; BINS], [0.0; BINS]);
         for r in &cells {
             let e = params.residual(r);
-            let b = params.sensitivity[r.template()];
-            num[r.bin()] += b * (e + r.count * b * params.shared[r.bin()]);
-            den[r.bin()] += r.count * b * b;
+            let b = params.sensitivity[r.template];
+            num[r.bin] += b * (e + r.count * b * params.shared[r.bin]);
+            den[r.bin] += r.count * b * b;
         }
         for bin in 0..BINS {
             if den[bin] > 1e-12 {
@@ -681,9 +654,9 @@ fn fit_cells(config: &ConcurrencyConfig, input: &FitInput, previous: Option<&Fit
         let (mut num, mut den) = (vec![[0.0; BINS]; sizes.len()], vec![[0.0; BINS]; sizes.len()]);
         for r in &cells {
             let e = params.residual(r);
-            let b = params.sensitivity[r.template()];
-            num[r.size()][r.bin()] += b * (e + r.count * b * params.per_size[r.size()][r.bin()]);
-            den[r.size()][r.bin()] += r.count * b * b;
+            let b = params.sensitivity[r.template];
+            num[r.size][r.bin] += b * (e + r.count * b * params.per_size[r.size][r.bin]);
+            den[r.size][r.bin] += r.count * b * b;
         }
         for (size, curve) in params.per_size.iter_mut().enumerate() {
             for bin in 0..BINS {
@@ -696,8 +669,8 @@ fn fit_cells(config: &ConcurrencyConfig, input: &FitInput, previous: Option<&Fit
         for r in &cells {
             let e = params.residual(r);
             let g = params.curve(r);
-            num[r.template()] += g * (e + r.count * params.sensitivity[r.template()] * g);
-            den[r.template()] += r.count * g * g;
+            num[r.template] += g * (e + r.count * params.sensitivity[r.template] * g);
+            den[r.template] += r.count * g * g;
         }
         for (t, b) in params.sensitivity.iter_mut().enumerate() {
             *b = ((num[t] + config.sensitivity_shrinkage) / (den[t] + config.sensitivity_shrinkage).max(1e-12)).clamp(0.0, 8.0);
@@ -722,7 +695,7 @@ fn fit_cells(config: &ConcurrencyConfig, input: &FitInput, previous: Option<&Fit
     let shared_curve = Curve::monotone((0..BINS).filter(|&b| bin_count[b] > 0.0).map(|b| (bin_x(b), shared[b], bin_count[b])));
     let mut size_counts = vec![[0.0; BINS]; sizes.len()];
     for r in &cells {
-        size_counts[r.size()][r.bin()] += r.count;
+        size_counts[r.size][r.bin] += r.count;
     }
     let size_curves: BTreeMap<Rpu, Curve> = sizes
         .iter()
@@ -754,12 +727,11 @@ fn fit_cells(config: &ConcurrencyConfig, input: &FitInput, previous: Option<&Fit
         .iter()
         .zip(&deviation)
         .map(|(&(t, z), d)| {
-            let ti = template_index[&t];
+            let ti = templates.binary_search(&t).expect("a pair's template is fitted");
             ((t, z), (base[ti] + speed_of[&z] + d, sensitivity[ti]))
         })
         .collect();
-    let table_xs: Vec<f64> = (0..TABLE).map(|n| (n as f64).ln_1p()).collect();
-    let tables = size_curves.iter().map(|(size, curve): (&Rpu, &Curve)| (*size, curve.tabulate(&table_xs))).collect();
+    let tables = size_curves.iter().map(|(size, curve): (&Rpu, &Curve)| (*size, curve.tabulate(&TABLE_XS))).collect();
     Fitted {
         keyed,
         tables,
@@ -1188,7 +1160,7 @@ mod tests {
         ) {
             let config = ConcurrencyConfig::default();
             let window: Vec<Windowed> = points.iter().map(|&(t, size, n, l, censored)| Windowed::new(Observation { censored, ..obs(t, size, n, l) })).collect();
-            let fit = |window: &[Windowed], previous: Option<&Fitted>| fit_cells(&config, &WindowCells::of(window).fit_input(window), previous);
+            let fit = |window: &[Windowed], previous: Option<&Fitted>| fit_cells(&config, &WindowCells::of(window).fit_input(), previous);
             let previous = warm.then(|| fit(&window[..window.len() / 2 + 1], None));
             let fitted = fit(&window, previous.as_ref());
             let reference = reference::fit(&config, &window, previous.as_ref());
