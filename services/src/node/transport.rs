@@ -236,7 +236,13 @@ impl AsyncRead for Connection {
                 tracing::debug!(message = "Closing a gRPC connection.", remote = %this.info.remote, handshake = !this.seen_bytes);
                 return Poll::Ready(Ok(()));
             }
-            this.timer.as_mut().reset(at);
+            // A timer due no later than `at` is kept: when it fires, the
+            // loop looks again. Re-armed on every pending read, it cost a
+            // timer-wheel update a read.
+            let armed = this.timer.deadline();
+            if armed > at || this.timer.is_elapsed() {
+                this.timer.as_mut().reset(at);
+            }
             if this.timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
