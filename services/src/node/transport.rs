@@ -7,7 +7,9 @@
 //!   loop waits for one to close (the kernel's backlog queues the rest, then
 //!   refuses them), so a flood of sockets costs no file descriptors past the
 //!   limit;
-//! - each has TCP_NODELAY set;
+//! - each has TCP_NODELAY set, and takes plain writes, not vectored ones
+//!   (so h2 batches the replies ready at once into one write; see
+//!   [`Connection`]'s `is_write_vectored`);
 //! - an accept error (EMFILE, ENFILE, ENOBUFS) backs off from 5 ms,
 //!   doubling to 1 s, instead of retrying at once, and is logged once per
 //!   streak;
