@@ -260,3 +260,32 @@ fn train_predictor_refuses_a_log_it_cannot_read_naming_the_line() {
     // bad line is named.
     assert!(stderr.contains("log.jsonl:1: not an execution record") || stderr.contains("--features learn"), "{stderr}");
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_serving_node_has_transparent_huge_pages_turned_off() {
+    use std::io::{BufRead, BufReader};
+    let scratch_dir = scratch("thp");
+    let dir = scratch_dir.path();
+    let config = dir.join("node.toml");
+    let text = format!(
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = {:?}\n",
+        dir.join("data")
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_slogate"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("binary runs");
+    // The node logs its gRPC address once it serves (bounded: 200 lines).
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let serving = stderr.lines().map_while(Result::ok).take(200).any(|line| line.contains("grpc_addr="));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(serving, "the node never logged its address");
+    let thp = status.lines().find(|l| l.starts_with("THP_enabled:")).expect("the kernel reports THP_enabled (Linux 5.0 and later)");
+    assert_eq!(thp.split_whitespace().nth(1), Some("0"), "{thp}");
+}
