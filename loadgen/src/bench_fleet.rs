@@ -165,6 +165,7 @@ fn replay_config(target: std::net::SocketAddr, pool: &str, concurrency: usize, r
         progress: false,
         run_id: ReplayConfig::fresh_run_id(),
         sql: None,
+        ca_pem: None,
     }
 }
 

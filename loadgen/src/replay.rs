@@ -44,6 +44,9 @@ pub struct ReplayConfig {
     /// SQL text per template: entries whose template has text are sent as
     /// that text (for SQL backends), the rest by template number.
     pub sql: Option<Arc<BTreeMap<u32, String>>>,
+    /// The PEM certificate of the CA that signed the node's, for an
+    /// `https://` target served over TLS.
+    pub ca_pem: Option<Vec<u8>>,
 }
 
 impl ReplayConfig {
@@ -153,7 +156,15 @@ pub async fn replay(entries: &[TraceEntry], config: &ReplayConfig) -> Result<Rep
     if !(config.time_scale.is_finite() && config.time_scale >= 0.0) {
         return Err(Error::InvalidParameter(format!("time scale must be ≥ 0, got {}", config.time_scale)));
     }
-    let channel = endpoint(&config.target)?
+    let mut endpoint = endpoint(&config.target)?;
+    if let Some(pem) = &config.ca_pem {
+        // The name to check the certificate against is the target's host,
+        // an IP address included.
+        let host = endpoint.uri().host().unwrap_or_default().trim_matches(['[', ']']).to_owned();
+        let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(pem)).domain_name(host);
+        endpoint = endpoint.tls_config(tls).map_err(|e| Error::InvalidParameter(format!("cannot use the CA certificate for {}: {e}", config.target)))?;
+    }
+    let channel = endpoint
         .connect()
         .await
         .map_err(|e| Error::Replay(format!("cannot connect to {}: {e}", config.target)))?;

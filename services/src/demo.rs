@@ -94,6 +94,7 @@ fn replay_config(grpc: std::net::SocketAddr, pool: &str, time_scale: f64, sql: O
         progress: true,
         run_id: ReplayConfig::fresh_run_id(),
         sql,
+        ca_pem: None,
     }
 }
 

@@ -664,6 +664,7 @@ async fn planned_spinups_fire_at_their_time_of_day_in_a_live_replay_of_the_trace
         progress: false,
         run_id: slogate_loadgen::replay::ReplayConfig::fresh_run_id(),
         sql: None,
+        ca_pem: None,
     };
     let report = slogate_loadgen::replay::replay(&entries, &replay).await.unwrap();
     assert_eq!(report.completed + report.timed_out, 60, "{report:?}");

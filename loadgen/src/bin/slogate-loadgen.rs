@@ -116,9 +116,13 @@ enum WorkloadKind {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// The node's gRPC endpoint.
+    /// The node's gRPC endpoint (`https://` for a node serving TLS, with
+    /// `--ca-cert`).
     #[arg(long)]
     target: String,
+    /// The PEM certificate of the CA that signed the node's certificate.
+    #[arg(long)]
+    ca_cert: Option<std::path::PathBuf>,
     /// The workload.
     #[arg(long, value_enum, default_value = "base")]
     workload: WorkloadKind,
@@ -276,6 +280,16 @@ async fn run(args: RunArgs) -> i32 {
         eprintln!("error: {e}");
         return 2;
     }
+    let ca_pem = match &args.ca_cert {
+        Some(path) => match std::fs::read(path) {
+            Ok(pem) => Some(pem),
+            Err(e) => {
+                eprintln!("error: cannot read --ca-cert {}: {e}", path.display());
+                return 2;
+            }
+        },
+        None => None,
+    };
     let config = ReplayConfig {
         target: args.target.clone(),
         pool: args.pool.clone(),
@@ -286,6 +300,7 @@ async fn run(args: RunArgs) -> i32 {
         progress: true,
         run_id: args.run_id.clone().unwrap_or_else(ReplayConfig::fresh_run_id),
         sql: None,
+        ca_pem,
     };
     let report = match replay(&entries, &config).await {
         Ok(report) => report,
