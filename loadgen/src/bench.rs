@@ -523,6 +523,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("slogate-loadgen-tls-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let (ca_pem, identity) = certificates(&dir);
+        // The test's TLS server needs the provider before the replay runs.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let incoming = tonic::transport::server::TcpIncoming::from(listener);

@@ -158,6 +158,8 @@ pub async fn replay(entries: &[TraceEntry], config: &ReplayConfig) -> Result<Rep
     }
     let mut endpoint = endpoint(&config.target)?;
     if let Some(pem) = &config.ca_pem {
+        // rustls needs a process-wide provider; one installed already stays.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         // The name to check the certificate against is the target's host,
         // an IP address included.
         let host = endpoint.uri().host().unwrap_or_default().trim_matches(['[', ']']).to_owned();
