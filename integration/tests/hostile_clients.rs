@@ -406,7 +406,7 @@ async fn tenants_need_their_token_keep_their_own_ids_and_replies_and_are_throttl
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_serves_grpc_and_the_admin_api_and_plaintext_gets_nothing() {
+async fn tls_serves_grpc_a_loadgen_replay_given_the_ca_and_the_admin_api_and_plaintext_gets_nothing() {
     let certs = scratch("tls-certs");
     let dir = certs.path();
     let ca = slogate::backend::local_postgres::make_certificates(dir).expect("openssl makes a CA and a certificate (the CI installs it)");
@@ -424,6 +424,31 @@ async fn tls_serves_grpc_and_the_admin_api_and_plaintext_gets_nothing() {
     let channel = tonic::transport::Endpoint::from_shared(format!("https://{}", node.grpc_addr)).unwrap().tls_config(tls).unwrap().connect().await.unwrap();
     let reply = GatewayClient::new(channel).submit(request("over-tls", 4, 600_000)).await.unwrap().into_inner();
     assert_eq!(reply.status(), QueryStatus::Completed);
+
+    // `slogate-loadgen run --ca-cert` replays over TLS, checking the
+    // node's certificate against the CA it is given; without it, nothing
+    // gets through.
+    use slogate_loadgen::replay::{ReplayConfig, replay};
+    let templates = slogate_world::catalog::tpcds_template_set();
+    let mut entries = slogate_loadgen::workload::base_workload(&templates, 0.1, 1).unwrap();
+    slogate_loadgen::workload::assign_slos(&mut entries, &templates, 4.0).unwrap();
+    entries.truncate(30);
+    let replay_config = |ca_pem: Option<Vec<u8>>| ReplayConfig {
+        target: format!("https://{}", node.grpc_addr),
+        pool: "default".into(),
+        time_scale: 0.0,
+        concurrency: 8,
+        repeat: 1,
+        deadline: Duration::from_secs(60),
+        progress: false,
+        run_id: ReplayConfig::fresh_run_id(),
+        sql: None,
+        ca_pem,
+    };
+    let report = replay(&entries, &replay_config(Some(pem.clone()))).await.unwrap();
+    assert_eq!((report.submitted, report.completed), (30, 30), "{report:?}");
+    let untrusted = replay(&entries, &replay_config(None)).await;
+    assert!(untrusted.is_err(), "a replay got through TLS with no CA to check the node's certificate: {untrusted:?}");
 
     let plain = tokio::time::timeout(Duration::from_secs(10), async {
         let mut client = GatewayClient::connect(format!("http://{}", node.grpc_addr)).await?;

@@ -503,62 +503,6 @@ mod tests {
         server.abort();
     }
 
-    /// A CA and a certificate for 127.0.0.1 signed by it, made by the
-    /// `openssl` command in `dir`: (the CA's PEM, the server's identity).
-    fn certificates(dir: &Path) -> (Vec<u8>, tonic::transport::Identity) {
-        let openssl = |args: &[&str]| {
-            let output = Command::new("openssl").current_dir(dir).args(args).output().expect("openssl runs (the CI installs it)");
-            assert!(output.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-        };
-        openssl(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=loadgen test CA"]);
-        openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]);
-        std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").unwrap();
-        openssl(&["x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile", "ext.cnf"]);
-        let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
-        (read("ca.crt"), tonic::transport::Identity::from_pem(read("server.crt"), read("server.key")))
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_replay_over_tls_checks_the_node_s_certificate_against_the_ca_it_is_given() {
-        let dir = std::env::temp_dir().join(format!("slogate-loadgen-tls-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (ca_pem, identity) = certificates(&dir);
-        // The test's TLS server needs the provider before the replay runs.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let incoming = tonic::transport::server::TcpIncoming::from(listener);
-        let server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
-                .unwrap()
-                .add_service(GatewayServer::new(BareGateway))
-                .serve_with_incoming(incoming),
-        );
-        let templates = slogate_world::catalog::tpcds_template_set();
-        let mut workload = crate::workload::base_workload(&templates, 0.1, 1).unwrap();
-        crate::workload::assign_slos(&mut workload, &templates, 4.0).unwrap();
-        let config = |ca_pem: Option<Vec<u8>>| ReplayConfig {
-            target: format!("https://{address}"),
-            pool: "default".into(),
-            time_scale: 0.0,
-            concurrency: 8,
-            repeat: 1,
-            deadline: Duration::from_secs(30),
-            progress: false,
-            run_id: ReplayConfig::fresh_run_id(),
-            sql: None,
-            ca_pem,
-        };
-        let report = replay(&workload, &config(Some(ca_pem))).await.unwrap();
-        assert_eq!((report.submitted, report.completed), (297, 297), "{report:?}");
-        // Without the CA it does not get through.
-        let untrusted = replay(&workload, &config(None)).await;
-        assert!(untrusted.is_err(), "a replay trusted a certificate no CA it was given signed: {untrusted:?}");
-        server.abort();
-        std::fs::remove_dir_all(&dir).ok();
-    }
-
     #[test]
     fn a_process_s_cpu_time_is_read_from_proc_and_grows_with_work() {
         if !Path::new("/proc/self/stat").exists() {
