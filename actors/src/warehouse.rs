@@ -7,8 +7,9 @@
 //! every input the actor asks the world for its next event and makes sure
 //! a timer fires by then: it keeps the armed timer when that fires no
 //! later (the world then just advances and the timer is armed again), and
-//! otherwise arms a new one, which makes the older one stale (a generation
-//! counter). Under load every dispatch moves the next event, mostly later
+//! otherwise arms a new one, which makes the older one stale (a timer
+//! acts only if it is for the instant armed last; two for the same
+//! instant are alike). Under load every dispatch moves the next event, mostly later
 //! (the running queries slow down); a timer per dispatch cost a tokio
 //! timer registration and, for four in ten dispatches at 25k queries/s,
 //! a write to the runtime's wake-up descriptor.
@@ -126,8 +127,8 @@ pub struct EmulatedWarehouse {
     clock: VirtualClock,
     pending: HashMap<QueryId, oneshot::Sender<Result<ExecutionReport, Failure>>>,
     watchers: Vec<(PoolId, Recipient<ClusterUpdate>)>,
-    timer_generation: u64,
-    /// When the live timer fires, in virtual time.
+    /// When the live timer fires, in virtual time; a timer for any other
+    /// instant is stale.
     timer_armed_at: Option<Instant>,
     finished: u64,
     mailbox_capacity: usize,
@@ -141,7 +142,6 @@ impl EmulatedWarehouse {
             clock,
             pending: HashMap::new(),
             watchers: Vec::new(),
-            timer_generation: 0,
             timer_armed_at: None,
             finished: 0,
             mailbox_capacity,
@@ -174,7 +174,6 @@ impl EmulatedWarehouse {
             }
         }
         let Some(at) = self.world.poll_timeout() else {
-            self.timer_generation += 1;
             self.timer_armed_at = None;
             return;
         };
@@ -183,12 +182,10 @@ impl EmulatedWarehouse {
             // reports nothing yet, and arms the next.
             return;
         }
-        self.timer_generation += 1;
         self.timer_armed_at = Some(at);
-        let generation = self.timer_generation;
         let real_delay = self.clock.real_duration(at - self.now());
         ctx.run_later(real_delay, move |actor, ctx| {
-            if actor.timer_generation == generation {
+            if actor.timer_armed_at == Some(at) {
                 actor.timer_armed_at = None;
                 let now = actor.now().max(at);
                 actor.advance(now, ctx);
