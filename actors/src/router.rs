@@ -577,6 +577,11 @@ pub struct PoolState {
     pub in_flight_max: usize,
     /// Counters.
     pub stats: PoolStats,
+    /// The violation budget the router spends on cost, when the pool has
+    /// one: its target, the recent violation rate and the tolerance it
+    /// adds now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub violation_budget: Option<slogate_core::route::budget::BudgetState>,
 }
 
 /// The RouterShard's observable state.
@@ -1746,6 +1751,7 @@ impl Handler<GetState> for RouterShard {
                 in_flight: p.in_flight.len(),
                 in_flight_max: p.in_flight_max,
                 stats: p.stats.clone(),
+                violation_budget: p.policy.violation_budget(),
             })
             .collect();
         pools.sort_by(|a, b| a.id.cmp(&b.id));

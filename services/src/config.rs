@@ -472,6 +472,12 @@ pub struct PoolSection {
     /// The pool's provider.
     #[serde(default)]
     pub provider: ProviderSection,
+    /// `[pool.violation_budget]`: the SLO-aware router spends the slack
+    /// under `target` (the recent violation rate of its own queries) on
+    /// cheaper placements; unset, it buys all the safety it can see
+    /// (`slogate_core::route::budget`).
+    #[serde(default)]
+    pub violation_budget: Option<slogate_core::route::budget::BudgetConfig>,
 }
 
 /// `[pool.provider]`: who creates and releases the pool's clusters.
@@ -1460,6 +1466,7 @@ impl Default for ConfigV1 {
                 shard: None,
                 caps: CapsSection::default(),
                 provider: ProviderSection::default(),
+                violation_budget: None,
             }],
             tenant: Vec::new(),
             fleet: FleetSection::default(),
@@ -1772,6 +1779,9 @@ impl NodeConfig {
             if retrain.min_executions < 10 || !(1..=100_000).contains(&retrain.steps) {
                 return Err(invalid(&format!("pool[{i}].retrain"), "min_executions must be at least 10 and steps within 1–100000"));
             }
+            if let Some(budget) = &pool.violation_budget {
+                budget.validate().map_err(|reason| invalid(&format!("pool[{i}].violation_budget"), reason))?;
+            }
             match pool.mode.as_str() {
                 "active" => {}
                 "shadow" => {
@@ -2069,6 +2079,21 @@ mod tests {
         let flags = Overrides { grpc_addr: Some("127.0.0.1:0".into()), ..Overrides::default() };
         let config = NodeConfig::load(file, &env(&[("SLOGATE_GRPC_ADDR", "127.0.0.1:3")]), &flags).unwrap();
         assert_eq!(config.grpc_addr.port(), 0);
+    }
+
+    #[test]
+    fn a_violation_budget_is_read_with_defaults_and_a_bad_setting_is_named() {
+        let load = |extra: &str| {
+            NodeConfig::load(&format!("version = \"1\"\n[[pool]]\nname = \"a\"\nclusters = [16]\npolicy = \"slogate\"\n{extra}"), &env(&[]), &Overrides::default())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(load("").unwrap().file.pool[0].violation_budget, None);
+        let budget = load("[pool.violation_budget]\ntarget = 0.08\n").unwrap().file.pool[0].violation_budget.clone().unwrap();
+        assert_eq!(budget, slogate_core::route::budget::BudgetConfig { target: 0.08, ..Default::default() });
+        let error = load("[pool.violation_budget]\ntarget = 2.0\n").unwrap_err();
+        assert!(error.contains("pool[0].violation_budget") && error.contains("target must be in (0, 1), got 2"), "{error}");
+        let error = load("[pool.violation_budget]\ntarget = 0.05\nwindow = 10\nmin_finished = 20\n").unwrap_err();
+        assert!(error.contains("min_finished (20) must not exceed its window (10)"), "{error}");
     }
 
     #[test]

@@ -240,11 +240,11 @@ async fn operators_add_and_remove_clusters_with_the_token_only() {
 }
 
 #[actix_rt::test]
-async fn the_slo_aware_router_serves_live_with_predictions_and_learns_from_completions() {
+async fn the_slo_aware_router_serves_live_with_predictions_learns_from_completions_and_shows_its_violation_budget() {
     let scratch_dir = scratch("slogate-policy");
     let dir = scratch_dir.path();
     let text = format!(
-        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\n[[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [32, 16]\n",
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 20000.0\n[[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [32, 16]\n[pool.violation_budget]\ntarget = 0.05\n",
         dir.display()
     );
     let config = load(&text);
@@ -260,6 +260,16 @@ async fn the_slo_aware_router_serves_live_with_predictions_and_learns_from_compl
         assert!(reply.predicted_ms > 0.0, "{reply:?}");
         assert!(reply.explanation.contains("predicted"), "{}", reply.explanation);
     }
+    // The budget counts every query the router placed and saw finish.
+    let (status, body) = admin_get(node.admin_addr, "/v1/pools/default").await;
+    assert_eq!(status, 200, "{body}");
+    let pool: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let budget = &pool["violation_budget"];
+    assert_eq!(budget["target"], 0.05, "{body}");
+    assert_eq!(budget["finished"], 100, "{body}");
+    let (realised, extra) = (budget["realised"].as_f64().unwrap(), budget["extra_tolerance"].as_f64().unwrap());
+    assert!((0.0..=1.0).contains(&realised) && (0.0..=0.1).contains(&extra), "{body}");
+    assert_eq!(extra == 0.0, realised >= 0.05, "the tolerance widens exactly while the budget is unspent: {body}");
     node.shutdown().await;
     // A restart warms the router up from the execution log.
     let node = node::start(config).await.unwrap();

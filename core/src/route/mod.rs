@@ -20,6 +20,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod budget;
 pub mod director;
 pub mod elastic;
 pub mod margin;
@@ -99,6 +100,12 @@ pub trait RoutingPolicy {
     /// The calibrated margin its SLO decisions use, with the predicted and
     /// realised misses, for policies that have one ([`margin`]).
     fn margin(&self) -> Option<margin::MarginState> {
+        None
+    }
+
+    /// The violation budget it spends on cost, for policies with one
+    /// ([`budget`]).
+    fn violation_budget(&self) -> Option<budget::BudgetState> {
         None
     }
 
@@ -215,6 +222,9 @@ impl<P: RoutingPolicy + ?Sized> RoutingPolicy for Box<P> {
     }
     fn margin(&self) -> Option<margin::MarginState> {
         (**self).margin()
+    }
+    fn violation_budget(&self) -> Option<budget::BudgetState> {
+        (**self).violation_budget()
     }
     fn defer_fits(&mut self) {
         (**self).defer_fits()

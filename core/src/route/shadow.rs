@@ -335,6 +335,10 @@ impl RoutingPolicy for Shadowed {
         self.shadow.margin()
     }
 
+    fn violation_budget(&self) -> Option<super::budget::BudgetState> {
+        self.shadow.violation_budget()
+    }
+
     fn predictor_name(&self) -> Option<&str> {
         self.shadow.predictor_name()
     }

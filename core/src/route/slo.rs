@@ -73,6 +73,14 @@
 //! summed over the ten cases was 0.3 points below least-loaded's, against
 //! 5.5.)
 //!
+//! **Violation budget** (optional, [`SloRouter::with_violation_budget`]).
+//! A pool with a violation-rate target lets the router spend the slack
+//! under it: while its own recent queries miss less often than the target,
+//! the tolerance widens in proportion to the unspent share (see
+//! [`super::budget`]), so a cheaper placement that risks a little more
+//! wins. Damage control and uncertain templates are unaffected. The
+//! explanation says when the wider tolerance applied.
+//!
 //! **Overload reserve** (optional, [`SloRouter::with_reserve`]; the policy
 //! `slogate-reserve`). Once most recent decisions were damage control, a
 //! long query goes to one overflow cluster and the others stay off it, so
@@ -99,8 +107,9 @@
 //!
 //! - (A) The guard never lowers a running query's prediction.
 //! - (B) Unless the query misses everywhere, the chosen candidate's
-//!   expected violations are within [`EXPECTED_VIOLATION_TOLERANCE`] of the
-//!   fewest; before the spread is learned, if some candidate adds no
+//!   expected violations are within the tolerance of the fewest
+//!   ([`EXPECTED_VIOLATION_TOLERANCE`], plus the violation budget's extra
+//!   when the router has one); before the spread is learned, if some candidate adds no
 //!   predicted violation, the chosen one adds none either.
 //! - (C) Unless the query misses everywhere, no candidate within that
 //!   tolerance is cheaper than the chosen one.
@@ -121,6 +130,7 @@ use crate::decimal::Fixed;
 use crate::model::{ClusterId, ClusterView, Pool, Query, QueryId, Rpu, Target};
 use crate::objective::{Outcome, best_with_target};
 use crate::predict::{LatencyPredictor, Observation, Placement, QueryState, guard};
+use crate::route::budget::{BudgetConfig, BudgetState, ViolationBudget};
 use crate::route::elastic::{ElasticOptions, ElasticRouting};
 use crate::route::margin::{MarginState, SloMargin};
 use crate::route::reserve::{OverloadReserve, ReserveConfig};
@@ -305,6 +315,8 @@ pub struct SloRouter<P: LatencyPredictor> {
     margin: SloMargin,
     /// The overload reserve, when the router was built with one.
     reserve: Option<OverloadReserve>,
+    /// The violation budget, when the pool has a target to spend.
+    budget: Option<ViolationBudget>,
 }
 
 impl<P: LatencyPredictor> SloRouter<P> {
@@ -321,6 +333,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
             provisioned: false,
             margin: SloMargin::default(),
             reserve: None,
+            budget: None,
         }
     }
 
@@ -329,6 +342,19 @@ impl<P: LatencyPredictor> SloRouter<P> {
     pub fn with_reserve(mut self, config: ReserveConfig) -> Self {
         self.reserve = Some(OverloadReserve::new(config));
         self
+    }
+
+    /// Adds the violation budget (see [`super::budget`]): while the
+    /// router's recent queries miss less than the target, cheaper
+    /// placements within a wider tolerance win.
+    pub fn with_violation_budget(mut self, config: BudgetConfig) -> Self {
+        self.budget = Some(ViolationBudget::new(config));
+        self
+    }
+
+    /// The violation budget's state, if the router has one.
+    pub fn budget_state(&self) -> Option<BudgetState> {
+        self.budget.as_ref().map(ViolationBudget::state)
     }
 
     /// The pool's clusters are **provisioned** (billed from spinup until
@@ -581,8 +607,10 @@ impl<P: LatencyPredictor> SloRouter<P> {
             }
         }
         // BestWithTarget with the target just above the fewest expected
-        // violations: the cheapest of the candidates within the tolerance.
-        let target = outcomes.iter().map(|o| o.violations).fold(f64::INFINITY, f64::min) + EXPECTED_VIOLATION_TOLERANCE;
+        // violations: the cheapest of the candidates within the tolerance,
+        // widened by the violation budget while it is unspent.
+        let extra_tolerance = self.budget.as_ref().map_or(0.0, ViolationBudget::extra_tolerance);
+        let target = outcomes.iter().map(|o| o.violations).fold(f64::INFINITY, f64::min) + EXPECTED_VIOLATION_TOLERANCE + extra_tolerance;
         let chosen_index = match &damage {
             Some(keys) => (0..keys.len()).min_by(|&a, &b| keys[a].cmp(&keys[b]).then(a.cmp(&b))),
             None => best_with_target(&outcomes, target),
@@ -739,6 +767,17 @@ impl<P: LatencyPredictor> SloRouter<P> {
         if let Some((cluster, violations, expected, cost_usd)) = runner_up {
             let _ = write!(explanation, "; runner-up {cluster} (+{violations} violations, +{} expected, +${})", Fixed::<2>(expected), Fixed::<4>(cost_usd));
         }
+        if extra_tolerance > 0.0 && damage.is_none() && !uncertain {
+            let budget = self.budget.as_ref().map(ViolationBudget::state).expect("a budget widened the tolerance");
+            let _ = write!(
+                explanation,
+                "; violation budget: {}% of the last {} missed against a target of {}%, so candidates within {} expected violations of the fewest count as equal",
+                Fixed::<1>(budget.realised * 100.0),
+                budget.finished,
+                Fixed::<1>(budget.target * 100.0),
+                Fixed::<2>(EXPECTED_VIOLATION_TOLERANCE + extra_tolerance)
+            );
+        }
         explanation.push_str(&elastic_note);
         let routing = Routing::Dispatch(RouteDecision {
             target: Target::Cluster(chosen.cluster),
@@ -867,6 +906,9 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
         let latency = report.latency();
         let censored = report.outcome != ExecutionOutcome::Completed;
         let missed = censored || latency > released.slo;
+        if let Some(budget) = &mut self.budget {
+            budget.handle_finished(missed);
+        }
         self.margin.handle_finished(
             released.predicted_at_placement,
             released.state.neighbours_at_dispatch,
@@ -886,6 +928,10 @@ impl<P: LatencyPredictor + Clone + Send + 'static> RoutingPolicy for SloRouter<P
 
     fn margin(&self) -> Option<MarginState> {
         Some(self.margin.state())
+    }
+
+    fn violation_budget(&self) -> Option<BudgetState> {
+        self.budget_state()
     }
 
     fn predictor_name(&self) -> Option<&str> {
@@ -1081,6 +1127,60 @@ pub(super) mod tests {
         let routed = plain.route(Instant::from_secs_f64(1.0), &query(10, 20, 1.0, 1.0), &pool);
         let Routing::Dispatch(decision) = routed else { unreachable!() };
         assert!(!decision.explanation.contains("overload reserve"), "{}", decision.explanation);
+    }
+
+    #[test]
+    fn an_unspent_violation_budget_buys_a_cheaper_placement_that_a_router_without_one_passes_over() {
+        let budget = BudgetConfig { target: 0.1, window: 8, min_finished: 1, extra_tolerance_max: 0.5 };
+        let mut routers = [SloRouter::new("slogate", trained(), BillingConfig::default()), SloRouter::new("slogate", trained(), BillingConfig::default()).with_violation_budget(budget)];
+        // Actual latencies spread from half to twice the predictions.
+        let spread: Vec<Observation> = (0..64)
+            .map(|i| Observation {
+                template: TemplateId(3),
+                size: Rpu(16),
+                neighbours: 0,
+                latency: Duration::from_secs_f64(3.0 * 2f64.powf(f64::from(i) / 31.5 - 1.0)),
+                censored: false,
+            })
+            .collect();
+        let pool = pool(&[16, 16]);
+        let mut chosen = Vec::new();
+        for router in &mut routers {
+            router.warm_margin(&spread);
+            // One query meets its SLO: nothing of the budget is spent.
+            let first = target(&router.route(Instant::ZERO, &query(1, 1, 100.0, 0.0), &pool));
+            let report = ExecutionReport {
+                query: QueryId(1),
+                target: Target::Cluster(first),
+                arrival: Instant::ZERO,
+                dispatched: Instant::ZERO,
+                started: Some(Instant::ZERO),
+                finished: Instant::from_secs_f64(1.0),
+                outcome: ExecutionOutcome::Completed,
+            };
+            router.handle_completion(Instant::from_secs_f64(1.0), &report);
+            // A 10 s query with a 16 s SLO: a neighbour makes a miss likely,
+            // not certain.
+            let running = target(&router.route(Instant::from_secs_f64(2.0), &query(2, 10, 16.0, 2.0), &pool));
+            let routed = router.route(Instant::from_secs_f64(2.5), &query(3, 1, 100.0, 2.5), &pool);
+            let scores = router.last_scores();
+            let (beside, apart) = (&scores[running.0 as usize], &scores[1 - running.0 as usize]);
+            let extra = beside.expected_violations - apart.expected_violations;
+            assert!(extra > EXPECTED_VIOLATION_TOLERANCE && extra < EXPECTED_VIOLATION_TOLERANCE + 0.5, "the test needs a risk between the tolerances: {scores:?}");
+            assert!(beside.marginal_cost_usd < apart.marginal_cost_usd, "the idle cluster opens a window: {scores:?}");
+            chosen.push((target(&routed) == running, routed));
+        }
+        let [(plain_beside, plain), (budget_beside, budgeted)] = [chosen.remove(0), chosen.remove(0)];
+        assert!(!plain_beside, "without a budget the router protects the running query: {plain:?}");
+        assert!(budget_beside, "with the budget unspent it takes the cheaper cluster: {budgeted:?}");
+        let Routing::Dispatch(decision) = budgeted else { unreachable!() };
+        assert!(
+            decision.explanation.contains("violation budget: 0.0% of the last 1 missed against a target of 10.0%, so candidates within 0.55 expected violations of the fewest count as equal"),
+            "{}",
+            decision.explanation
+        );
+        assert_eq!(routers[1].budget_state().map(|b| b.extra_tolerance), Some(0.5));
+        assert_eq!(routers[0].budget_state(), None);
     }
 
     #[test]

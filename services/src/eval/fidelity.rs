@@ -67,14 +67,14 @@ pub fn run(seed: u64) -> Result<FidelityReport> {
         ("autoscaled", AutoscalerPolicy::SLOGATE),
     ];
     let config = ExecutionConfig { spinups: Vec::new(), knobs: AutoscalerConfig::default() };
-    let planner = planner_for(&history, None)?;
+    let planner = planner_for(&history, &super::PoolTerms::default())?;
     let mut rows = Vec::new();
     for &kappa in &KAPPAS {
         let entries = workload(&templates, kappa, seed)?;
         for &target in &TARGET_DAYS {
             let queries = day_queries(&entries, target)?;
             for (name, policy) in configurations {
-                let (world_violation_rate, world_cost_usd, world_spinups, _) = run_day_with(&queries, &config, policy, &history, None, seed)?;
+                let (world_violation_rate, world_cost_usd, world_spinups, _) = run_day_with(&queries, &config, policy, &history, &super::PoolTerms::default(), seed)?;
                 let setup = slogate_core::tune::BatchSetup { policy, ..batch_setup(None, &calibration) };
                 let planned = simulate_batch(&setup, planner.as_ref(), std::slice::from_ref(&config), std::slice::from_ref(&queries));
                 let outcome = &planned[0][0];

@@ -32,6 +32,7 @@ use slogate_core::predict::concurrency::ConcurrencyConfig;
 use slogate_core::predict::isolated::IsolatedConfig;
 use slogate_core::predict::iconq::{IconqPredictor, IconqWeights};
 use slogate_core::predict::{ConcurrencyAware, LatencyPredictor, Observation, StageLike};
+use slogate_core::route::budget::BudgetConfig;
 use slogate_core::route::director::{DirectorPlacement, SloDirector};
 use slogate_core::route::elastic::ElasticOptions;
 use slogate_core::route::slo::SloRouter;
@@ -191,6 +192,9 @@ pub struct PoolTerms {
     /// Iconq+'s trained weights: the `slogate` policies predict with it
     /// over their concurrency-aware base (`slogate-iconq` needs them).
     pub iconq: Option<Arc<IconqWeights>>,
+    /// The violation budget the SLO-aware routers spend on cost
+    /// ([`slogate_core::route::budget`]); `None` for none.
+    pub violation_budget: Option<BudgetConfig>,
 }
 
 impl PoolTerms {
@@ -272,6 +276,9 @@ fn slo_router<P: LatencyPredictor>(name: &str, predictor: P, terms: &PoolTerms, 
     if terms.provisioned {
         router = router.with_provisioned_clusters();
     }
+    if let Some(budget) = terms.violation_budget.clone() {
+        router = router.with_violation_budget(budget);
+    }
     history.iter().for_each(|o| router.predictor_mut().observe(o));
     fit(router.predictor_mut());
     router.warm_margin(history);
@@ -344,6 +351,10 @@ impl RoutingPolicy for Timed {
 
     fn margin(&self) -> Option<slogate_core::route::margin::MarginState> {
         self.inner.margin()
+    }
+
+    fn violation_budget(&self) -> Option<slogate_core::route::budget::BudgetState> {
+        self.inner.violation_budget()
     }
 }
 

@@ -162,16 +162,17 @@ pub fn batch_setup(elastic: Option<&ElasticOptions>, calibration: &Calibration) 
     }
 }
 
-/// The slogate router warmed on `history`, offloading if `elastic`.
-fn router(history: &[slogate_core::predict::Observation], elastic: Option<&ElasticOptions>) -> Result<Box<dyn slogate_core::route::RoutingPolicy>> {
-    build_policy_with("slogate", history, &PoolTerms { elastic: elastic.cloned(), ..PoolTerms::default() })
+/// The slogate router warmed on `history`, on the pool's `terms` (the
+/// elastic tier and the violation budget are the ones that apply).
+fn router(history: &[slogate_core::predict::Observation], terms: &PoolTerms) -> Result<Box<dyn slogate_core::route::RoutingPolicy>> {
+    build_policy_with("slogate", history, terms)
 }
 
 /// Runs `queries` in the world from one warm 16-RPU cluster with `config`
-/// (and the elastic tier if `elastic`): VR, cost, spinups and the elastic
-/// tier's part of the cost.
-pub fn run_day(queries: &[Query], config: &ExecutionConfig, history: &[slogate_core::predict::Observation], elastic: Option<&ElasticOptions>, seed: u64) -> Result<(f64, f64, usize, f64)> {
-    run_day_with(queries, config, AutoscalerPolicy::SLOGATE, history, elastic, seed)
+/// on the pool's `terms` (the elastic tier if it has one): VR, cost,
+/// spinups and the elastic tier's part of the cost.
+pub fn run_day(queries: &[Query], config: &ExecutionConfig, history: &[slogate_core::predict::Observation], terms: &PoolTerms, seed: u64) -> Result<(f64, f64, usize, f64)> {
+    run_day_with(queries, config, AutoscalerPolicy::SLOGATE, history, terms, seed)
 }
 
 /// [`run_day`] under autoscaling `policy`.
@@ -180,14 +181,14 @@ pub fn run_day_with(
     config: &ExecutionConfig,
     policy: AutoscalerPolicy,
     history: &[slogate_core::predict::Observation],
-    elastic: Option<&ElasticOptions>,
+    terms: &PoolTerms,
     seed: u64,
 ) -> Result<(f64, f64, usize, f64)> {
     let mut world = World::seeded_with_ready(seed, &[START_RPU]);
-    if let Some(options) = elastic {
+    if let Some(options) = &terms.elastic {
         world.set_elastic(options.config.clone());
     }
-    let router = router(history, elastic)?;
+    let router = router(history, terms)?;
     let autoscaler = Rc::new(RefCell::new(
         Autoscaler::new(config.knobs.clone(), policy, BillingConfig::default()).with_schedule(config.spinups.clone()),
     ));
@@ -199,21 +200,22 @@ pub fn run_day_with(
 }
 
 /// The planner the tuner plans with: a fork of the slogate router warmed
-/// on `history`.
-pub fn planner_for(history: &[slogate_core::predict::Observation], elastic: Option<&ElasticOptions>) -> Result<Box<dyn PlanningRouter>> {
-    router(history, elastic)?.fork_planner().ok_or_else(|| Error::Scenario("slogate cannot plan".into()))
+/// on `history`, on the pool's `terms`.
+pub fn planner_for(history: &[slogate_core::predict::Observation], terms: &PoolTerms) -> Result<Box<dyn PlanningRouter>> {
+    router(history, terms)?.fork_planner().ok_or_else(|| Error::Scenario("slogate cannot plan".into()))
 }
 
 /// The training log's observations, and the planner's calibration learned
 /// from the log against the predictor they warm.
 pub fn learn_from(log: &[ExecutionRecord]) -> Result<(Vec<slogate_core::predict::Observation>, Calibration)> {
     let history: Vec<_> = log.iter().map(ExecutionRecord::observation).collect();
-    let calibration = Calibration::learn(planner_for(&history, None)?.fork_predictor().as_ref(), log);
+    let calibration = Calibration::learn(planner_for(&history, &PoolTerms::default())?.fork_predictor().as_ref(), log);
     Ok((history, calibration))
 }
 
 /// Tunes for `target` from `history_days` days of `entries` (with the
-/// elastic tier if `elastic`).
+/// pool's `terms`: the elastic tier if it has one, and the violation
+/// budget the router spends).
 #[allow(clippy::too_many_arguments)]
 pub fn tune_for(
     entries: &[TraceEntry],
@@ -223,7 +225,7 @@ pub fn tune_for(
     history_days: u32,
     history: &[slogate_core::predict::Observation],
     calibration: &Calibration,
-    elastic: Option<&ElasticOptions>,
+    terms: &PoolTerms,
     seed: u64,
 ) -> Result<TuningReport> {
     let reservoir = reservoir_of(entries, target.saturating_sub(history_days)..target);
@@ -231,17 +233,17 @@ pub fn tune_for(
         by_template: templates.iter().map(|t| (t.id, t.baseline_latency.mul_f64(kappa))).collect::<BTreeMap<_, _>>(),
         default: Duration::from_secs(60),
     };
-    let planner = planner_for(history, elastic)?;
+    let planner = planner_for(history, terms)?;
     let day = FIRST_DAY + target as i32;
     let base = ExecutionConfig { spinups: Vec::new(), knobs: AutoscalerConfig::default() };
-    Ok(tune_pool(&reservoir, day, day - history_days as i32..day, &slos, &batch_setup(elastic, calibration), planner.as_ref(), &base, &tuning_config(seed), &mut |_| {}))
+    Ok(tune_pool(&reservoir, day, day - history_days as i32..day, &slos, &batch_setup(terms.elastic.as_ref(), calibration), planner.as_ref(), &base, &tuning_config(seed), &mut |_| {}))
 }
 
 /// The whole table.
 pub fn run(seed: u64) -> Result<TunerReport> {
     let templates = Scenario::templates();
     let (history, calibration) = learn_from(&training_executions(&[4, 8, 16, 32], seed))?;
-    let planner = planner_for(&history, None)?;
+    let planner = planner_for(&history, &PoolTerms::default())?;
     let setup = batch_setup(None, &calibration);
     let mut cells = Vec::new();
     for &kappa in &KAPPAS {
@@ -250,9 +252,9 @@ pub fn run(seed: u64) -> Result<TunerReport> {
             let queries = day_queries(&entries, target)?;
             for &history_days in &HISTORIES {
                 let started = std::time::Instant::now();
-                let report = tune_for(&entries, &templates, kappa, target, history_days, &history, &calibration, None, seed)?;
+                let report = tune_for(&entries, &templates, kappa, target, history_days, &history, &calibration, &PoolTerms::default(), seed)?;
                 let tuning_s = started.elapsed().as_secs_f64();
-                let (violation_rate, cost_usd, spinups, _) = run_day(&queries, &report.config, &history, None, seed)?;
+                let (violation_rate, cost_usd, spinups, _) = run_day(&queries, &report.config, &history, &PoolTerms::default(), seed)?;
                 let planned = simulate_batch(&setup, planner.as_ref(), std::slice::from_ref(&report.config), std::slice::from_ref(&queries));
                 let planner_actual = Outcome { violations: planned[0][0].violation_rate(), cost_usd: planned[0][0].cost_usd };
                 cells.push(TunerCell {

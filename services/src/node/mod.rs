@@ -242,6 +242,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
             director_queue_per_16_rpu: Some(pool.elastic.director_queue_per_16_rpu),
             templates_max: Some(file.limits.templates_per_pool_max),
             shadow_of,
+            violation_budget: pool.violation_budget.clone(),
         };
         crate::eval::policy_by_name(&pool.policy).map_err(|e| Error::Config(format!("pool[{i}].policy: {e}")))?;
         policies.insert(pool.name.clone(), (pool.policy.clone(), terms.clone()));
