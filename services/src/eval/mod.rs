@@ -520,7 +520,8 @@ pub fn run_with(scenario: &Scenario, policies: &[String], seed: u64, options: &E
                 };
                 let plan = match (&base_plan, &scenario.tune, target) {
                     (Some(base), Some(section), Some(day)) => {
-                        let run = tuned::tune_case(&case.label(), &entries, day, clusters, base, section, options.elastic.as_ref(), seed)?;
+                        let terms = PoolTerms { elastic: options.elastic.clone(), violation_budget: scenario.violation_budget.clone(), ..PoolTerms::default() };
+                        let run = tuned::tune_case(&case.label(), &entries, day, clusters, base, section, &terms, seed)?;
                         let plan = run.plan(base);
                         tuning.push(run);
                         Some(plan)
@@ -530,7 +531,13 @@ pub fn run_with(scenario: &Scenario, policies: &[String], seed: u64, options: &E
                 for policy in policies {
                     let autoscale = plan.as_ref().filter(|_| LEARNED_POLICIES.contains(&policy.as_str()));
                     let iconq = iconq.clone().filter(|_| policy == "slogate-iconq");
-                    let terms = PoolTerms { elastic: options.elastic.clone(), director_queue_per_16_rpu: options.director_queue_per_16_rpu, iconq, ..PoolTerms::default() };
+                    let terms = PoolTerms {
+                        elastic: options.elastic.clone(),
+                        director_queue_per_16_rpu: options.director_queue_per_16_rpu,
+                        iconq,
+                        violation_budget: scenario.violation_budget.clone(),
+                        ..PoolTerms::default()
+                    };
                     let inner = build_policy_with(policy, history, &terms)?;
                     results.push(run_case(&case, policy, inner, &queries, seed, options, autoscale)?);
                 }
@@ -886,6 +893,20 @@ mod tests {
         let warm = run_with(&scenario, &scenario.policies, 1, &EvalOptions { explain: 20, ..EvalOptions::default() }).unwrap();
         let slogate = warm.results.iter().find(|r| r.policy == "slogate").unwrap();
         assert!(slogate.decisions.iter().any(|d| !d.contains("spread like least-loaded")), "{:#?}", slogate.decisions);
+    }
+
+    #[test]
+    fn a_scenario_s_violation_budget_reaches_the_slo_aware_router_and_its_explanations() {
+        let text = "name='t'\nkappa=4\nclusters=[16,16]\npolicies=['slogate']\n[[workload]]\nkind='base'\nrate_per_s=0.1\n";
+        let explained = |text: &str| {
+            let scenario = Scenario::from_toml(text, std::path::Path::new(".")).unwrap();
+            let report = run_with(&scenario, &scenario.policies, 1, &EvalOptions { explain: 300, ..EvalOptions::default() }).unwrap();
+            report.results[0].decisions.clone()
+        };
+        let without = explained(text);
+        assert!(without.iter().all(|d| !d.contains("violation budget")), "{without:#?}");
+        let with = explained(&format!("{text}[violation_budget]\ntarget = 0.3\nextra_tolerance_max = 0.5\n"));
+        assert!(with.iter().any(|d| d.contains("violation budget: ") && d.contains("against a target of 30.0%")), "{with:#?}");
     }
 
     #[test]

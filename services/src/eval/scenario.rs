@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use slogate_world::catalog::tpcds_template_set;
 use slogate_core::model::Template;
+use slogate_core::route::budget::BudgetConfig;
 use slogate_loadgen::shapes::{self, Shape};
 use slogate_loadgen::trace::read_trace;
 use slogate_loadgen::workload::{self, DiurnalConfig, TraceEntry};
@@ -169,6 +170,10 @@ pub struct ScenarioFile {
     /// [`super::tuned`]). Needs `[autoscale]`.
     #[serde(default)]
     pub tune: Option<TuneSection>,
+    /// The violation budget the SLO-aware policies spend on cost, with
+    /// the keys of a node's `[pool.violation_budget]`.
+    #[serde(default)]
+    pub violation_budget: Option<BudgetConfig>,
 }
 
 /// A validated scenario.
@@ -192,6 +197,8 @@ pub struct Scenario {
     pub autoscale: Option<AutoscaleSection>,
     /// The tuner, if enabled: every case runs its workload's last day.
     pub tune: Option<TuneSection>,
+    /// The violation budget the SLO-aware policies spend, if any.
+    pub violation_budget: Option<BudgetConfig>,
 }
 
 /// The built-in scenario names (besides `calibrate`, which is a report).
@@ -223,6 +230,7 @@ impl Scenario {
                 base_dir: PathBuf::from("."),
                 autoscale: None,
                 tune: None,
+                violation_budget: None,
             }),
             "router-table2" => Some(Scenario {
                 name: "router-table2".into(),
@@ -234,6 +242,7 @@ impl Scenario {
                 base_dir: PathBuf::from("."),
                 autoscale: None,
                 tune: None,
+                violation_budget: None,
             }),
             "shapes-dev" | "shapes-held-out" => {
                 let held_out = name == "shapes-held-out";
@@ -252,6 +261,7 @@ impl Scenario {
                     base_dir: PathBuf::from("."),
                     autoscale: None,
                     tune: None,
+                    violation_budget: None,
                 })
             }
             _ => None,
@@ -272,6 +282,7 @@ impl Scenario {
             base_dir: base_dir.to_path_buf(),
             autoscale: file.autoscale.filter(|a| a.enabled),
             tune: file.tune.filter(|t| t.enabled),
+            violation_budget: file.violation_budget,
         };
         scenario.validate()?;
         Ok(scenario)
@@ -320,6 +331,9 @@ impl Scenario {
             if !self.policies.iter().any(|p| super::LEARNED_POLICIES.contains(&p.as_str())) {
                 return bad(format!("[autoscale] needs a policy that can plan ({}) among the policies", super::LEARNED_POLICIES.join(", ")));
             }
+        }
+        if let Some(budget) = &self.violation_budget {
+            budget.validate().map_err(|reason| Error::Scenario(format!("[violation_budget]: {reason}")))?;
         }
         if let Some(tune) = &self.tune {
             if self.autoscale.is_none() {
@@ -393,6 +407,18 @@ mod tests {
         let blind = base.replace("'least-loaded','slogate'", "'least-loaded'");
         let err = Scenario::from_toml(&format!("{blind}[autoscale]\nenabled=true\n"), Path::new(".")).unwrap_err();
         assert!(err.to_string().contains("needs a policy that can plan"), "{err}");
+    }
+
+    #[test]
+    fn a_violation_budget_takes_the_node_keys_and_names_bad_ones() {
+        let base = "name='t'\nkappa=4\nclusters=[16]\npolicies=['slogate']\n[[workload]]\nkind='base'\nrate_per_s=0.1\n";
+        assert_eq!(Scenario::from_toml(base, Path::new(".")).unwrap().violation_budget, None);
+        let s = Scenario::from_toml(&format!("{base}[violation_budget]\ntarget=0.05\nwindow=64\n"), Path::new(".")).unwrap();
+        assert_eq!(s.violation_budget, Some(BudgetConfig { target: 0.05, window: 64, ..BudgetConfig::default() }));
+        let bad = Scenario::from_toml(&format!("{base}[violation_budget]\ntarget=0\n"), Path::new(".")).unwrap_err();
+        assert!(bad.to_string().contains("[violation_budget]: violation budget target must be in (0, 1), got 0"), "{bad}");
+        let unknown = Scenario::from_toml(&format!("{base}[violation_budget]\ntarget=0.05\nslack=1\n"), Path::new(".")).unwrap_err();
+        assert!(unknown.to_string().contains("slack"), "{unknown}");
     }
 
     #[test]

@@ -16,7 +16,6 @@
 
 use serde::{Deserialize, Serialize};
 use slogate_core::objective::Outcome;
-use slogate_core::route::elastic::ElasticOptions;
 use slogate_core::scale::{AutoscalerConfig, AutoscalerPolicy, ScheduledSpinup};
 use slogate_core::time::{Duration, Instant};
 use slogate_core::tune::{BatchSetup, Calibration, ExecutionConfig, PlannerTerms, SloBook, tune_pool};
@@ -94,7 +93,9 @@ pub fn day_entries(entries: &[TraceEntry], day: u32) -> Vec<TraceEntry> {
 }
 
 /// Tunes `case`'s autoscaler for day `target` of `entries` from the days
-/// before it, starting from `base` on `clusters`.
+/// before it, starting from `base` on `clusters`, planning with the
+/// slogate router on the pool's `terms` (its elastic tier and violation
+/// budget).
 #[allow(clippy::too_many_arguments)]
 pub fn tune_case(
     case: &str,
@@ -103,9 +104,10 @@ pub fn tune_case(
     clusters: &[u32],
     base: &AutoscalePlan,
     section: &TuneSection,
-    elastic: Option<&ElasticOptions>,
+    terms: &PoolTerms,
     seed: u64,
 ) -> Result<CaseTuning> {
+    let elastic = terms.elastic.as_ref();
     let before: Vec<TraceEntry> = entries.iter().filter(|e| e.arrival.as_secs_f64() < f64::from(target) * 86_400.0).cloned().collect();
     let history = TraceHistory::of(&before);
     let config = section.to_core("tune", seed).map_err(|e| Error::Scenario(e.to_string()))?;
@@ -113,7 +115,7 @@ pub fn tune_case(
     sizes.extend(base.knobs.sizes.iter().map(|s| s.0));
     let log = training_executions(&sizes, seed);
     let observations: Vec<_> = log.iter().map(slogate_core::reservoir::ExecutionRecord::observation).collect();
-    let planner = build_policy_with("slogate", &observations, &PoolTerms { elastic: elastic.cloned(), ..PoolTerms::default() })?
+    let planner = build_policy_with("slogate", &observations, terms)?
         .fork_planner()
         .ok_or_else(|| Error::Scenario("the slogate router cannot plan".into()))?;
     let setup = BatchSetup {
