@@ -268,7 +268,7 @@ async fn the_slo_aware_router_serves_live_with_predictions_learns_from_completio
     assert_eq!(budget["target"], 0.05, "{body}");
     assert_eq!(budget["finished"], 100, "{body}");
     let (realised, extra) = (budget["realised"].as_f64().unwrap(), budget["extra_tolerance"].as_f64().unwrap());
-    assert!((0.0..=1.0).contains(&realised) && (0.0..=0.1).contains(&extra), "{body}");
+    assert!((0.0..=1.0).contains(&realised) && (0.0..=0.3).contains(&extra), "{body}");
     assert_eq!(extra == 0.0, realised >= 0.05, "the tolerance widens exactly while the budget is unspent: {body}");
     node.shutdown().await;
     // A restart warms the router up from the execution log.

@@ -51,7 +51,7 @@ pub struct BudgetConfig {
 
 impl Default for BudgetConfig {
     fn default() -> Self {
-        BudgetConfig { target: 0.05, window: 128, min_finished: 32, extra_tolerance_max: 0.1 }
+        BudgetConfig { target: 0.05, window: 128, min_finished: 32, extra_tolerance_max: 0.3 }
     }
 }
 

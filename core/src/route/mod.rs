@@ -169,7 +169,8 @@ pub trait RoutingPolicy {
 pub trait PlanningRouter: RoutingPolicy + Send {
     /// Forgets a placed query that the replay completed at `now`: its
     /// cluster's prediction state and billing let go of it; the predictor
-    /// learns nothing.
+    /// learns nothing. A violation budget counts the replay's outcome (see
+    /// [`budget`]), as it would a real one.
     fn release(&mut self, now: Instant, query: QueryId);
 
     /// Another independent copy, for evaluating one more candidate.

@@ -840,7 +840,13 @@ impl<P: LatencyPredictor + Clone + Send + 'static> PlanningRouter for SloRouter<
         {
             return;
         }
-        self.remove_placed(now, query);
+        // The budget spends on the replay's outcomes as it would on real
+        // ones, so that a plan reckons with the placements it buys.
+        if let Some(released) = self.remove_placed(now, query)
+            && let Some(budget) = &mut self.budget
+        {
+            budget.handle_finished(now - released.state.arrival > released.slo);
+        }
     }
 
     fn fork(&self) -> Box<dyn PlanningRouter> {
@@ -1181,6 +1187,22 @@ pub(super) mod tests {
         );
         assert_eq!(routers[1].budget_state().map(|b| b.extra_tolerance), Some(0.5));
         assert_eq!(routers[0].budget_state(), None);
+    }
+
+    #[test]
+    fn a_planner_s_replay_spends_the_violation_budget_on_its_own_outcomes() {
+        let budget = BudgetConfig { target: 0.5, window: 8, min_finished: 1, extra_tolerance_max: 0.2 };
+        let router = SloRouter::new("slogate", trained(), BillingConfig::default()).with_violation_budget(budget);
+        let mut planner = router.fork_planner().expect("the SLO-aware router plans");
+        let pool = pool(&[16, 16]);
+        // Released within its 10 s SLO, then one released after its SLO.
+        planner.route(Instant::ZERO, &query(1, 2, 10.0, 0.0), &pool);
+        planner.release(Instant::from_secs_f64(2.0), QueryId(1));
+        assert_eq!(planner.violation_budget().map(|b| (b.finished, b.realised, b.extra_tolerance)), Some((1, 0.0, 0.2)));
+        planner.route(Instant::from_secs_f64(3.0), &query(2, 2, 10.0, 3.0), &pool);
+        planner.release(Instant::from_secs_f64(20.0), QueryId(2));
+        assert_eq!(planner.violation_budget().map(|b| (b.finished, b.realised, b.extra_tolerance)), Some((2, 0.5, 0.0)));
+        assert_eq!(router.budget_state().map(|b| b.finished), Some(0), "the fork spends its own budget");
     }
 
     #[test]

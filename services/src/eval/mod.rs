@@ -248,6 +248,9 @@ fn build_named_policy(name: &str, history: &[Observation], terms: &PoolTerms) ->
         if terms.provisioned {
             router = router.with_provisioned_clusters();
         }
+        if let Some(budget) = terms.violation_budget.clone() {
+            router = router.with_violation_budget(budget);
+        }
         history.iter().for_each(|o| router.predictor_mut().observe(o));
         router.warm_margin(history);
         return Ok(Box::new(router));
