@@ -86,7 +86,14 @@ async fn a_spinup_creates_a_tagged_workgroup_hands_its_endpoint_over_once_availa
         assert!(tokio::time::Instant::now() < deadline, "the namespace was not deleted");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let state = provider.state().await.unwrap();
+    // The release logs its outcome once the deletes return: after the
+    // namespace is gone, not before.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut state = provider.state().await.unwrap();
+    while state.recent.len() < 4 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        state = provider.state().await.unwrap();
+    }
     let actions: Vec<&str> = state.recent.iter().map(|r| r.action).collect();
     assert_eq!(actions, ["delete", "spin_down", "ready", "spin_up"], "newest first");
 }
