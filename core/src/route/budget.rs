@@ -9,8 +9,10 @@
 //! far under its target: it opens a billing window on an idle cluster to
 //! spare a running query a few hundredths of a miss.
 //!
-//! The budget watches the router's own finished queries, the last `window`
-//! of them, and widens the tolerance by up to `extra_tolerance_max` in
+//! The budget watches the router's own finished queries on clusters, the
+//! last `window` of them (offloads to the elastic tier are not counted:
+//! the tier does not keep their SLOs, and leaving them out, which mostly
+//! meet theirs, only makes the budget more cautious), and widens the tolerance by up to `extra_tolerance_max` in
 //! proportion to the unspent share of the target:
 //!
 //! `extra = extra_tolerance_max × clamp(1 − realised / target, 0, 1)`

@@ -610,7 +610,8 @@ impl<P: LatencyPredictor> SloRouter<P> {
         // violations: the cheapest of the candidates within the tolerance,
         // widened by the violation budget while it is unspent.
         let extra_tolerance = self.budget.as_ref().map_or(0.0, ViolationBudget::extra_tolerance);
-        let target = outcomes.iter().map(|o| o.violations).fold(f64::INFINITY, f64::min) + EXPECTED_VIOLATION_TOLERANCE + extra_tolerance;
+        let target_without_budget = outcomes.iter().map(|o| o.violations).fold(f64::INFINITY, f64::min) + EXPECTED_VIOLATION_TOLERANCE;
+        let target = target_without_budget + extra_tolerance;
         let chosen_index = match &damage {
             Some(keys) => (0..keys.len()).min_by(|&a, &b| keys[a].cmp(&keys[b]).then(a.cmp(&b))),
             None => best_with_target(&outcomes, target),
@@ -772,7 +773,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
         let budget_decided = extra_tolerance > 0.0
             && damage.is_none()
             && !uncertain
-            && best_with_target(&outcomes, target - extra_tolerance) != Some(best);
+            && best_with_target(&outcomes, target_without_budget) != Some(best);
         if budget_decided {
             let budget = self.budget.as_ref().map(ViolationBudget::state).expect("a budget widened the tolerance");
             let _ = write!(

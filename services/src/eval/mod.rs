@@ -239,21 +239,8 @@ fn build_named_policy(name: &str, history: &[Observation], terms: &PoolTerms) ->
         history.iter().for_each(|o| director.predictor_mut().observe(o));
         return Ok(Box::new(director));
     }
-    let billing = slogate_core::billing::BillingConfig::default();
     if name == "stage-cost" {
-        let mut router = SloRouter::new(name, StageLike::new(terms.isolated()), billing);
-        if let Some(options) = elastic {
-            router = router.with_elastic(options);
-        }
-        if terms.provisioned {
-            router = router.with_provisioned_clusters();
-        }
-        if let Some(budget) = terms.violation_budget.clone() {
-            router = router.with_violation_budget(budget);
-        }
-        history.iter().for_each(|o| router.predictor_mut().observe(o));
-        router.warm_margin(history);
-        return Ok(Box::new(router));
+        return Ok(Box::new(slo_router(name, StageLike::new(terms.isolated()), terms, history, |_| {})));
     }
     let base = ConcurrencyAware::new(terms.concurrency());
     match (&terms.iconq, name) {
