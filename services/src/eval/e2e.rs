@@ -14,6 +14,12 @@
 //!   router spends a violation budget of τ/2 on cost;
 //! - `slogate-elastic`: the same with the elastic tier, tuned with it.
 //!
+//! For the two slogate policies the report also gives the plan: the VR
+//! and cost the tuner expected of its configuration on its validation
+//! forecasts, next to what the day gave. A saving smaller than the others
+//! mostly shows there as a plan that expected more violations than came
+//! (capacity the day did not need), not as a router that paid for nothing.
+//!
 //! The printed table is deterministic for a seed.
 
 use std::fmt::Write as _;
@@ -56,6 +62,19 @@ pub struct E2eResult {
     pub cost_usd: f64,
     /// Of which the elastic tier's.
     pub elastic_cost_usd: f64,
+    /// For the tuned policies, what the tuner expected of the day.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned: Option<Planned>,
+}
+
+/// What the policy tuner expected of its configuration on its validation
+/// forecasts ([`slogate_core::tune::TuningReport::expected`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Planned {
+    /// The violation rate it planned for.
+    pub violation_rate: f64,
+    /// The cost per day it planned for, dollars.
+    pub cost_usd: f64,
 }
 
 /// The report.
@@ -89,11 +108,11 @@ pub fn run(seed: u64) -> Result<E2eReport> {
         for &target in &TARGET_DAYS {
             let queries = day_queries(&entries, target)?;
             for policy in POLICIES {
-                let (violation_rate, cost_usd, elastic_cost_usd) = match policy {
-                    "64-rpu" => run_fixed(&queries, &[64], BaselinePolicy::LeastLoaded.build(), None, seed),
-                    "2x32-round-robin" => run_fixed(&queries, &[32, 32], BaselinePolicy::RoundRobin.build(), None, seed),
-                    "rais-balanced" => run_fixed(&queries, &[32], BaselinePolicy::LeastLoaded.build(), Some(Box::new(Rais::new(RaisConfig::balanced()))), seed),
-                    "rais-high-perf" => run_fixed(&queries, &[32], BaselinePolicy::LeastLoaded.build(), Some(Box::new(Rais::new(RaisConfig::high_performance()))), seed),
+                let ((violation_rate, cost_usd, elastic_cost_usd), planned) = match policy {
+                    "64-rpu" => (run_fixed(&queries, &[64], BaselinePolicy::LeastLoaded.build(), None, seed), None),
+                    "2x32-round-robin" => (run_fixed(&queries, &[32, 32], BaselinePolicy::RoundRobin.build(), None, seed), None),
+                    "rais-balanced" => (run_fixed(&queries, &[32], BaselinePolicy::LeastLoaded.build(), Some(Box::new(Rais::new(RaisConfig::balanced()))), seed), None),
+                    "rais-high-perf" => (run_fixed(&queries, &[32], BaselinePolicy::LeastLoaded.build(), Some(Box::new(Rais::new(RaisConfig::high_performance()))), seed), None),
                     _ => {
                         let terms = PoolTerms {
                             elastic: (policy == "slogate-elastic").then(|| elastic.clone()),
@@ -102,10 +121,10 @@ pub fn run(seed: u64) -> Result<E2eReport> {
                         };
                         let report = tune_for(&entries, &templates, kappa, target, 30, &history, &calibration, &terms, seed)?;
                         let (vr, cost, _, elastic_cost) = run_day(&queries, &report.config, &history, &terms, seed)?;
-                        (vr, cost, elastic_cost)
+                        ((vr, cost, elastic_cost), Some(Planned { violation_rate: report.expected.violations, cost_usd: report.expected.cost_usd }))
                     }
                 };
-                results.push(E2eResult { target_day: target, kappa, policy: policy.to_owned(), violation_rate, cost_usd, elastic_cost_usd });
+                results.push(E2eResult { target_day: target, kappa, policy: policy.to_owned(), violation_rate, cost_usd, elastic_cost_usd, planned });
             }
         }
     }
@@ -146,7 +165,12 @@ impl super::seeds::SeedFigures for E2eReport {
         for r in &self.results {
             let row = format!("day {} κ={}  {}", r.target_day, r.kappa, r.policy);
             figures.push(Figure::lower(row.clone(), "VR", r.violation_rate, Unit::Percent));
-            figures.push(Figure::lower(row, "cost", r.cost_usd, Unit::Usd));
+            figures.push(Figure::lower(row.clone(), "cost", r.cost_usd, Unit::Usd));
+            if let Some(planned) = &r.planned {
+                figures.push(Figure::lower(row.clone(), "planned VR", planned.violation_rate, Unit::Percent));
+                figures.push(Figure::lower(row.clone(), "realised − planned VR", r.violation_rate - planned.violation_rate, Unit::Points));
+                figures.push(Figure::lower(row, "realised − planned cost", r.cost_usd / planned.cost_usd - 1.0, Unit::Change));
+            }
         }
         for slogate in ["slogate", "slogate-elastic"] {
             let ours: Vec<&E2eResult> = self.results.iter().filter(|r| r.policy == slogate).collect();
@@ -180,14 +204,15 @@ pub fn render(report: &E2eReport) -> String {
     for &target in &TARGET_DAYS {
         for &kappa in &KAPPAS {
             let _ = writeln!(out, "\nday {target}, κ={kappa}");
-            let _ = writeln!(out, "{:<18} {:>7} {:>10}", "policy", "VR", "cost $");
+            let _ = writeln!(out, "{:<18} {:>7} {:>10}   {:>10} {:>10}", "policy", "VR", "cost $", "planned VR", "cost $");
             for r in report.results.iter().filter(|r| r.target_day == target && r.kappa == kappa) {
                 let mark = if r.violation_rate <= TAU { " " } else { "!" };
-                let _ = writeln!(out, "{:<18} {:>6.1}%{mark}{:>10.3}", r.policy, r.violation_rate * 100.0, r.cost_usd);
+                let planned = r.planned.as_ref().map_or_else(String::new, |p| format!("   {:>9.1}% {:>10.3}", p.violation_rate * 100.0, p.cost_usd));
+                let _ = writeln!(out, "{:<18} {:>6.1}%{mark}{:>10.3}{planned}", r.policy, r.violation_rate * 100.0, r.cost_usd);
             }
         }
     }
-    let _ = writeln!(out, "\n! marks a day over τ.\n");
+    let _ = writeln!(out, "\n! marks a day over τ. Planned: what the tuner expected of its configuration on its validation forecasts.\n");
     for slogate in ["slogate", "slogate-elastic"] {
         for (target, kappa, saving) in savings(report, slogate) {
             let line = match saving {
@@ -198,4 +223,51 @@ pub fn render(report: &E2eReport) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::seeds::SeedFigures;
+
+    fn result(policy: &str, violation_rate: f64, cost_usd: f64, planned: Option<Planned>) -> E2eResult {
+        E2eResult { target_day: TARGET_DAYS[0], kappa: KAPPAS[0], policy: policy.to_owned(), violation_rate, cost_usd, elastic_cost_usd: 0.0, planned }
+    }
+
+    fn report() -> E2eReport {
+        E2eReport {
+            seed: 7,
+            results: vec![
+                result("rais-balanced", 0.068, 139.0, None),
+                result("rais-high-perf", 0.038, 191.0, None),
+                result("slogate", 0.022, 126.0, Some(Planned { violation_rate: 0.049, cost_usd: 131.25 })),
+            ],
+        }
+    }
+
+    #[test]
+    fn the_table_puts_the_tuner_s_plan_beside_what_the_day_gave_for_tuned_policies_only() {
+        let text = render(&report());
+        let line = |policy: &str| text.lines().find(|l| l.starts_with(&format!("{policy} "))).unwrap_or_else(|| panic!("no {policy} row in\n{text}")).to_owned();
+        assert!(line("slogate").ends_with("4.9%    131.250"), "{}", line("slogate"));
+        assert!(line("rais-balanced").ends_with("139.000"), "a baseline has no plan: {}", line("rais-balanced"));
+        assert!(text.contains("slogate day 36 κ=4: -9.4% vs rais-balanced"), "{text}");
+    }
+
+    #[test]
+    fn the_seed_figures_give_realised_minus_planned_for_each_tuned_run() {
+        let figures = report().figures();
+        let figure = |metric: &str| figures.iter().find(|f| f.row.ends_with(" slogate") && f.metric == metric).unwrap_or_else(|| panic!("no {metric}")).value;
+        assert!((figure("planned VR") - 0.049).abs() < 1e-12);
+        assert!((figure("realised − planned VR") - (0.022 - 0.049)).abs() < 1e-12);
+        assert!((figure("realised − planned cost") - (126.0 / 131.25 - 1.0)).abs() < 1e-12);
+        assert!(!figures.iter().any(|f| f.row.ends_with("rais-balanced") && f.metric.contains("planned")), "baselines have no plan");
+    }
+
+    #[test]
+    fn a_report_written_before_plans_were_kept_still_reads() {
+        let json = r#"{"seed":1,"results":[{"target_day":36,"kappa":4.0,"policy":"slogate","violation_rate":0.05,"cost_usd":100.0,"elastic_cost_usd":0.0}]}"#;
+        let report: E2eReport = serde_json::from_str(json).expect("reads");
+        assert_eq!(report.results[0].planned, None);
+    }
 }
