@@ -12,8 +12,9 @@
 //! The budget watches the router's own finished queries on clusters, the
 //! last `window` of them (offloads to the elastic tier are not counted:
 //! the tier does not keep their SLOs, and leaving them out, which mostly
-//! meet theirs, only makes the budget more cautious), and widens the tolerance by up to `extra_tolerance_max` in
-//! proportion to the unspent share of the target:
+//! meet theirs, only makes the budget more cautious), and widens the
+//! tolerance by up to `extra_tolerance_max` in proportion to the unspent
+//! share of the target:
 //!
 //! `extra = extra_tolerance_max × clamp(1 − realised / target, 0, 1)`
 //!

@@ -1142,6 +1142,12 @@ pub(super) mod tests {
         assert!(!decision.explanation.contains("overload reserve"), "{}", decision.explanation);
     }
 
+    /// A query's report: it ran on `cluster` from its arrival, at once, and
+    /// completed at `finished`.
+    fn completed(query: QueryId, cluster: ClusterId, arrival: Instant, finished: Instant) -> ExecutionReport {
+        ExecutionReport { query, target: Target::Cluster(cluster), arrival, dispatched: arrival, started: Some(arrival), finished, outcome: ExecutionOutcome::Completed }
+    }
+
     /// Executions of template 3 whose latencies spread from half to twice
     /// [`trained`]'s predictions: warmed on them, a router's miss
     /// probabilities lie between 0 and 1.
@@ -1168,15 +1174,7 @@ pub(super) mod tests {
             router.warm_margin(&spread);
             // One query meets its SLO: nothing of the budget is spent.
             let first = target(&router.route(Instant::ZERO, &query(1, 1, 100.0, 0.0), &pool));
-            let report = ExecutionReport {
-                query: QueryId(1),
-                target: Target::Cluster(first),
-                arrival: Instant::ZERO,
-                dispatched: Instant::ZERO,
-                started: Some(Instant::ZERO),
-                finished: Instant::from_secs_f64(1.0),
-                outcome: ExecutionOutcome::Completed,
-            };
+            let report = completed(QueryId(1), first, Instant::ZERO, Instant::from_secs_f64(1.0));
             router.handle_completion(Instant::from_secs_f64(1.0), &report);
             // A 10 s query with a 16 s SLO: a neighbour makes a miss likely,
             // not certain.
@@ -1239,15 +1237,7 @@ pub(super) mod tests {
         let mut router = SloRouter::new("slogate", ConcurrencyAware::new(ConcurrencyConfig::default()), BillingConfig::default());
         let pool = pool(&[16]);
         router.route(Instant::ZERO, &query(1, 5, 100.0, 0.0), &pool);
-        let report = ExecutionReport {
-            query: QueryId(1),
-            target: Target::Cluster(ClusterId(0)),
-            arrival: Instant::ZERO,
-            dispatched: Instant::ZERO,
-            started: Some(Instant::ZERO),
-            finished: Instant::from_secs_f64(42.0),
-            outcome: ExecutionOutcome::Completed,
-        };
+        let report = completed(QueryId(1), ClusterId(0), Instant::ZERO, Instant::from_secs_f64(42.0));
         router.handle_completion(Instant::from_secs_f64(42.0), &report);
         let learned = router.predictor_mut().isolated(TemplateId(5), Rpu(16));
         assert!((learned.as_secs_f64() - 42.0).abs() < 1e-3);
@@ -1275,15 +1265,7 @@ pub(super) mod tests {
                 let now = Instant::from_secs_f64(at);
                 if complete && !running.is_empty() {
                     let (id, cluster, arrival) = running.remove(i % running.len());
-                    let report = ExecutionReport {
-                        query: id,
-                        target: Target::Cluster(cluster),
-                        arrival,
-                        dispatched: arrival,
-                        started: Some(arrival),
-                        finished: now,
-                        outcome: ExecutionOutcome::Completed,
-                    };
+                    let report = completed(id, cluster, arrival, now);
                     kept.handle_completion(now, &report);
                     fresh.handle_completion(now, &report);
                 }
@@ -1340,15 +1322,7 @@ pub(super) mod tests {
                 at += f64::from(gap);
                 let now = Instant::from_secs_f64(at);
                 if complete_one && let Some((done, cluster)) = running.pop_front() {
-                    let report = ExecutionReport {
-                        query: done.id,
-                        target: Target::Cluster(cluster),
-                        arrival: done.arrival,
-                        dispatched: done.arrival,
-                        started: Some(done.arrival),
-                        finished: now,
-                        outcome: ExecutionOutcome::Completed,
-                    };
+                    let report = completed(done.id, cluster, done.arrival, now);
                     router.handle_completion(now, &report);
                 }
                 let extra = router.budget_state().expect("built with one").extra_tolerance;

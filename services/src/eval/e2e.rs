@@ -25,6 +25,7 @@
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
+use slogate_core::objective::Outcome;
 use slogate_core::route::budget::BudgetConfig;
 use slogate_core::route::elastic::ElasticOptions;
 use slogate_core::route::{BaselinePolicy, RoutingPolicy};
@@ -62,19 +63,11 @@ pub struct E2eResult {
     pub cost_usd: f64,
     /// Of which the elastic tier's.
     pub elastic_cost_usd: f64,
-    /// For the tuned policies, what the tuner expected of the day.
+    /// For the tuned policies, what the tuner expected of the day: the VR
+    /// and cost per day of its configuration on its validation forecasts
+    /// ([`slogate_core::tune::TuningReport::expected`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub planned: Option<Planned>,
-}
-
-/// What the policy tuner expected of its configuration on its validation
-/// forecasts ([`slogate_core::tune::TuningReport::expected`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Planned {
-    /// The violation rate it planned for.
-    pub violation_rate: f64,
-    /// The cost per day it planned for, dollars.
-    pub cost_usd: f64,
+    pub planned: Option<Outcome>,
 }
 
 /// The report.
@@ -121,7 +114,7 @@ pub fn run(seed: u64) -> Result<E2eReport> {
                         };
                         let report = tune_for(&entries, &templates, kappa, target, 30, &history, &calibration, &terms, seed)?;
                         let (vr, cost, _, elastic_cost) = run_day(&queries, &report.config, &history, &terms, seed)?;
-                        ((vr, cost, elastic_cost), Some(Planned { violation_rate: report.expected.violations, cost_usd: report.expected.cost_usd }))
+                        ((vr, cost, elastic_cost), Some(report.expected))
                     }
                 };
                 results.push(E2eResult { target_day: target, kappa, policy: policy.to_owned(), violation_rate, cost_usd, elastic_cost_usd, planned });
@@ -167,8 +160,8 @@ impl super::seeds::SeedFigures for E2eReport {
             figures.push(Figure::lower(row.clone(), "VR", r.violation_rate, Unit::Percent));
             figures.push(Figure::lower(row.clone(), "cost", r.cost_usd, Unit::Usd));
             if let Some(planned) = &r.planned {
-                figures.push(Figure::lower(row.clone(), "planned VR", planned.violation_rate, Unit::Percent));
-                figures.push(Figure::lower(row.clone(), "realised − planned VR", r.violation_rate - planned.violation_rate, Unit::Points));
+                figures.push(Figure::lower(row.clone(), "planned VR", planned.violations, Unit::Percent));
+                figures.push(Figure::lower(row.clone(), "realised − planned VR", r.violation_rate - planned.violations, Unit::Points));
                 figures.push(Figure::lower(row, "realised − planned cost", r.cost_usd / planned.cost_usd - 1.0, Unit::Change));
             }
         }
@@ -207,7 +200,7 @@ pub fn render(report: &E2eReport) -> String {
             let _ = writeln!(out, "{:<18} {:>7} {:>10}   {:>10} {:>10}", "policy", "VR", "cost $", "planned VR", "cost $");
             for r in report.results.iter().filter(|r| r.target_day == target && r.kappa == kappa) {
                 let mark = if r.violation_rate <= TAU { " " } else { "!" };
-                let planned = r.planned.as_ref().map_or_else(String::new, |p| format!("   {:>9.1}% {:>10.3}", p.violation_rate * 100.0, p.cost_usd));
+                let planned = r.planned.as_ref().map_or_else(String::new, |p| format!("   {:>9.1}% {:>10.3}", p.violations * 100.0, p.cost_usd));
                 let _ = writeln!(out, "{:<18} {:>6.1}%{mark}{:>10.3}{planned}", r.policy, r.violation_rate * 100.0, r.cost_usd);
             }
         }
@@ -230,7 +223,7 @@ mod tests {
     use super::*;
     use crate::eval::seeds::SeedFigures;
 
-    fn result(policy: &str, violation_rate: f64, cost_usd: f64, planned: Option<Planned>) -> E2eResult {
+    fn result(policy: &str, violation_rate: f64, cost_usd: f64, planned: Option<Outcome>) -> E2eResult {
         E2eResult { target_day: TARGET_DAYS[0], kappa: KAPPAS[0], policy: policy.to_owned(), violation_rate, cost_usd, elastic_cost_usd: 0.0, planned }
     }
 
@@ -240,7 +233,7 @@ mod tests {
             results: vec![
                 result("rais-balanced", 0.068, 139.0, None),
                 result("rais-high-perf", 0.038, 191.0, None),
-                result("slogate", 0.022, 126.0, Some(Planned { violation_rate: 0.049, cost_usd: 131.25 })),
+                result("slogate", 0.022, 126.0, Some(Outcome { violations: 0.049, cost_usd: 131.25 })),
             ],
         }
     }
