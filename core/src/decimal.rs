@@ -17,7 +17,8 @@
 //!
 //! - (A) `Fixed::<N>(x)` displays exactly as `format!("{x:.N}")` does, for
 //!   every `f64` and `N` up to [`DECIMALS_MAX`], with the formatter's
-//!   width, fill and alignment.
+//!   width, fill and alignment, and with its `+` flag as `{x:+.N}` does (an
+//!   explanation's changes, which may be negative: `+0.25`, `-0.05`).
 
 use std::fmt;
 
@@ -45,7 +46,8 @@ impl<const DECIMALS: u32> fmt::Display for Fixed<DECIMALS> {
         let fraction = scaled - scaled.trunc();
         let in_range = scaled.is_finite() && scaled < SCALED_MAX;
         if !in_range || (fraction - 0.5).abs() <= scaled * f64::EPSILON {
-            return f.pad(&format!("{x:.prec$}", prec = DECIMALS as usize));
+            let text = if f.sign_plus() { format!("{x:+.prec$}", prec = DECIMALS as usize) } else { format!("{x:.prec$}", prec = DECIMALS as usize) };
+            return f.pad(&text);
         }
         let units = scaled.round() as u64;
         // Sign, up to 16 integer digits, the point and the decimals.
@@ -72,6 +74,8 @@ impl<const DECIMALS: u32> fmt::Display for Fixed<DECIMALS> {
         }
         if x.is_sign_negative() {
             put(b'-');
+        } else if f.sign_plus() {
+            put(b'+');
         }
         f.pad(std::str::from_utf8(&text[end..]).expect("digits, a point and a sign are ASCII"))
     }
@@ -91,6 +95,9 @@ mod tests {
         prop_assert_eq!(Fixed::<3>(x).to_string(), format!("{x:.3}"), "{:e}", x);
         prop_assert_eq!(Fixed::<4>(x).to_string(), format!("{x:.4}"), "{:e}", x);
         prop_assert_eq!(Fixed::<6>(x).to_string(), format!("{x:.6}"), "{:e}", x);
+        // The sign flag, as explanations write changes.
+        prop_assert_eq!(format!("{:+}", Fixed::<2>(x)), format!("{x:+.2}"), "{:e}", x);
+        prop_assert_eq!(format!("{:+}", Fixed::<4>(x)), format!("{x:+.4}"), "{:e}", x);
         Ok(())
     }
 
@@ -103,6 +110,7 @@ mod tests {
             agrees(x).unwrap();
         }
         assert_eq!(format!("[{:>8}]", Fixed::<1>(2.71)), "[     2.7]", "the formatter's width and alignment apply");
+        assert_eq!(format!("{:+} {:+} {:+}", Fixed::<2>(0.25), Fixed::<2>(-0.05), Fixed::<2>(0.0)), "+0.25 -0.05 +0.00", "the sign flag applies");
     }
 
     proptest! {

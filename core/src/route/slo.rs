@@ -662,7 +662,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
             let routing = Routing::Dispatch(RouteDecision {
                 target: Target::Elastic,
                 explanation: format!(
-                    "offloaded: predicted {}s elastic vs SLO {}s, +{violations} violations, +${}; {versus}{mode}",
+                    "offloaded: predicted {}s elastic vs SLO {}s, {violations:+} violations, +${}; {versus}{mode}",
                     Fixed::<1>(score.predicted_latency.as_secs_f64()),
                     Fixed::<1>(query.slo.latency.as_secs_f64()),
                     Fixed::<4>(score.cost_usd)
@@ -729,14 +729,14 @@ impl<P: LatencyPredictor> SloRouter<P> {
             // A long query under the reserve has one cluster to go to: the
             // overflow cluster, however late it is there.
             Some(keys) if reserve.is_some_and(|r| r.long) => format!(
-                "damage control: misses its SLO on every cluster; on the overflow cluster {}s late, delays the running queries by {}s in all, +{} of them miss{}; ",
+                "damage control: misses its SLO on every cluster; on the overflow cluster {}s late, delays the running queries by {}s in all, {:+} of them miss{}; ",
                 Fixed::<1>(chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64()),
                 Fixed::<1>(chosen.delay_to_others.as_secs_f64()),
                 chosen.others_violations,
                 if keys[best].beyond_bound { format!(", beyond {DAMAGE_BOUND_SLO_MULTIPLE}× its SLO") } else { String::new() },
             ),
             Some(keys) => format!(
-                "damage control: misses its SLO on every cluster; chose by expected violations and lateness, not cost: +{} expected violations, {}s late, delays the running queries by {}s in all, +{} of them miss{}; ",
+                "damage control: misses its SLO on every cluster; chose by expected violations and lateness, not cost: {:+} expected violations, {}s late, delays the running queries by {}s in all, {:+} of them miss{}; ",
                 Fixed::<2>(chosen.expected_violations),
                 Fixed::<1>(chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64()),
                 Fixed::<1>(chosen.delay_to_others.as_secs_f64()),
@@ -760,13 +760,13 @@ impl<P: LatencyPredictor> SloRouter<P> {
         self.write_quantile_note(&mut explanation, chosen.predicted_latency_at_quantile);
         let _ = write!(
             explanation,
-            " vs SLO {}s, +{} violations, +${}",
+            " vs SLO {}s, {:+} violations, +${}",
             Fixed::<1>(query.slo.latency.as_secs_f64()),
             chosen.marginal_violations,
             Fixed::<4>(chosen.marginal_cost_usd)
         );
         if let Some((cluster, violations, expected, cost_usd)) = runner_up {
-            let _ = write!(explanation, "; runner-up {cluster} (+{violations} violations, +{} expected, +${})", Fixed::<2>(expected), Fixed::<4>(cost_usd));
+            let _ = write!(explanation, "; runner-up {cluster} ({violations:+} violations, {:+} expected, +${})", Fixed::<2>(expected), Fixed::<4>(cost_usd));
         }
         // The budget says so when it decided: without it, another
         // candidate would have won.
