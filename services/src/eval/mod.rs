@@ -311,8 +311,8 @@ impl RoutingPolicy for Timed {
         self.samples_us.push(started.elapsed().as_secs_f64() * 1e6);
         if self.explained.len() < self.explain {
             let text = match &routing {
-                Routing::Dispatch(decision) => format!("{} → {}: {}", query.id, decision.target, decision.explanation),
-                Routing::Reject { reason } => format!("{} rejected: {reason}", query.id),
+                Routing::Dispatch(decision) => format!("{} ({}) → {}: {}", query.id, query.template, decision.target, decision.explanation),
+                Routing::Reject { reason } => format!("{} ({}) rejected: {reason}", query.id, query.template),
             };
             self.explained.push((query.id, text));
         }
@@ -597,9 +597,15 @@ fn run_case(
 }
 
 /// Each explained decision followed by what became of its query: its
-/// latency against the SLO, a timeout or a rejection. The last routing of a
-/// query is the one its outcome belongs to; a decision whose query has no
-/// record (the run ended first) is left as it is.
+/// latency against the SLO, a timeout or a rejection, and how long it
+/// waited in the cluster's admission queue when that was at least
+/// [`QUEUED_NOTE_MIN_S`] (a miss from queueing reads differently from one
+/// from a slow run). The last routing of a query is the one its outcome
+/// belongs to; a decision whose query has no record (the run ended first)
+/// is left as it is.
+/// The shortest admission wait an explained outcome mentions, seconds.
+const QUEUED_NOTE_MIN_S: f64 = 0.05;
+
 fn with_outcomes(explained: &[(slogate_core::model::QueryId, String)], records: &[slogate_core::sim::QueryRecord]) -> Vec<String> {
     use slogate_core::sim::QueryOutcome;
     // Without `--explain` there is nothing to annotate: no index over
@@ -621,7 +627,12 @@ fn with_outcomes(explained: &[(slogate_core::model::QueryId, String)], records: 
                     QueryOutcome::TimedOut => format!("TIMED OUT after {latency_s:.1}s (SLO {slo_s:.1}s)"),
                     QueryOutcome::Rejected { reason } => format!("REJECTED: {reason}"),
                 };
-                format!("{text} ⇒ {outcome}")
+                let queued_s = record.started.map_or(0.0, |started| (started - record.arrival).as_secs_f64());
+                if queued_s >= QUEUED_NOTE_MIN_S {
+                    format!("{text} ⇒ {outcome}, {queued_s:.1}s of it queued")
+                } else {
+                    format!("{text} ⇒ {outcome}")
+                }
             }
         })
         .collect()
@@ -897,6 +908,26 @@ mod tests {
         assert!(without.iter().all(|d| !d.contains("violation budget")), "{without:#?}");
         let with = explained(&format!("{text}[violation_budget]\ntarget = 0.3\nextra_tolerance_max = 0.5\n"));
         assert!(with.iter().any(|d| d.contains("violation budget: ") && d.contains("against a target of 30.0%")), "{with:#?}");
+    }
+
+    #[test]
+    fn an_explained_outcome_names_the_template_and_the_admission_wait_of_a_queued_query() {
+        // Round-robin on one 4-RPU cluster at 0.2/s: the warehouse's
+        // admission queue fills.
+        let text = "name='t'\nkappa=4\nclusters=[4]\npolicies=['round-robin']\n[[workload]]\nkind='base'\nrate_per_s=0.2\n";
+        let scenario = Scenario::from_toml(text, std::path::Path::new(".")).unwrap();
+        let report = run_with(&scenario, &scenario.policies, 1, &EvalOptions { explain: 297, ..EvalOptions::default() }).unwrap();
+        let decisions = &report.results[0].decisions;
+        assert!(decisions.iter().all(|d| d.starts_with('q') && d.contains(" (t") && d.contains(") → c0: ")), "{decisions:#?}");
+        let queued: Vec<&String> = decisions.iter().filter(|d| d.ends_with(" of it queued")).collect();
+        assert!(!queued.is_empty(), "nothing queued on a 4-RPU cluster at 0.2/s: {decisions:#?}");
+        for d in &queued {
+            // `⇒ met: 9.1s of 14.8s, 3.2s of it queued`: the wait is part of the latency.
+            let outcome = d.split(" ⇒ ").nth(1).unwrap();
+            let seconds: Vec<f64> = outcome.split(|c: char| !(c.is_ascii_digit() || c == '.')).filter_map(|w| w.parse().ok()).collect();
+            let (latency_s, queued_s) = (seconds[0], seconds[seconds.len() - 1]);
+            assert!(queued_s >= 0.05 && queued_s <= latency_s + 0.05, "{d}");
+        }
     }
 
     #[test]
