@@ -190,6 +190,13 @@ impl ClusterState {
     }
 }
 
+/// `x`, or 0 when it is within half a hundredth of it: an explanation
+/// writes expected violations to the hundredth, and a rounding residue of
+/// the margin's sums would read `-0.00`.
+fn hundredths_or_zero(x: f64) -> f64 {
+    if x.abs() < 0.005 { 0.0 } else { x }
+}
+
 /// A placed query the router stopped tracking.
 struct Released {
     state: QueryState,
@@ -737,7 +744,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
             ),
             Some(keys) => format!(
                 "damage control: misses its SLO on every cluster; chose by expected violations and lateness, not cost: {:+} expected violations, {}s late, delays the running queries by {}s in all, {:+} of them miss{}; ",
-                Fixed::<2>(chosen.expected_violations),
+                Fixed::<2>(hundredths_or_zero(chosen.expected_violations)),
                 Fixed::<1>(chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64()),
                 Fixed::<1>(chosen.delay_to_others.as_secs_f64()),
                 chosen.others_violations,
@@ -766,7 +773,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
             Fixed::<4>(chosen.marginal_cost_usd)
         );
         if let Some((cluster, violations, expected, cost_usd)) = runner_up {
-            let _ = write!(explanation, "; runner-up {cluster} ({violations:+} violations, {:+} expected, +${})", Fixed::<2>(expected), Fixed::<4>(cost_usd));
+            let _ = write!(explanation, "; runner-up {cluster} ({violations:+} violations, {:+} expected, +${})", Fixed::<2>(hundredths_or_zero(expected)), Fixed::<4>(cost_usd));
         }
         // The budget says so when it decided: without it, another
         // candidate would have won.
