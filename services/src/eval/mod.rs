@@ -596,6 +596,9 @@ fn run_case(
     })
 }
 
+/// The shortest admission wait an explained outcome mentions, seconds.
+const QUEUED_NOTE_MIN_S: f64 = 0.05;
+
 /// Each explained decision followed by what became of its query: its
 /// latency against the SLO, a timeout or a rejection, and how long it
 /// waited in the cluster's admission queue when that was at least
@@ -603,9 +606,6 @@ fn run_case(
 /// from a slow run). The last routing of a query is the one its outcome
 /// belongs to; a decision whose query has no record (the run ended first)
 /// is left as it is.
-/// The shortest admission wait an explained outcome mentions, seconds.
-const QUEUED_NOTE_MIN_S: f64 = 0.05;
-
 fn with_outcomes(explained: &[(slogate_core::model::QueryId, String)], records: &[slogate_core::sim::QueryRecord]) -> Vec<String> {
     use slogate_core::sim::QueryOutcome;
     // Without `--explain` there is nothing to annotate: no index over
