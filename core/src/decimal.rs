@@ -17,8 +17,11 @@
 //!
 //! - (A) `Fixed::<N>(x)` displays exactly as `format!("{x:.N}")` does, for
 //!   every `f64` and `N` up to [`DECIMALS_MAX`], with the formatter's
-//!   width, fill and alignment, and with its `+` flag as `{x:+.N}` does (an
-//!   explanation's changes, which may be negative: `+0.25`, `-0.05`).
+//!   width, fill and alignment, and with its `+` flag as `{x:+.N}` does.
+//! - (B) [`Change`]`::<N>(x)`, a change an explanation reports, displays as
+//!   `{x:+.N}` does, except that a change that rounds to zero reads `+0…`,
+//!   never `-0…` (a placement's expected violations can come out a hair
+//!   below zero).
 
 use std::fmt;
 
@@ -37,48 +40,65 @@ pub struct Fixed<const DECIMALS: u32>(pub f64);
 
 impl<const DECIMALS: u32> fmt::Display for Fixed<DECIMALS> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const { assert!(DECIMALS <= DECIMALS_MAX, "Fixed takes at most DECIMALS_MAX decimals") };
-        let x = self.0;
-        let power = POWERS_OF_TEN[DECIMALS as usize];
-        let scaled = x.abs() * power as f64;
-        // Not finite, too large, or too near a tie for the product's
-        // rounding (half an ulp of it) to be sure of the digit.
-        let fraction = scaled - scaled.trunc();
-        let in_range = scaled.is_finite() && scaled < SCALED_MAX;
-        if !in_range || (fraction - 0.5).abs() <= scaled * f64::EPSILON {
-            let text = if f.sign_plus() { format!("{x:+.prec$}", prec = DECIMALS as usize) } else { format!("{x:.prec$}", prec = DECIMALS as usize) };
-            return f.pad(&text);
-        }
-        let units = scaled.round() as u64;
-        // Sign, up to 16 integer digits, the point and the decimals.
-        let mut text = [0u8; 1 + 16 + 1 + DECIMALS_MAX as usize];
-        let mut end = text.len();
-        let mut put = |byte: u8| {
-            end -= 1;
-            text[end] = byte;
-        };
-        let (mut whole, mut decimals) = (units / power, units % power);
-        for _ in 0..DECIMALS {
-            put(b'0' + (decimals % 10) as u8);
-            decimals /= 10;
-        }
-        if DECIMALS > 0 {
-            put(b'.');
-        }
-        loop {
-            put(b'0' + (whole % 10) as u8);
-            whole /= 10;
-            if whole == 0 {
-                break;
-            }
-        }
-        if x.is_sign_negative() {
-            put(b'-');
-        } else if f.sign_plus() {
-            put(b'+');
-        }
-        f.pad(std::str::from_utf8(&text[end..]).expect("digits, a point and a sign are ASCII"))
+        write_fixed::<DECIMALS>(self.0, f.sign_plus(), f)
     }
+}
+
+/// A change `x` with `DECIMALS` decimals and its sign always written; one
+/// that rounds to zero is written as zero, `+0.00`, not `-0.00`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Change<const DECIMALS: u32>(pub f64);
+
+impl<const DECIMALS: u32> fmt::Display for Change<DECIMALS> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rounds_to_zero = self.0.abs() * (POWERS_OF_TEN[DECIMALS as usize] as f64) < 0.5;
+        write_fixed::<DECIMALS>(if rounds_to_zero { 0.0 } else { self.0 }, true, f)
+    }
+}
+
+/// Writes `x` as `{x:.DECIMALS}` does, or `{x:+.DECIMALS}` with
+/// `sign_plus`, padded by `f`'s width, fill and alignment.
+fn write_fixed<const DECIMALS: u32>(x: f64, sign_plus: bool, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    const { assert!(DECIMALS <= DECIMALS_MAX, "Fixed takes at most DECIMALS_MAX decimals") };
+    let power = POWERS_OF_TEN[DECIMALS as usize];
+    let scaled = x.abs() * power as f64;
+    // Not finite, too large, or too near a tie for the product's
+    // rounding (half an ulp of it) to be sure of the digit.
+    let fraction = scaled - scaled.trunc();
+    let in_range = scaled.is_finite() && scaled < SCALED_MAX;
+    if !in_range || (fraction - 0.5).abs() <= scaled * f64::EPSILON {
+        let text = if sign_plus { format!("{x:+.prec$}", prec = DECIMALS as usize) } else { format!("{x:.prec$}", prec = DECIMALS as usize) };
+        return f.pad(&text);
+    }
+    let units = scaled.round() as u64;
+    // Sign, up to 16 integer digits, the point and the decimals.
+    let mut text = [0u8; 1 + 16 + 1 + DECIMALS_MAX as usize];
+    let mut end = text.len();
+    let mut put = |byte: u8| {
+        end -= 1;
+        text[end] = byte;
+    };
+    let (mut whole, mut decimals) = (units / power, units % power);
+    for _ in 0..DECIMALS {
+        put(b'0' + (decimals % 10) as u8);
+        decimals /= 10;
+    }
+    if DECIMALS > 0 {
+        put(b'.');
+    }
+    loop {
+        put(b'0' + (whole % 10) as u8);
+        whole /= 10;
+        if whole == 0 {
+            break;
+        }
+    }
+    if x.is_sign_negative() {
+        put(b'-');
+    } else if sign_plus {
+        put(b'+');
+    }
+    f.pad(std::str::from_utf8(&text[end..]).expect("digits, a point and a sign are ASCII"))
 }
 
 #[cfg(test)]
@@ -95,9 +115,13 @@ mod tests {
         prop_assert_eq!(Fixed::<3>(x).to_string(), format!("{x:.3}"), "{:e}", x);
         prop_assert_eq!(Fixed::<4>(x).to_string(), format!("{x:.4}"), "{:e}", x);
         prop_assert_eq!(Fixed::<6>(x).to_string(), format!("{x:.6}"), "{:e}", x);
-        // The sign flag, as explanations write changes.
+        // The sign flag.
         prop_assert_eq!(format!("{:+}", Fixed::<2>(x)), format!("{x:+.2}"), "{:e}", x);
         prop_assert_eq!(format!("{:+}", Fixed::<4>(x)), format!("{x:+.4}"), "{:e}", x);
+        // (B) A change: the sign flag's text, with no negative zero.
+        let change = |text: String| if text.starts_with("-0.") && text[3..].bytes().all(|b| b == b'0') { text.replacen('-', "+", 1) } else { text };
+        prop_assert_eq!(Change::<2>(x).to_string(), change(format!("{x:+.2}")), "{:e}", x);
+        prop_assert_eq!(Change::<4>(x).to_string(), change(format!("{x:+.4}")), "{:e}", x);
         Ok(())
     }
 
@@ -111,6 +135,14 @@ mod tests {
         }
         assert_eq!(format!("[{:>8}]", Fixed::<1>(2.71)), "[     2.7]", "the formatter's width and alignment apply");
         assert_eq!(format!("{:+} {:+} {:+}", Fixed::<2>(0.25), Fixed::<2>(-0.05), Fixed::<2>(0.0)), "+0.25 -0.05 +0.00", "the sign flag applies");
+        assert_eq!(format!("{} {} {} {}", Change::<2>(0.25), Change::<2>(-0.05), Change::<2>(-0.004), Change::<2>(-0.0)), "+0.25 -0.05 +0.00 +0.00", "a change that rounds to zero reads +0.00");
+        // (B) At the edge of rounding to zero, both sides of -0.005.
+        for x in [-0.005, f64::from_bits((-0.005f64).to_bits() - 1), f64::from_bits((-0.005f64).to_bits() + 1), -0.00005, f64::from_bits((-0.00005f64).to_bits() - 1)] {
+            let standard = format!("{x:+.2}");
+            assert_eq!(Change::<2>(x).to_string(), if standard == "-0.00" { "+0.00".to_owned() } else { standard }, "{x:e}");
+            let standard = format!("{x:+.4}");
+            assert_eq!(Change::<4>(x).to_string(), if standard == "-0.0000" { "+0.0000".to_owned() } else { standard }, "{x:e}");
+        }
     }
 
     proptest! {

@@ -126,7 +126,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use crate::billing::{BillingConfig, BillingTimer};
-use crate::decimal::Fixed;
+use crate::decimal::{Change, Fixed};
 use crate::model::{ClusterId, ClusterView, Pool, Query, QueryId, Rpu, Target};
 use crate::objective::{Outcome, best_with_target};
 use crate::predict::{LatencyPredictor, Observation, Placement, QueryState, guard};
@@ -188,13 +188,6 @@ impl ClusterState {
         }
         self.next_at = at;
     }
-}
-
-/// `x`, or 0 when it is within half a hundredth of it: an explanation
-/// writes expected violations to the hundredth, and a rounding residue of
-/// the margin's sums would read `-0.00`.
-fn hundredths_or_zero(x: f64) -> f64 {
-    if x.abs() < 0.005 { 0.0 } else { x }
 }
 
 /// A placed query the router stopped tracking.
@@ -743,8 +736,8 @@ impl<P: LatencyPredictor> SloRouter<P> {
                 if keys[best].beyond_bound { format!(", beyond {DAMAGE_BOUND_SLO_MULTIPLE}× its SLO") } else { String::new() },
             ),
             Some(keys) => format!(
-                "damage control: misses its SLO on every cluster; chose by expected violations and lateness, not cost: {:+} expected violations, {}s late, delays the running queries by {}s in all, {:+} of them miss{}; ",
-                Fixed::<2>(hundredths_or_zero(chosen.expected_violations)),
+                "damage control: misses its SLO on every cluster; chose by expected violations and lateness, not cost: {} expected violations, {}s late, delays the running queries by {}s in all, {:+} of them miss{}; ",
+                Change::<2>(chosen.expected_violations),
                 Fixed::<1>(chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64()),
                 Fixed::<1>(chosen.delay_to_others.as_secs_f64()),
                 chosen.others_violations,
@@ -773,7 +766,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
             Fixed::<4>(chosen.marginal_cost_usd)
         );
         if let Some((cluster, violations, expected, cost_usd)) = runner_up {
-            let _ = write!(explanation, "; runner-up {cluster} ({violations:+} violations, {:+} expected, +${})", Fixed::<2>(hundredths_or_zero(expected)), Fixed::<4>(cost_usd));
+            let _ = write!(explanation, "; runner-up {cluster} ({violations:+} violations, {} expected, +${})", Change::<2>(expected), Fixed::<4>(cost_usd));
         }
         // The budget says so when it decided: without it, another
         // candidate would have won.
