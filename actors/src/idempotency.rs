@@ -283,7 +283,7 @@ mod tests {
                 target: None,
                 latency: Duration::from_secs(1),
                 slo_met: true,
-                explanation: String::new(),
+                explanation: "".into(),
                 predicted: None,
                 backend_wall: std::time::Duration::ZERO,
                 sqlstate: None,

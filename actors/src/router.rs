@@ -86,8 +86,10 @@ pub struct SubmitOutcome {
     pub latency: Duration,
     /// Whether it met its SLO.
     pub slo_met: bool,
-    /// The routing decision's explanation, or why it failed.
-    pub explanation: String,
+    /// The routing decision's explanation, or why it failed (shared: the
+    /// reply, the decision log, the idempotency table and the recent
+    /// outcomes hold the same text).
+    pub explanation: Arc<str>,
     /// The routing policy's predicted latency, if it predicts.
     pub predicted: Option<Duration>,
     /// Wall-clock time the backend held the query (zero if it never ran):
@@ -400,7 +402,7 @@ pub struct DecisionRecord {
     /// Where the query went, if anywhere.
     pub target: Option<Target>,
     /// Why.
-    pub explanation: String,
+    pub explanation: Arc<str>,
 }
 
 /// A pool's static setup.
@@ -456,7 +458,7 @@ struct InFlight {
     neighbours_at_dispatch: u32,
     /// Another query shared its cluster at some point of its flight.
     overlapped: bool,
-    explanation: String,
+    explanation: Arc<str>,
     predicted: Option<Duration>,
     client_supplied: bool,
     tenant: String,
@@ -1245,8 +1247,8 @@ impl Handler<Submit> for RouterShard {
         let routing = pool.policy.route(now, &query, &pool.view);
         self.decision_time.observe(started.elapsed());
         let (target, explanation, predicted) = match routing {
-            Routing::Dispatch(decision) => (Some(decision.target), decision.explanation, decision.predicted_latency),
-            Routing::Reject { reason } => (None, reason, None),
+            Routing::Dispatch(decision) => (Some(decision.target), Arc::<str>::from(decision.explanation), decision.predicted_latency),
+            Routing::Reject { reason } => (None, Arc::<str>::from(reason), None),
         };
         let decision = DecisionRecord {
             pool: message.pool.clone(),
@@ -1263,8 +1265,8 @@ impl Handler<Submit> for RouterShard {
             Some(Target::Elastic) if pool.elastic => Target::Elastic,
             other => {
                 let reason = match other {
-                    Some(Target::Elastic) => "no elastic tier is configured for this pool".to_owned(),
-                    Some(Target::Cluster(c)) => format!("the policy chose unknown cluster {c}"),
+                    Some(Target::Elastic) => "no elastic tier is configured for this pool".into(),
+                    Some(Target::Cluster(c)) => format!("the policy chose unknown cluster {c}").into(),
                     None => explanation,
                 };
                 pool.stats.failed += 1;
@@ -1486,7 +1488,7 @@ impl RouterShard {
         flight.rerouted = true;
         flight.neighbours_at_dispatch = neighbours;
         flight.overlapped = neighbours > 0;
-        flight.explanation = format!("the elastic tier throttled it ({reason}), so it was routed again: {}", decision.explanation);
+        flight.explanation = format!("the elastic tier throttled it ({reason}), so it was routed again: {}", decision.explanation).into();
         flight.predicted = decision.predicted_latency;
         pool.stats.offloads_rerouted += 1;
         let record = DecisionRecord {
@@ -1576,8 +1578,8 @@ impl RouterShard {
                 pool.stats.failed += 1;
                 pool.stats.violations += 1;
                 let (explanation, sqlstate, finished, throttled) = match failed {
-                    Some(Completion::Failed(failure)) => (failure.reason, failure.sqlstate, failure.finished, failure.throttled),
-                    _ => ("the backend lost the query".to_owned(), None, now, false),
+                    Some(Completion::Failed(failure)) => (failure.reason.into(), failure.sqlstate, failure.finished, failure.throttled),
+                    _ => ("the backend lost the query".into(), None, now, false),
                 };
                 pool.policy.handle_failure(now, message.query, throttled);
                 SubmitOutcome {
@@ -1660,7 +1662,7 @@ impl Handler<FailInFlight> for RouterShard {
                     target: Some(flight.target),
                     latency: now - flight.arrival,
                     slo_met: false,
-                    explanation: message.reason.clone(),
+                    explanation: message.reason.as_str().into(),
                     predicted: flight.predicted,
                     backend_wall: std::time::Duration::ZERO,
                     sqlstate: None,

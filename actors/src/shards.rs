@@ -131,7 +131,7 @@ mod tests {
             template: TemplateId(0),
             at_s,
             target: None,
-            explanation: String::new(),
+            explanation: "".into(),
         }
     }
 

@@ -357,7 +357,7 @@ fn idempotency_record(id: u64, finished_unix_s: f64) -> slogate_actors::idempote
             target: None,
             latency: Duration::from_secs(1),
             slo_met: true,
-            explanation: String::new(),
+            explanation: "".into(),
             predicted: None,
             backend_wall: std::time::Duration::ZERO,
             sqlstate: None,

@@ -227,7 +227,7 @@ async fn queries_still_running_at_the_end_of_shutdown_fail_with_a_reason() {
     assert_eq!(router.send(FailInFlight { reason: "shutting down".into() }).await.unwrap(), 1);
     let outcome = reply.reply.await.unwrap();
     assert_eq!(outcome.status, SubmitStatus::Failed);
-    assert_eq!(outcome.explanation, "shutting down");
+    assert_eq!(&*outcome.explanation, "shutting down");
     let state = router.send(GetState).await.unwrap();
     assert_eq!((state.pools[0].in_flight, state.pools[0].stats.failed), (0, 1));
 }
