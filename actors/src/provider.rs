@@ -328,9 +328,9 @@ mod tests {
     async fn a_dry_run_logs_what_it_would_do_does_nothing_and_says_so() {
         let clock = VirtualClock::start(1_000.0);
         let dry = DryRun::new(std::sync::Arc::new(FixedEndpoints), clock);
-        let created = dry.spin_up(PoolId("p".into()), Rpu(32)).await.unwrap_err();
+        let created = dry.spin_up(PoolId::new("p"), Rpu(32)).await.unwrap_err();
         assert!(created.to_string().contains("dry run: would create a 32 RPU cluster for pool `p`"), "{created}");
-        let released = dry.spin_down(PoolId("p".into()), ClusterId(3)).await.unwrap_err();
+        let released = dry.spin_down(PoolId::new("p"), ClusterId(3)).await.unwrap_err();
         assert!(released.to_string().contains("would release c3"), "{released}");
         let state = dry.state().await.unwrap();
         assert_eq!(state.kind, "dry-run");

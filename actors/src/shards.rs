@@ -124,7 +124,7 @@ mod tests {
 
     fn record(shard: usize, at_s: f64) -> DecisionRecord {
         DecisionRecord {
-            pool: PoolId(format!("p{shard}")),
+            pool: PoolId::new(format!("p{shard}")),
             query: QueryId(0),
             client_query_id: String::new(),
             tenant: String::new(),
@@ -168,10 +168,10 @@ mod tests {
                 actix::Actor::start(RouterShard::new(clock, Vec::new(), None, crate::router::small_limits()).as_shard(index, 2))
             };
             let (a, b) = (shard(0), shard(1));
-            let shards = RouterShards::new(vec![(a.clone(), vec![PoolId("x".into())]), (b.clone(), vec![PoolId("y".into())])]);
-            assert_eq!(shards.for_pool(&PoolId("x".into())), Some(&a));
-            assert_eq!(shards.for_pool(&PoolId("y".into())), Some(&b));
-            assert_eq!(shards.for_pool(&PoolId("z".into())), None);
+            let shards = RouterShards::new(vec![(a.clone(), vec![PoolId::new("x")]), (b.clone(), vec![PoolId::new("y")])]);
+            assert_eq!(shards.for_pool(&PoolId::new("x")), Some(&a));
+            assert_eq!(shards.for_pool(&PoolId::new("y")), Some(&b));
+            assert_eq!(shards.for_pool(&PoolId::new("z")), None);
             let state = shards.state().await.unwrap();
             assert_eq!(state.shards.iter().map(|s| s.index).collect::<Vec<_>>(), vec![0, 1]);
         });

@@ -207,7 +207,7 @@ async fn a_retry_with_other_content_is_refused_and_tenants_do_not_share_ids() {
 async fn unknown_pool_admission_limit_and_draining_are_refused() {
     tokio::time::pause();
     let router = node(2).await;
-    let unknown = Submit { pool: PoolId("nope".into()), ..submit("a", 4) };
+    let unknown = Submit { pool: PoolId::new("nope"), ..submit("a", 4) };
     assert!(matches!(router.send(unknown).await.unwrap(), Err(Error::UnknownPool(p)) if p == "nope"));
     let _a = router.send(submit("a", 4)).await.unwrap().unwrap();
     let _b = router.send(submit("b", 4)).await.unwrap().unwrap();

@@ -36,7 +36,7 @@ async fn tier(url: String, aws: impl FnOnce(AwsSettings) -> AwsSettings) -> Lamb
 fn execution(id: u64, sql: &str) -> Execution {
     let query = Query {
         id: QueryId(id),
-        pool: PoolId("p".into()),
+        pool: PoolId::new("p"),
         template: TemplateId(7),
         slo: Slo { latency: slogate_core::time::Duration::from_secs(2) },
         arrival: Instant::ZERO,

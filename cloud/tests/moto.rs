@@ -23,7 +23,7 @@ async fn config(moto: &Moto) -> aws_config::SdkConfig {
 }
 
 fn pool() -> PoolId {
-    PoolId("batch".into())
+    PoolId::new("batch")
 }
 
 async fn launch_template(config: &aws_config::SdkConfig, name: &str) {

@@ -39,7 +39,7 @@ fn settings(producer_namespace: &str) -> ServerlessSettings {
 }
 
 fn pool() -> PoolId {
-    PoolId("dash".into())
+    PoolId::new("dash")
 }
 
 #[actix_rt::test]

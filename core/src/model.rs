@@ -27,7 +27,7 @@ pub struct ClusterId(pub u32);
 
 /// A pool's name: a set of clusters that can all read the same data.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct PoolId(pub String);
+pub struct PoolId(pub std::sync::Arc<str>);
 
 /// Cluster size in Redshift Processing Units. Billing is linear in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -63,9 +63,26 @@ impl fmt::Display for Rpu {
     }
 }
 
+/// The default pool's name, allocated once: requests that name no pool
+/// share it.
+static DEFAULT_POOL: std::sync::LazyLock<std::sync::Arc<str>> = std::sync::LazyLock::new(|| "default".into());
+
 impl Default for PoolId {
     fn default() -> Self {
-        PoolId("default".to_owned())
+        PoolId(DEFAULT_POOL.clone())
+    }
+}
+
+impl PoolId {
+    /// The pool named `name`. The name is shared: a clone, made for every
+    /// query and decision on the routing path, copies no bytes.
+    pub fn new(name: impl Into<std::sync::Arc<str>>) -> Self {
+        PoolId(name.into())
+    }
+
+    /// Its name.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 

@@ -181,7 +181,7 @@ impl Timeline {
     /// Whether the execution ran on one of `pool`'s clusters (a lane
     /// [`Timeline::on_cluster`] made).
     pub fn in_pool(&self, pool: &crate::model::PoolId) -> bool {
-        self.lane.strip_prefix(pool.0.as_str()).is_some_and(|rest| rest.starts_with('/'))
+        self.lane.strip_prefix(pool.as_str()).is_some_and(|rest| rest.starts_with('/'))
     }
 }
 
@@ -380,10 +380,10 @@ mod tests {
     #[test]
     fn a_pool_s_lanes_are_its_clusters_and_no_other_pool_s() {
         use crate::model::{ClusterId, PoolId};
-        let lane = Timeline::on_cluster(&PoolId("ab".into()), ClusterId(3), 1.0);
+        let lane = Timeline::on_cluster(&PoolId::new("ab"), ClusterId(3), 1.0);
         assert_eq!(lane.lane, "ab/c3");
-        assert!(lane.in_pool(&PoolId("ab".into())));
-        assert!(!lane.in_pool(&PoolId("a".into())), "a pool whose name is a prefix claims nothing");
+        assert!(lane.in_pool(&PoolId::new("ab")));
+        assert!(!lane.in_pool(&PoolId::new("a")), "a pool whose name is a prefix claims nothing");
     }
 
     #[test]

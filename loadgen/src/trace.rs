@@ -90,7 +90,7 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceEntry>> {
         }
         let pool = match pool_i.map(|i| fields[i]) {
             Some("") => return Err(err(line, "pool is empty")),
-            Some(pool) => Some(PoolId(pool.to_owned())),
+            Some(pool) => Some(PoolId::new(pool.to_owned())),
             None => None,
         };
         let query_id = match id_i.map(|i| fields[i]) {
@@ -178,7 +178,7 @@ mod tests {
         assert_eq!(t[0].query_id.as_deref(), Some("8"));
         assert_eq!(t[0].arrival, Instant::from_secs_f64(1.5));
         assert_eq!(t[1].slo, Some(Duration::from_secs_f64(12.5)));
-        assert_eq!(t[1].pool, Some(PoolId("dash".into())));
+        assert_eq!(t[1].pool, Some(PoolId::new("dash")));
     }
 
     #[test]
@@ -235,7 +235,7 @@ mod tests {
                 arrival: Instant::from_micros(at),
                 template: TemplateId(t),
                 slo: Some(Duration::from_micros(slo)),
-                pool: Some(PoolId(format!("p{}", i % 3))),
+                pool: Some(PoolId::new(format!("p{}", i % 3))),
                 query_id: Some(format!("q-{i}")),
             }).collect();
             let mut sorted = entries.clone();

@@ -112,7 +112,7 @@ pub fn validate_submit(request: &SubmitRequest, limits: &Limits) -> Result<Submi
         PoolId::default()
     } else {
         check_pool_name(&request.pool, limits.pool_name_bytes_max)?;
-        PoolId(request.pool.clone())
+        PoolId::new(request.pool.as_str())
     };
     Ok(SubmitSpec {
         pool,

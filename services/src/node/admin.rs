@@ -305,7 +305,7 @@ async fn node(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespons
         return error_response(&e);
     }
     let node_id = state.fleet.as_ref().map(|f| f.node_id.clone()).unwrap_or_default();
-    let pools: Vec<&str> = state.backends.iter().map(|b| b.pool.0.as_str()).collect();
+    let pools: Vec<&str> = state.backends.iter().map(|b| b.pool.as_str()).collect();
     HttpResponse::Ok().json(serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "node_id": node_id,
@@ -339,7 +339,7 @@ fn backend_unavailable(error: slogate_actors::backend::ExecuteError) -> GatewayE
 
 /// The shard that owns `pool`.
 fn shard_of<'a>(state: &'a AdminState, pool: &PoolId) -> Result<&'a Addr<RouterShard>, GatewayError> {
-    state.router.for_pool(pool).ok_or_else(|| GatewayError::UnknownPool(pool.0.clone()))
+    state.router.for_pool(pool).ok_or_else(|| GatewayError::UnknownPool(pool.0.to_string()))
 }
 
 /// The states of `pool`'s cluster trackers, by cluster id.
@@ -359,7 +359,7 @@ async fn pool_views(state: &AdminState) -> Result<Vec<PoolView>, GatewayError> {
 /// `pool`'s state, from its own shard alone.
 async fn pool_state(state: &AdminState, pool: &PoolId) -> Result<router::PoolState, GatewayError> {
     let shard = shard_of(state, pool)?.send(router::GetState).await.map_err(mailbox)?;
-    shard.pools.into_iter().find(|p| p.id == *pool).ok_or_else(|| GatewayError::UnknownPool(pool.0.clone()))
+    shard.pools.into_iter().find(|p| p.id == *pool).ok_or_else(|| GatewayError::UnknownPool(pool.0.to_string()))
 }
 
 async fn views_of(state: &AdminState, pools: Vec<router::PoolState>) -> Result<Vec<PoolView>, GatewayError> {
@@ -395,7 +395,7 @@ async fn pool(request: HttpRequest, state: web::Data<AdminState>, path: web::Pat
     let name = path.into_inner();
     let result = async {
         authorised(&request, &state, false)?;
-        let pool = pool_state(&state, &PoolId(name.clone())).await?;
+        let pool = pool_state(&state, &PoolId::new(name.clone())).await?;
         Ok::<_, GatewayError>(views_of(&state, vec![pool]).await?.remove(0))
     }
     .await;
@@ -423,7 +423,7 @@ async fn queries(request: HttpRequest, state: web::Data<AdminState>, path: web::
         let viewer = viewer(&request, &state)?;
         let limit = params.limit.unwrap_or(100).min(10_000);
         let which = params.state.as_deref().unwrap_or("running");
-        let pool = pool_state(&state, &PoolId(name.clone())).await?;
+        let pool = pool_state(&state, &PoolId::new(name.clone())).await?;
         match which {
             "running" => {
                 let mine: Option<std::collections::HashSet<slogate_core::model::QueryId>> = match viewer.tenant() {
@@ -467,7 +467,7 @@ struct ActorsQuery {
 /// trackers, backend, provider, Autoscaler and Tuner.
 pub async fn pool_actors(state: &AdminState, pool: &PoolId) -> Result<serde_json::Value, GatewayError> {
     let router = pool_state(state, pool).await?;
-    let backends = state.backends.iter().find(|b| b.pool == *pool).ok_or_else(|| GatewayError::UnknownPool(pool.0.clone()))?;
+    let backends = state.backends.iter().find(|b| b.pool == *pool).ok_or_else(|| GatewayError::UnknownPool(pool.0.to_string()))?;
     let backend = backends.backend.state().await.map_err(backend_unavailable)?;
     let provider = backends.provider.state().await.map_err(backend_unavailable)?;
     let trackers = tracker_states(state, pool).await?;
@@ -498,7 +498,7 @@ async fn actors(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespo
     if let Some(pool) = params.pool {
         let result = async {
             authorised(&request, &state, false)?;
-            let pool = PoolId(pool);
+            let pool = PoolId::new(pool);
             shard_of(&state, &pool)?;
             // In a fleet, the pool's owner shows its actors.
             if let Some(fleet) = &state.fleet
@@ -528,26 +528,26 @@ async fn actors(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespo
         for backends in &state.backends {
             let pool = &backends.pool;
             let backend = backends.backend.state().await.map_err(backend_unavailable)?;
-            backend_states.insert(pool.0.clone(), serde_json::to_value(backend).expect("state serialises"));
+            backend_states.insert(pool.0.to_string(), serde_json::to_value(backend).expect("state serialises"));
             let provider = backends.provider.state().await.map_err(backend_unavailable)?;
-            providers.insert(pool.0.clone(), serde_json::to_value(provider).expect("state serialises"));
+            providers.insert(pool.0.to_string(), serde_json::to_value(provider).expect("state serialises"));
             let pool_trackers = tracker_states(&state, pool).await?;
-            trackers.insert(pool.0.clone(), serde_json::to_value(pool_trackers).expect("state serialises"));
+            trackers.insert(pool.0.to_string(), serde_json::to_value(pool_trackers).expect("state serialises"));
         }
         let mut autoscalers = serde_json::Map::new();
         for (pool, actor) in &state.autoscalers {
             let autoscaler = actor.send(autoscaler::GetState).await.map_err(mailbox)?;
-            autoscalers.insert(pool.0.clone(), serde_json::to_value(autoscaler).expect("state serialises"));
+            autoscalers.insert(pool.0.to_string(), serde_json::to_value(autoscaler).expect("state serialises"));
         }
         let mut tuners = serde_json::Map::new();
         for (pool, actor) in &state.tuners {
             let tuner = actor.send(tuner::GetState).await.map_err(mailbox)?;
-            tuners.insert(pool.0.clone(), serde_json::to_value(tuner).expect("state serialises"));
+            tuners.insert(pool.0.to_string(), serde_json::to_value(tuner).expect("state serialises"));
         }
         let mut retrainers = serde_json::Map::new();
         for (pool, actor) in &state.retrainers {
             let retrainer = actor.send(slogate_actors::retrainer::GetState).await.map_err(mailbox)?;
-            retrainers.insert(pool.0.clone(), serde_json::to_value(retrainer).expect("state serialises"));
+            retrainers.insert(pool.0.to_string(), serde_json::to_value(retrainer).expect("state serialises"));
         }
         Ok::<_, GatewayError>(serde_json::json!({
             "router_shard": router,
@@ -577,7 +577,7 @@ async fn fleet(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespon
         return error_response(&error);
     }
     let Some(fleet) = &state.fleet else {
-        let pools: Vec<&str> = state.backends.iter().map(|b| b.pool.0.as_str()).collect();
+        let pools: Vec<&str> = state.backends.iter().map(|b| b.pool.as_str()).collect();
         return HttpResponse::Ok().json(serde_json::json!({
             "mode": "single",
             "node_id": "",
@@ -647,12 +647,12 @@ async fn fleet(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespon
 /// same model. The spinups and releases slogate's autoscaler or tuner
 /// asked for are in `would_provision` (the provider is a dry run).
 async fn shadow(request: HttpRequest, state: web::Data<AdminState>, path: web::Path<String>) -> HttpResponse {
-    let pool = PoolId(path.into_inner());
+    let pool = PoolId::new(path.into_inner());
     let result = async {
         authorised(&request, &state, false)?;
         let router_state = pool_state(&state, &pool).await?;
         let report = shard_of(&state, &pool)?.send(router::GetShadow(pool.clone())).await.map_err(mailbox)?;
-        let report = report.ok_or_else(|| GatewayError::NotShadowed(pool.0.clone()))?;
+        let report = report.ok_or_else(|| GatewayError::NotShadowed(pool.0.to_string()))?;
         let view = views_of(&state, vec![router_state]).await?.remove(0);
         let would_provision = match state.backends.iter().find(|b| b.pool == pool) {
             Some(backends) => backends.provider.state().await.map_err(backend_unavailable)?.recent,
@@ -690,12 +690,12 @@ async fn shadow(request: HttpRequest, state: web::Data<AdminState>, path: web::P
 /// `POST /v1/pools/{pool}/tune`: starts a tuning run (202), unless one is
 /// going (409). Progress and the result show in `GET /v1/actors`.
 async fn tune(request: HttpRequest, state: web::Data<AdminState>, path: web::Path<String>) -> HttpResponse {
-    let pool = PoolId(path.into_inner());
+    let pool = PoolId::new(path.into_inner());
     let result = async {
         authorised(&request, &state, true)?;
         let Some((_, tuner)) = state.tuners.iter().find(|(id, _)| *id == pool) else {
             let exists = state.backends.iter().any(|b| b.pool == pool);
-            return Err(if exists { GatewayError::NoTuner(pool.0.clone()) } else { GatewayError::UnknownPool(pool.0.clone()) });
+            return Err(if exists { GatewayError::NoTuner(pool.0.to_string()) } else { GatewayError::UnknownPool(pool.0.to_string()) });
         };
         tuner.send(tuner::StartTuning { reason: "operator".to_owned() }).await.map_err(mailbox)?.map_err(router_error)
     }
@@ -712,12 +712,12 @@ async fn tune(request: HttpRequest, state: web::Data<AdminState>, path: web::Pat
 /// Progress, the model in force and the last run's scores show in `GET
 /// /v1/actors`.
 async fn retrain(request: HttpRequest, state: web::Data<AdminState>, path: web::Path<String>) -> HttpResponse {
-    let pool = PoolId(path.into_inner());
+    let pool = PoolId::new(path.into_inner());
     let result = async {
         authorised(&request, &state, true)?;
         let Some((_, retrainer)) = state.retrainers.iter().find(|(id, _)| *id == pool) else {
             if !state.backends.iter().any(|b| b.pool == pool) {
-                return Err(GatewayError::UnknownPool(pool.0.clone()));
+                return Err(GatewayError::UnknownPool(pool.0.to_string()));
             }
             return Err(GatewayError::Conflict(format!(
                 "pool `{pool}` has no learned model to retrain: it needs predictor = \"iconq\" on a slogate built with the trainer (--features learn)"
@@ -769,7 +769,7 @@ fn router_error(error: slogate_actors::Error) -> GatewayError {
 }
 
 async fn add_cluster(request: HttpRequest, state: web::Data<AdminState>, path: web::Path<String>, payload: web::Payload) -> HttpResponse {
-    let pool = PoolId(path.into_inner());
+    let pool = PoolId::new(path.into_inner());
     let result = async {
         authorised(&request, &state, true)?;
         let body = read_body(payload).await?;
@@ -806,7 +806,7 @@ async fn remove_cluster(request: HttpRequest, state: web::Data<AdminState>, path
         let cluster = parse_cluster_id(&cluster)?;
         let query = web::Query::<RemoveClusterQuery>::from_query(request.query_string())
             .map_err(|e| GatewayError::InvalidArgument(format!("query string: {e} (the only parameter is force=true|false)")))?;
-        let pool = PoolId(pool);
+        let pool = PoolId::new(pool);
         shard_of(&state, &pool)?;
         owner_only(&state, &pool)?;
         let release = router::ReleaseCluster { pool: pool.clone(), cluster, force: query.force };
@@ -855,7 +855,7 @@ async fn decisions(request: HttpRequest, state: web::Data<AdminState>) -> HttpRe
     let limit = params.limit.unwrap_or(100).min(10_000);
     let result = async {
         let viewer = viewer(&request, &state)?;
-        let pool = params.pool.map(PoolId);
+        let pool = params.pool.map(PoolId::new);
         if let Some(pool) = &pool {
             shard_of(&state, pool)?;
         }
