@@ -14,7 +14,11 @@ The development sets (the default) are what changes may be tuned on; the
 held-out sets (`--held-out`: router-table2 on seeds 11..15,
 shapes-held-out, base on seeds 101..120) are for the one check at the end.
 
-Usage: deploy/decision_summary.py [--held-out] [--binary PATH] [--cases]
+Five seeds cannot tell a shape case's half point from noise; `--shape-seeds
+1..40` runs the development shapes on more seeds (all development seeds:
+the held-out shapes' seeds are 101..105, and stay fixed).
+
+Usage: deploy/decision_summary.py [--held-out] [--binary PATH] [--cases] [--shape-seeds A..B]
 """
 
 import argparse
@@ -50,13 +54,14 @@ def table2(binary, seeds):
         print(f"router-table2 {seeds} {policy:>12}: VR {vr['mean'] * 100:+.1f}% (worst {vr['worst'] * 100:+.1f}%, seed {vr['worst_seed']}), cost {cost['mean'] * 100:+.1f}%")
 
 
-def shapes(binary, scenario, cases):
-    report = run(binary, [scenario, "--policies", "least-loaded,slogate"])
+def shapes(binary, scenario, cases, seeds=None):
+    report = run(binary, [scenario, "--policies", "least-loaded,slogate", *(["--seeds", seeds] if seeds else [])])
     suffix = "slogate − least-loaded"
     by_metric = {m: [f for f in report["aggregate"] if f["row"].endswith(suffix) and f["metric"] == m] for m in ["VR", "cost", "timeouts"]}
     vr = by_metric["VR"]
+    label = f"{scenario} {seeds}" if seeds else scenario
     print(
-        f"{scenario}: slogate − least-loaded VR {sum(f['mean'] for f in vr) * 100:+.1f} pt summed over {len(vr)} cases, "
+        f"{label}: slogate − least-loaded VR {sum(f['mean'] for f in vr) * 100:+.1f} pt summed over {len(vr)} cases, "
         f"worst case-seed {max(f['worst'] for f in vr) * 100:+.1f} pt, cost ${sum(f['mean'] for f in by_metric['cost']):+.2f}, "
         f"timeouts {sum(f['mean'] for f in by_metric['timeouts']):+.1f}"
     )
@@ -82,12 +87,16 @@ def main():
     parser.add_argument("--held-out", action="store_true", help="the held-out seeds and shapes instead of the development ones")
     parser.add_argument("--binary", default="target/release/slogate", help="the slogate binary (default: target/release/slogate)")
     parser.add_argument("--cases", action="store_true", help="also print each shape case")
+    parser.add_argument("--shape-seeds", help="the development shapes' seeds, A..B (default: the scenario's 1..5)")
     args = parser.parse_args()
+    if args.shape_seeds and args.held_out:
+        print("decision_summary: --shape-seeds is for the development shapes; the held-out seeds stay fixed", file=sys.stderr)
+        sys.exit(2)
     if not Path(args.binary).exists():
         print(f"decision_summary: no binary at {args.binary}; run `cargo build --release -p slogate`", file=sys.stderr)
         sys.exit(2)
     table2(args.binary, "11..15" if args.held_out else "1..5")
-    shapes(args.binary, "shapes-held-out" if args.held_out else "shapes-dev", args.cases)
+    shapes(args.binary, "shapes-held-out" if args.held_out else "shapes-dev", args.cases, args.shape_seeds)
     seeds = "101..120" if args.held_out else "1..20"
     base(args.binary, seeds, cold=False)
     base(args.binary, seeds, cold=True)
