@@ -6,7 +6,7 @@ use slogate_actors::clock::VirtualClock;
 use slogate_actors::idempotency::RequestDigest;
 use slogate_actors::provider::EmulatedProvider;
 use slogate_actors::reservoir::{Flush, GetRecentExecutions, ReservoirActor, ReservoirLink, SledStore};
-use slogate_actors::router::{Drain, FailInFlight, GetDecisions, GetSloBook, GetState, PoolSetup, RouterLimits, RouterShard, Submit, SubmitStatus};
+use slogate_actors::router::{Drain, FailInFlight, GetDecisions, GetRecentOutcomes, GetSloBook, GetState, PoolSetup, RouterLimits, RouterShard, Submit, SubmitStatus};
 use slogate_actors::warehouse::{AddCluster, EmulatedWarehouse};
 use slogate_core::model::{ClusterState, PoolId, Rpu, Slo, TemplateId};
 use slogate_core::route::BaselinePolicy;
@@ -159,6 +159,21 @@ async fn a_retried_query_id_runs_once_and_gets_the_same_reply() {
     assert_eq!(first, retry_after);
     let stats = router.send(GetState).await.unwrap().pools[0].stats.clone();
     assert_eq!((stats.accepted, stats.deduplicated), (1, 2));
+}
+
+#[actix_rt::test]
+async fn a_decision_s_explanation_is_shared_by_the_reply_the_decision_log_the_recent_outcomes_and_the_idempotency_table() {
+    tokio::time::pause();
+    let router = node(1_000).await;
+    let outcome = router.send(submit("shared", 4)).await.unwrap().unwrap().reply.await.unwrap();
+    let retry = router.send(submit("shared", 4)).await.unwrap().unwrap().reply.await.unwrap();
+    let decisions = router.send(GetDecisions { limit: 1, tenant: None, pool: None }).await.unwrap();
+    let recent = router.send(GetRecentOutcomes { pool: PoolId::default(), limit: 1, tenant: None }).await.unwrap();
+    assert!(!outcome.explanation.is_empty());
+    // One text, referenced from each: the routing thread copies none of it.
+    for (holder, explanation) in [("decision log", &decisions[0].explanation), ("recent outcomes", &recent[0].explanation), ("idempotency table", &retry.explanation)] {
+        assert!(std::sync::Arc::ptr_eq(&outcome.explanation, explanation), "the {holder} holds a copy: {explanation}");
+    }
 }
 
 #[actix_rt::test]
