@@ -525,9 +525,14 @@ async fn the_slo_director_offloads_what_overflows_a_clusters_queue() {
     node.shutdown().await;
 }
 
+/// A tuned pool's node. Its calendar starts at midnight: at a time
+/// compression of 2000 a test's second is 33 minutes of calendar, and on
+/// the wall's calendar a run started in the half hour before midnight UTC
+/// logged its arrivals on one day and tuned on the next, whose history
+/// (the day before it) then held none of them.
 fn tuned_config(dir: &std::path::Path) -> NodeConfig {
     let text = format!(
-        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 2000.0\nadmin_token = \"s3cret\"\n\
+        "version = \"1\"\n[node]\ngrpc_addr = \"127.0.0.1:0\"\nadmin_addr = \"127.0.0.1:0\"\ndata_dir = \"{}\"\ntime_compression = 2000.0\nadmin_token = \"s3cret\"\ncalendar = \"midnight\"\n\
          [[pool]]\nname = \"default\"\npolicy = \"slogate\"\nclusters = [4]\n\
          [pool.autoscale]\nenabled = true\n\
          [pool.tune]\nenabled = true\nevery_hours = 0.0\nhistory_days = 1\nscenarios = 4\nstrategy = \"random\"\nbudget = 2\nrounds = 1\nthreads = 1\n\
