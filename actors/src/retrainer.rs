@@ -233,7 +233,7 @@ impl RetrainerActor {
 
     fn start(&mut self, reason: String, ctx: &mut Context<Self>) -> Result<()> {
         if self.running {
-            return Err(Error::RetrainingInProgress(self.pool.0.to_string()));
+            return Err(Error::RetrainingInProgress(self.pool.to_string()));
         }
         self.running = true;
         self.started_at = Some(std::time::Instant::now());

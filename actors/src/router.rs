@@ -825,6 +825,16 @@ impl RouterShard {
     }
 }
 
+/// Pool `id`'s runtime, or the error that names the unknown pool.
+fn pool_in<'a>(pools: &'a HashMap<PoolId, PoolRuntime>, id: &PoolId) -> Result<&'a PoolRuntime> {
+    pools.get(id).ok_or_else(|| Error::UnknownPool(id.to_string()))
+}
+
+/// The same, to change it.
+fn pool_in_mut<'a>(pools: &'a mut HashMap<PoolId, PoolRuntime>, id: &PoolId) -> Result<&'a mut PoolRuntime> {
+    pools.get_mut(id).ok_or_else(|| Error::UnknownPool(id.to_string()))
+}
+
 impl Actor for RouterShard {
     type Context = Context<Self>;
 
@@ -963,7 +973,7 @@ impl Handler<ForkPlanner> for RouterShard {
     type Result = Result<(Box<dyn PlanningRouter>, Pool)>;
 
     fn handle(&mut self, message: ForkPlanner, _ctx: &mut Self::Context) -> Self::Result {
-        let pool = self.pools.get(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.to_string()))?;
+        let pool = pool_in(&self.pools, &message.pool)?;
         let planner = pool
             .policy
             .fork_planner()
@@ -976,7 +986,7 @@ impl Handler<InstallModel> for RouterShard {
     type Result = Result<()>;
 
     fn handle(&mut self, message: InstallModel, _ctx: &mut Self::Context) -> Self::Result {
-        let pool = self.pools.get_mut(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.to_string()))?;
+        let pool = pool_in_mut(&mut self.pools, &message.pool)?;
         pool.policy.install_model(message.weights).map_err(Error::Unsupported)?;
         tracing::info!(message = "A new latency model is in force.", pool = %message.pool);
         Ok(())
@@ -987,7 +997,7 @@ impl Handler<GetSloBook> for RouterShard {
     type Result = Result<std::collections::BTreeMap<slogate_core::model::TemplateId, slogate_core::time::Duration>>;
 
     fn handle(&mut self, message: GetSloBook, _ctx: &mut Self::Context) -> Self::Result {
-        let pool = self.pools.get(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.to_string()))?;
+        let pool = pool_in(&self.pools, &message.pool)?;
         Ok(pool.slos.clone())
     }
 }
@@ -996,7 +1006,7 @@ impl Handler<AttachAutoscaler> for RouterShard {
     type Result = Result<()>;
 
     fn handle(&mut self, message: AttachAutoscaler, _ctx: &mut Self::Context) -> Self::Result {
-        let pool = self.pools.get_mut(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.to_string()))?;
+        let pool = pool_in_mut(&mut self.pools, &message.pool)?;
         pool.autoscaler = Some(message.autoscaler);
         Ok(())
     }
@@ -1006,7 +1016,7 @@ impl Handler<Recall> for RouterShard {
     type Result = Result<Option<SubmitOutcome>>;
 
     fn handle(&mut self, message: Recall, _ctx: &mut Self::Context) -> Self::Result {
-        let pool = self.pools.get_mut(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.to_string()))?;
+        let pool = pool_in_mut(&mut self.pools, &message.pool)?;
         let Some(record) = pool.done.get(&message.tenant, &message.client_query_id, crate::clock::unix_now_s()) else { return Ok(None) };
         if let Some(field) = record.digest.mismatch(&message.digest) {
             return Err(Error::IdempotencyMismatch { client_query_id: message.client_query_id, field });
@@ -1034,7 +1044,7 @@ impl Handler<ReplacePolicy> for RouterShard {
     type Result = Result<()>;
 
     fn handle(&mut self, message: ReplacePolicy, _ctx: &mut Self::Context) -> Self::Result {
-        let pool = self.pools.get_mut(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.to_string()))?;
+        let pool = pool_in_mut(&mut self.pools, &message.pool)?;
         if !pool.in_flight.is_empty() {
             return Err(Error::Unsupported(format!("pool `{}` has {} queries in flight; its policy stays", message.pool, pool.in_flight.len())));
         }
@@ -1053,18 +1063,18 @@ impl Handler<RequestCluster> for RouterShard {
         let clusters_max = self.clusters_per_pool_max;
         let provider = match self.pools.get(&message.pool) {
             Some(pool) if !self.draining && pool.view.clusters.iter().filter(|c| c.state != ClusterState::Gone).count() >= clusters_max => {
-                return Box::pin(fut::ready(Err(Error::ClusterLimit { pool: message.pool.0.to_string(), limit: clusters_max })));
+                return Box::pin(fut::ready(Err(Error::ClusterLimit { pool: message.pool.to_string(), limit: clusters_max })));
             }
             Some(pool) if !self.draining => {
                 // The pool's caps count every cluster that can still bill.
                 let live: Vec<Rpu> = pool.view.clusters.iter().filter(|c| c.state != ClusterState::Gone).map(|c| c.size).collect();
                 if let Err(refusal) = pool.caps.caps.admit(&live, message.size, pool.caps.price_per_rpu_hour_usd) {
-                    return Box::pin(fut::ready(Err(Error::CapReached { pool: message.pool.0.to_string(), reason: refusal.to_string() })));
+                    return Box::pin(fut::ready(Err(Error::CapReached { pool: message.pool.to_string(), reason: refusal.to_string() })));
                 }
                 pool.provider.clone()
             }
             Some(_) => return Box::pin(fut::ready(Err(Error::ShuttingDown))),
-            None => return Box::pin(fut::ready(Err(Error::UnknownPool(message.pool.0.to_string())))),
+            None => return Box::pin(fut::ready(Err(Error::UnknownPool(message.pool.to_string())))),
         };
         let size = message.size;
         let pool_id = message.pool;
@@ -1103,7 +1113,7 @@ impl Handler<AdoptClusters> for RouterShard {
     type Result = Result<Vec<ClusterId>>;
 
     fn handle(&mut self, message: AdoptClusters, _ctx: &mut Self::Context) -> Self::Result {
-        let pool = self.pools.get(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.to_string()))?;
+        let pool = pool_in(&self.pools, &message.pool)?;
         let known: Vec<ClusterId> = pool.view.clusters.iter().map(|c| c.id).collect();
         let mut adopted = Vec::new();
         for (cluster, size) in message.clusters {
@@ -1120,7 +1130,7 @@ impl Handler<ForgetClusters> for RouterShard {
     type Result = Result<Vec<ClusterId>>;
 
     fn handle(&mut self, message: ForgetClusters, _ctx: &mut Self::Context) -> Self::Result {
-        let pool = self.pools.get_mut(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.to_string()))?;
+        let pool = pool_in_mut(&mut self.pools, &message.pool)?;
         let forgotten: Vec<ClusterId> = pool.view.clusters.drain(..).map(|c| c.id).collect();
         // A tracker with queries still running lives until they end.
         pool.trackers.clear();
@@ -1133,14 +1143,14 @@ impl Handler<ReleaseCluster> for RouterShard {
 
     fn handle(&mut self, message: ReleaseCluster, _ctx: &mut Self::Context) -> Self::Result {
         let Some(pool) = self.pools.get_mut(&message.pool) else {
-            return Box::pin(fut::ready(Err(Error::UnknownPool(message.pool.0.to_string()))));
+            return Box::pin(fut::ready(Err(Error::UnknownPool(message.pool.to_string()))));
         };
         let ready = pool.view.clusters.iter().filter(|c| c.state == ClusterState::Ready).count();
         let Some(view) = pool.view.clusters.iter_mut().find(|c| c.id == message.cluster && c.state != ClusterState::Gone) else {
             return Box::pin(fut::ready(Err(Error::UnknownCluster(message.cluster.to_string()))));
         };
         if view.state == ClusterState::Ready && ready == 1 && !message.force {
-            return Box::pin(fut::ready(Err(Error::LastReadyCluster { pool: message.pool.0.to_string(), cluster: message.cluster.to_string() })));
+            return Box::pin(fut::ready(Err(Error::LastReadyCluster { pool: message.pool.to_string(), cluster: message.cluster.to_string() })));
         }
         // A dry run (every shadow-mode pool's provider) only records the
         // release: the cluster keeps serving, never draining meanwhile.
@@ -1194,7 +1204,7 @@ impl Handler<Submit> for RouterShard {
             return Err(Error::ShuttingDown);
         }
         let now = self.clock.now();
-        let pool = self.pools.get_mut(&message.pool).ok_or_else(|| Error::UnknownPool(message.pool.0.to_string()))?;
+        let pool = pool_in_mut(&mut self.pools, &message.pool)?;
 
         // Retries of a known client id: the same reply, never a second
         // run, and never another request's reply.

@@ -212,7 +212,7 @@ impl TunerActor {
 
     fn start(&mut self, reason: String, ctx: &mut Context<Self>) -> Result<()> {
         if self.running {
-            return Err(Error::TuningInProgress(self.pool.0.to_string()));
+            return Err(Error::TuningInProgress(self.pool.to_string()));
         }
         if self.gate.as_ref().is_some_and(|gate| !gate()) {
             return Err(Error::Unsupported(format!("this node does not own pool `{}` now; its owner tunes it", self.pool)));

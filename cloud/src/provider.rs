@@ -368,7 +368,7 @@ impl Provider for CloudProvider {
             cluster
         };
         let name = inventory::resource_name(&self.settings.name_prefix, &self.settings.deployment, &pool.0, cluster);
-        let owner = Owner { deployment: self.settings.deployment.clone(), node: self.settings.node.clone(), pool: pool.0.to_string(), cluster, size };
+        let owner = Owner { deployment: self.settings.deployment.clone(), node: self.settings.node.clone(), pool: pool.to_string(), cluster, size };
         let kind = self.api.kind();
         let this = self.clone_handle();
         let reuse = self.unpark(&pool, size);

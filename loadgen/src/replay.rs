@@ -216,7 +216,7 @@ pub async fn replay(entries: &[TraceEntry], config: &ReplayConfig) -> Result<Rep
             };
             let slo = entry.slo.ok_or_else(|| Error::InvalidParameter(format!("entry {index} has no SLO")))?;
             let request = SubmitRequest {
-                pool: entry.pool.as_ref().map_or_else(|| config.pool.clone(), |p| p.0.to_string()),
+                pool: entry.pool.as_ref().map_or_else(|| config.pool.clone(), |p| p.to_string()),
                 query_id: match &entry.query_id {
                     Some(id) => format!("{}r{round}-{id}", config.run_id),
                     None => format!("{}r{round}-{index}", config.run_id),

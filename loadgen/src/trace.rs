@@ -90,7 +90,7 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceEntry>> {
         }
         let pool = match pool_i.map(|i| fields[i]) {
             Some("") => return Err(err(line, "pool is empty")),
-            Some(pool) => Some(PoolId::new(pool.to_owned())),
+            Some(pool) => Some(PoolId::new(pool)),
             None => None,
         };
         let query_id = match id_i.map(|i| fields[i]) {

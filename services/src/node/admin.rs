@@ -339,7 +339,7 @@ fn backend_unavailable(error: slogate_actors::backend::ExecuteError) -> GatewayE
 
 /// The shard that owns `pool`.
 fn shard_of<'a>(state: &'a AdminState, pool: &PoolId) -> Result<&'a Addr<RouterShard>, GatewayError> {
-    state.router.for_pool(pool).ok_or_else(|| GatewayError::UnknownPool(pool.0.to_string()))
+    state.router.for_pool(pool).ok_or_else(|| GatewayError::UnknownPool(pool.to_string()))
 }
 
 /// The states of `pool`'s cluster trackers, by cluster id.
@@ -359,7 +359,7 @@ async fn pool_views(state: &AdminState) -> Result<Vec<PoolView>, GatewayError> {
 /// `pool`'s state, from its own shard alone.
 async fn pool_state(state: &AdminState, pool: &PoolId) -> Result<router::PoolState, GatewayError> {
     let shard = shard_of(state, pool)?.send(router::GetState).await.map_err(mailbox)?;
-    shard.pools.into_iter().find(|p| p.id == *pool).ok_or_else(|| GatewayError::UnknownPool(pool.0.to_string()))
+    shard.pools.into_iter().find(|p| p.id == *pool).ok_or_else(|| GatewayError::UnknownPool(pool.to_string()))
 }
 
 async fn views_of(state: &AdminState, pools: Vec<router::PoolState>) -> Result<Vec<PoolView>, GatewayError> {
@@ -395,7 +395,7 @@ async fn pool(request: HttpRequest, state: web::Data<AdminState>, path: web::Pat
     let name = path.into_inner();
     let result = async {
         authorised(&request, &state, false)?;
-        let pool = pool_state(&state, &PoolId::new(name.clone())).await?;
+        let pool = pool_state(&state, &PoolId::new(name.as_str())).await?;
         Ok::<_, GatewayError>(views_of(&state, vec![pool]).await?.remove(0))
     }
     .await;
@@ -423,7 +423,7 @@ async fn queries(request: HttpRequest, state: web::Data<AdminState>, path: web::
         let viewer = viewer(&request, &state)?;
         let limit = params.limit.unwrap_or(100).min(10_000);
         let which = params.state.as_deref().unwrap_or("running");
-        let pool = pool_state(&state, &PoolId::new(name.clone())).await?;
+        let pool = pool_state(&state, &PoolId::new(name.as_str())).await?;
         match which {
             "running" => {
                 let mine: Option<std::collections::HashSet<slogate_core::model::QueryId>> = match viewer.tenant() {
@@ -467,7 +467,7 @@ struct ActorsQuery {
 /// trackers, backend, provider, Autoscaler and Tuner.
 pub async fn pool_actors(state: &AdminState, pool: &PoolId) -> Result<serde_json::Value, GatewayError> {
     let router = pool_state(state, pool).await?;
-    let backends = state.backends.iter().find(|b| b.pool == *pool).ok_or_else(|| GatewayError::UnknownPool(pool.0.to_string()))?;
+    let backends = state.backends.iter().find(|b| b.pool == *pool).ok_or_else(|| GatewayError::UnknownPool(pool.to_string()))?;
     let backend = backends.backend.state().await.map_err(backend_unavailable)?;
     let provider = backends.provider.state().await.map_err(backend_unavailable)?;
     let trackers = tracker_states(state, pool).await?;
@@ -528,26 +528,26 @@ async fn actors(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespo
         for backends in &state.backends {
             let pool = &backends.pool;
             let backend = backends.backend.state().await.map_err(backend_unavailable)?;
-            backend_states.insert(pool.0.to_string(), serde_json::to_value(backend).expect("state serialises"));
+            backend_states.insert(pool.to_string(), serde_json::to_value(backend).expect("state serialises"));
             let provider = backends.provider.state().await.map_err(backend_unavailable)?;
-            providers.insert(pool.0.to_string(), serde_json::to_value(provider).expect("state serialises"));
+            providers.insert(pool.to_string(), serde_json::to_value(provider).expect("state serialises"));
             let pool_trackers = tracker_states(&state, pool).await?;
-            trackers.insert(pool.0.to_string(), serde_json::to_value(pool_trackers).expect("state serialises"));
+            trackers.insert(pool.to_string(), serde_json::to_value(pool_trackers).expect("state serialises"));
         }
         let mut autoscalers = serde_json::Map::new();
         for (pool, actor) in &state.autoscalers {
             let autoscaler = actor.send(autoscaler::GetState).await.map_err(mailbox)?;
-            autoscalers.insert(pool.0.to_string(), serde_json::to_value(autoscaler).expect("state serialises"));
+            autoscalers.insert(pool.to_string(), serde_json::to_value(autoscaler).expect("state serialises"));
         }
         let mut tuners = serde_json::Map::new();
         for (pool, actor) in &state.tuners {
             let tuner = actor.send(tuner::GetState).await.map_err(mailbox)?;
-            tuners.insert(pool.0.to_string(), serde_json::to_value(tuner).expect("state serialises"));
+            tuners.insert(pool.to_string(), serde_json::to_value(tuner).expect("state serialises"));
         }
         let mut retrainers = serde_json::Map::new();
         for (pool, actor) in &state.retrainers {
             let retrainer = actor.send(slogate_actors::retrainer::GetState).await.map_err(mailbox)?;
-            retrainers.insert(pool.0.to_string(), serde_json::to_value(retrainer).expect("state serialises"));
+            retrainers.insert(pool.to_string(), serde_json::to_value(retrainer).expect("state serialises"));
         }
         Ok::<_, GatewayError>(serde_json::json!({
             "router_shard": router,
@@ -652,7 +652,7 @@ async fn shadow(request: HttpRequest, state: web::Data<AdminState>, path: web::P
         authorised(&request, &state, false)?;
         let router_state = pool_state(&state, &pool).await?;
         let report = shard_of(&state, &pool)?.send(router::GetShadow(pool.clone())).await.map_err(mailbox)?;
-        let report = report.ok_or_else(|| GatewayError::NotShadowed(pool.0.to_string()))?;
+        let report = report.ok_or_else(|| GatewayError::NotShadowed(pool.to_string()))?;
         let view = views_of(&state, vec![router_state]).await?.remove(0);
         let would_provision = match state.backends.iter().find(|b| b.pool == pool) {
             Some(backends) => backends.provider.state().await.map_err(backend_unavailable)?.recent,
@@ -695,7 +695,7 @@ async fn tune(request: HttpRequest, state: web::Data<AdminState>, path: web::Pat
         authorised(&request, &state, true)?;
         let Some((_, tuner)) = state.tuners.iter().find(|(id, _)| *id == pool) else {
             let exists = state.backends.iter().any(|b| b.pool == pool);
-            return Err(if exists { GatewayError::NoTuner(pool.0.to_string()) } else { GatewayError::UnknownPool(pool.0.to_string()) });
+            return Err(if exists { GatewayError::NoTuner(pool.to_string()) } else { GatewayError::UnknownPool(pool.to_string()) });
         };
         tuner.send(tuner::StartTuning { reason: "operator".to_owned() }).await.map_err(mailbox)?.map_err(router_error)
     }
@@ -717,7 +717,7 @@ async fn retrain(request: HttpRequest, state: web::Data<AdminState>, path: web::
         authorised(&request, &state, true)?;
         let Some((_, retrainer)) = state.retrainers.iter().find(|(id, _)| *id == pool) else {
             if !state.backends.iter().any(|b| b.pool == pool) {
-                return Err(GatewayError::UnknownPool(pool.0.to_string()));
+                return Err(GatewayError::UnknownPool(pool.to_string()));
             }
             return Err(GatewayError::Conflict(format!(
                 "pool `{pool}` has no learned model to retrain: it needs predictor = \"iconq\" on a slogate built with the trainer (--features learn)"

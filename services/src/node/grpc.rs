@@ -194,7 +194,7 @@ impl GatewayService {
             let query = self.validate(request, tenant)?;
             return self.run(query).await.map(response);
         };
-        let pool = if request.pool.is_empty() { slogate_core::model::PoolId::default().0.to_string() } else { request.pool.clone() };
+        let pool = if request.pool.is_empty() { slogate_core::model::PoolId::default().to_string() } else { request.pool.clone() };
         // Counted first, then placed: see `Fleet::running`.
         let running = fleet.running(&pool);
         if fleet.placement(&pool) == Placement::Local {
@@ -278,7 +278,7 @@ impl GatewayService {
         let spec = validate_submit(&request, &self.limits)?;
         let _running = fleet.running(&spec.pool.0);
         if fleet.placement(&spec.pool.0) != Placement::Local {
-            return Err(GatewayError::NotOwner { pool: spec.pool.0.to_string(), node: fleet.node_id.clone() });
+            return Err(GatewayError::NotOwner { pool: spec.pool.to_string(), node: fleet.node_id.clone() });
         }
         fleet.received.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let query = self.checked(request, spec, forward.tenant, None);
@@ -298,7 +298,7 @@ impl GatewayService {
     async fn route_and_wait(&self, query: Validated) -> Result<SubmitOutcome, GatewayError> {
         let Validated { spec, sql, digest, tenant, _slot } = query;
         let pool = spec.pool.clone();
-        let shard = self.router.for_pool(&pool).ok_or_else(|| GatewayError::UnknownPool(pool.0.to_string()))?;
+        let shard = self.router.for_pool(&pool).ok_or_else(|| GatewayError::UnknownPool(pool.to_string()))?;
         let submitted = shard
             .send(Submit {
                 pool: spec.pool,

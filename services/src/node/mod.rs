@@ -193,7 +193,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     // Each cloud pool's provider, for a fleet's hand-overs.
     let mut cloud_pools: std::collections::HashMap<String, takeover::CloudPool> = std::collections::HashMap::new();
     for (i, pool) in file.pool.iter().enumerate() {
-        let id = PoolId::new(pool.name.clone());
+        let id = PoolId::new(pool.name.as_str());
         let shard = pool.shard_index(i, shard_count);
         owners.insert(id.clone(), shard);
         let elastic = if pool.elastic.enabled { Some(pool.elastic.to_core(&format!("pool[{i}].elastic"))?) } else { None };
@@ -388,7 +388,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     for (i, pool) in file.pool.iter().enumerate().filter(|(_, p)| p.autoscale.enabled) {
         let (knobs, policy) = pool.autoscale.to_core(&format!("pool[{i}].autoscale"))?;
         let core = slogate_core::scale::Autoscaler::new(knobs.clone(), policy, slogate_core::billing::BillingConfig::default());
-        let id = PoolId::new(pool.name.clone());
+        let id = PoolId::new(pool.name.as_str());
         let owner = router.for_pool(&id).expect("every pool has a shard").clone();
         let arbiter = actix::Arbiter::new();
         let actor = {
@@ -1005,7 +1005,7 @@ fn start_retrainers(
     let mut retrainers = Vec::new();
     for pool in &config.file.pool {
         let (Some(weights), Some(dir)) = (policies.get(&pool.name).and_then(|(_, terms)| terms.iconq.clone()), &pool.model) else { continue };
-        let id = PoolId::new(pool.name.clone());
+        let id = PoolId::new(pool.name.as_str());
         let owner = router.for_pool(&id).expect("every pool has a shard").clone();
         let settings = RetrainerSettings {
             every: (pool.retrain.every_hours > 0.0).then(|| std::time::Duration::from_secs_f64(pool.retrain.every_hours * 3_600.0)),

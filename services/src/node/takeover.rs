@@ -84,7 +84,7 @@ pub struct CloudPool {
 
 /// `pool`'s clusters on this node.
 async fn clusters_of(wiring: &Wiring, pool: &str) -> Option<Vec<ClusterView>> {
-    let shard = wiring.router.for_pool(&PoolId::new(pool.to_owned()))?;
+    let shard = wiring.router.for_pool(&PoolId::new(pool))?;
     let state = shard.send(slogate_actors::router::GetState).await.ok()?;
     state.pools.into_iter().find(|p| p.id.as_str() == pool).map(|p| p.clusters)
 }
@@ -127,7 +127,7 @@ async fn published_layout(wiring: &Wiring, pool: &str) -> Option<Layout> {
 /// configured one), adopts the clusters kept, and requests the missing
 /// sizes.
 async fn adopt_resources(wiring: &Wiring, pool: &str, cloud: &CloudPool) {
-    let pool_id = PoolId::new(pool.to_owned());
+    let pool_id = PoolId::new(pool);
     let want = published_layout(wiring, pool).await.filter(|l| !l.sizes_rpu.is_empty()).unwrap_or_else(|| cloud.initial.clone());
     let adoption = match cloud.provider.reconcile(&pool_id, &want, cloud.dry_run).await {
         Ok(adoption) => adoption,
@@ -153,7 +153,7 @@ async fn adopt_resources(wiring: &Wiring, pool: &str, cloud: &CloudPool) {
 pub async fn hand_over_released(mut released: tokio::sync::mpsc::UnboundedReceiver<String>, wiring: Wiring) {
     while let Some(pool) = released.recv().await {
         let Some(cloud) = wiring.cloud.get(&pool) else { continue };
-        let pool_id = PoolId::new(pool.clone());
+        let pool_id = PoolId::new(pool.as_str());
         if let Some(shard) = wiring.router.for_pool(&pool_id)
             && let Ok(Err(error)) = shard.send(ForgetClusters { pool: pool_id.clone() }).await
         {
@@ -167,18 +167,19 @@ pub async fn hand_over_released(mut released: tokio::sync::mpsc::UnboundedReceiv
 /// Brings `pool`'s clusters to the layout its previous owner published.
 async fn restore_layout(wiring: &Wiring, pool: &str) {
     let Some(want) = published_layout(wiring, pool).await else { return };
-    let (Some(clusters), Some(shard)) = (clusters_of(wiring, pool).await, wiring.router.for_pool(&PoolId::new(pool.to_owned()))) else { return };
+    let pool_id = PoolId::new(pool);
+    let (Some(clusters), Some(shard)) = (clusters_of(wiring, pool).await, wiring.router.for_pool(&pool_id)) else { return };
     if want.sizes_rpu.is_empty() || Layout::of(&clusters) == want {
         return;
     }
     let Reconciliation { request, release } = reconcile(&clusters, &want);
     for size in &request {
-        if let Ok(Err(error)) = shard.send(RequestCluster { pool: PoolId::new(pool.to_owned()), size: *size }).await {
+        if let Ok(Err(error)) = shard.send(RequestCluster { pool: pool_id.clone(), size: *size }).await {
             tracing::warn!(message = "Could not request a cluster of the pool's layout.", pool = %pool, size = size.0, %error);
         }
     }
     for cluster in &release {
-        if let Ok(Err(error)) = shard.send(ReleaseCluster { pool: PoolId::new(pool.to_owned()), cluster: *cluster, force: false }).await {
+        if let Ok(Err(error)) = shard.send(ReleaseCluster { pool: pool_id.clone(), cluster: *cluster, force: false }).await {
             tracing::warn!(message = "Could not release a cluster beyond the pool's layout.", pool = %pool, %cluster, %error);
         }
     }
@@ -189,7 +190,7 @@ async fn restore_layout(wiring: &Wiring, pool: &str) {
 /// was written to the log since the policy learned from it (at start-up,
 /// the policies were just built on the same log).
 async fn relearn(wiring: &Wiring, pool: &str) {
-    let (Some((policy, terms)), Some(shard)) = (wiring.policies.get(pool).cloned(), wiring.router.for_pool(&PoolId::new(pool.to_owned())).cloned()) else {
+    let (Some((policy, terms)), Some(shard)) = (wiring.policies.get(pool).cloned(), wiring.router.for_pool(&PoolId::new(pool)).cloned()) else {
         return;
     };
     let Ok(state) = wiring.reservoir.send(slogate_actors::reservoir::GetState).await else { return };
@@ -201,7 +202,7 @@ async fn relearn(wiring: &Wiring, pool: &str) {
     let history: Vec<Observation> = records.iter().map(|r| r.observation()).collect();
     let executions = history.len();
     let build: PolicyBuilder = Box::new(move || crate::eval::build_policy_with(&policy, &history, &terms).map_err(|e| e.to_string()));
-    match shard.send(ReplacePolicy { pool: PoolId::new(pool.to_owned()), build }).await {
+    match shard.send(ReplacePolicy { pool: PoolId::new(pool), build }).await {
         Ok(Ok(())) => {
             wiring.learned_at.lock().expect("learned_at lock").insert(pool.to_owned(), written);
             wiring.fleet.relearned(pool, executions);
