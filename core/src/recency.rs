@@ -13,62 +13,109 @@
 //! - (C) A key touched again moves to the most recent place and is not
 //!   evicted until `capacity` other keys have been touched after it.
 //! - (D) [`RecentKeys::evicted`] counts every key handed back.
+//! - (E) A touch is O(1) (expected: one hash lookup), whatever the
+//!   capacity.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::Hash;
 
-/// See the module docs.
+/// No neighbour in the recency list.
+const NIL: u32 = u32::MAX;
+
+/// A held key and its neighbours in the recency list (slab indices).
+#[derive(Clone, Debug)]
+struct Entry<K> {
+    key: K,
+    older: u32,
+    newer: u32,
+}
+
+/// See the module docs. A touch is O(1): a hash lookup and a move to the
+/// newest end of a doubly linked list kept in a slab, whose slots are
+/// reused by eviction (it never shrinks or frees).
 #[derive(Clone, Debug)]
 pub struct RecentKeys<K> {
     capacity: usize,
-    tick: u64,
-    last_seen: HashMap<K, u64>,
-    by_age: BTreeMap<u64, K>,
+    index: HashMap<K, u32>,
+    entries: Vec<Entry<K>>,
+    oldest: u32,
+    newest: u32,
     evicted: u64,
 }
 
 impl<K: Clone + Eq + Hash> RecentKeys<K> {
     /// An empty set holding at most `capacity` keys (at least 1).
     pub fn new(capacity: usize) -> Self {
-        RecentKeys { capacity: capacity.max(1), tick: 0, last_seen: HashMap::new(), by_age: BTreeMap::new(), evicted: 0 }
+        let capacity = capacity.clamp(1, NIL as usize);
+        RecentKeys { capacity, index: HashMap::new(), entries: Vec::new(), oldest: NIL, newest: NIL, evicted: 0 }
     }
 
     /// Marks `key` as seen now; returns the key evicted to make room for
     /// it, if any.
     pub fn touch(&mut self, key: &K) -> Option<K> {
-        self.tick += 1;
-        if let Some(seen) = self.last_seen.get_mut(key) {
-            self.by_age.remove(seen);
-            *seen = self.tick;
-            self.by_age.insert(self.tick, key.clone());
+        if let Some(&at) = self.index.get(key) {
+            if at != self.newest {
+                self.unlink(at);
+                self.push_newest(at);
+            }
             return None;
         }
-        let evicted = if self.last_seen.len() >= self.capacity {
-            let (_, oldest) = self.by_age.pop_first().expect("a full set has an oldest key");
-            self.last_seen.remove(&oldest);
-            self.evicted += 1;
-            Some(oldest)
-        } else {
-            None
-        };
-        self.last_seen.insert(key.clone(), self.tick);
-        self.by_age.insert(self.tick, key.clone());
-        evicted
+        if self.entries.len() < self.capacity {
+            let at = self.entries.len() as u32;
+            self.entries.push(Entry { key: key.clone(), older: NIL, newer: NIL });
+            self.index.insert(key.clone(), at);
+            self.push_newest(at);
+            return None;
+        }
+        // Full: the oldest entry's slot takes the new key.
+        let at = self.oldest;
+        self.unlink(at);
+        let evicted = std::mem::replace(&mut self.entries[at as usize].key, key.clone());
+        self.index.remove(&evicted);
+        self.index.insert(key.clone(), at);
+        self.push_newest(at);
+        self.evicted += 1;
+        Some(evicted)
+    }
+
+    /// Takes entry `at` out of the recency list.
+    fn unlink(&mut self, at: u32) {
+        let Entry { older, newer, .. } = self.entries[at as usize];
+        match older {
+            NIL => self.oldest = newer,
+            older => self.entries[older as usize].newer = newer,
+        }
+        match newer {
+            NIL => self.newest = older,
+            newer => self.entries[newer as usize].older = older,
+        }
+    }
+
+    /// Puts entry `at` (unlinked) at the newest end.
+    fn push_newest(&mut self, at: u32) {
+        let entry = &mut self.entries[at as usize];
+        entry.older = self.newest;
+        entry.newer = NIL;
+        match self.newest {
+            NIL => self.oldest = at,
+            newest => self.entries[newest as usize].newer = at,
+        }
+        self.newest = at;
     }
 
     /// Whether `key` is held.
     pub fn contains(&self, key: &K) -> bool {
-        self.last_seen.contains_key(key)
+        self.index.contains_key(key)
     }
 
     /// Keys held.
     pub fn len(&self) -> usize {
-        self.last_seen.len()
+        self.index.len()
     }
 
     /// Whether it holds no key.
     pub fn is_empty(&self) -> bool {
-        self.last_seen.is_empty()
+        self.index.is_empty()
     }
 
     /// The most it holds.
