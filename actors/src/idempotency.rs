@@ -191,8 +191,10 @@ impl FixedTable {
 /// 15–30 ms), and a lookup allocates nothing.
 pub struct IdempotencyTable {
     records: FixedTable,
-    /// Keys in the order they were inserted (finish order).
-    order: VecDeque<Key>,
+    /// Keys in the order they were inserted (finish order), each with its
+    /// record's finish time: expiry is read here, not from the record (a
+    /// cold one, at the far end of the table).
+    order: VecDeque<(Key, f64)>,
     hasher: std::hash::RandomState,
     kept: usize,
     retention_s: f64,
@@ -235,16 +237,17 @@ impl IdempotencyTable {
     pub fn insert(&mut self, record: impl Into<Arc<IdempotencyRecord>>, now_unix_s: f64) {
         let record = record.into();
         let key = self.key(&record.tenant, &record.client_query_id);
+        let finished_unix_s = record.finished_unix_s;
         if self.records.insert(key, record) {
-            self.order.retain(|k| *k != key);
+            self.order.retain(|(k, _)| *k != key);
         }
-        self.order.push_back(key);
-        while let Some(oldest) = self.order.front() {
-            let expired = self.records.get(*oldest).is_none_or(|r| now_unix_s - r.finished_unix_s > self.retention_s);
+        self.order.push_back((key, finished_unix_s));
+        while let Some(&(_, finished_unix_s)) = self.order.front() {
+            let expired = now_unix_s - finished_unix_s > self.retention_s;
             if self.order.len() <= self.kept && !expired {
                 break;
             }
-            let oldest = self.order.pop_front().expect("checked non-empty");
+            let (oldest, _) = self.order.pop_front().expect("checked non-empty");
             self.records.remove(oldest);
         }
     }

@@ -719,44 +719,56 @@ impl<P: LatencyPredictor> SloRouter<P> {
                 }
             )
         });
-        let mode = match &damage {
-            _ if uncertain => format!(
-                "template {} learned from {seen} executions (fewer than {UNCERTAIN_TEMPLATE_OBSERVATIONS}): spread like least-loaded, {} ran the fewest queries per RPU ({} before this one), until its estimate firms up; ",
-                query.template,
-                chosen.cluster,
-                placed_before,
-            ),
-            // A long query under the reserve has one cluster to go to: the
-            // overflow cluster, however late it is there.
-            Some(keys) if reserve.is_some_and(|r| r.long) => format!(
-                "damage control: misses its SLO on every cluster; on the overflow cluster {}s late, delays the running queries by {}s in all, {:+} of them miss{}; ",
-                Fixed::<1>(chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64()),
-                Fixed::<1>(chosen.delay_to_others.as_secs_f64()),
-                chosen.others_violations,
-                if keys[best].beyond_bound { format!(", beyond {DAMAGE_BOUND_SLO_MULTIPLE}× its SLO") } else { String::new() },
-            ),
-            Some(keys) => format!(
-                "damage control: misses its SLO on every cluster; chose by expected violations and lateness, not cost: {} expected violations, {}s late, delays the running queries by {}s in all, {:+} of them miss{}; ",
-                Change::<2>(chosen.expected_violations),
-                Fixed::<1>(chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64()),
-                Fixed::<1>(chosen.delay_to_others.as_secs_f64()),
-                chosen.others_violations,
-                match (keys[best].beyond_bound, reserve) {
-                    (false, _) => String::new(),
-                    (true, None) => format!(", and no placement finishes it within {DAMAGE_BOUND_SLO_MULTIPLE}× its SLO"),
-                    (true, Some(_)) => format!(", and no placement the reserve allows finishes it within {DAMAGE_BOUND_SLO_MULTIPLE}× its SLO"),
-                },
-            ),
-            None => String::new(),
-        };
         // Every reply carries it: written into one buffer, not assembled
         // from a string per part.
-        let mut explanation = String::with_capacity(reserve_note.len() + mode.len() + elastic_note.len() + 128);
-        let _ = write!(
-            explanation,
-            "{reserve_note}{mode}predicted {}s",
-            Fixed::<1>(chosen.predicted_latency.as_secs_f64())
-        );
+        let mut explanation = String::with_capacity(reserve_note.len() + elastic_note.len() + 384);
+        explanation.push_str(&reserve_note);
+        match &damage {
+            _ if uncertain => {
+                let _ = write!(
+                    explanation,
+                    "template {} learned from {seen} executions (fewer than {UNCERTAIN_TEMPLATE_OBSERVATIONS}): spread like least-loaded, {} ran the fewest queries per RPU ({} before this one), until its estimate firms up; ",
+                    query.template, chosen.cluster, placed_before,
+                );
+            }
+            // A long query under the reserve has one cluster to go to: the
+            // overflow cluster, however late it is there.
+            Some(keys) if reserve.is_some_and(|r| r.long) => {
+                let _ = write!(
+                    explanation,
+                    "damage control: misses its SLO on every cluster; on the overflow cluster {}s late, delays the running queries by {}s in all, {:+} of them miss",
+                    Fixed::<1>(chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64()),
+                    Fixed::<1>(chosen.delay_to_others.as_secs_f64()),
+                    chosen.others_violations,
+                );
+                if keys[best].beyond_bound {
+                    let _ = write!(explanation, ", beyond {DAMAGE_BOUND_SLO_MULTIPLE}× its SLO");
+                }
+                explanation.push_str("; ");
+            }
+            Some(keys) => {
+                let _ = write!(
+                    explanation,
+                    "damage control: misses its SLO on every cluster; chose by expected violations and lateness, not cost: {} expected violations, {}s late, delays the running queries by {}s in all, {:+} of them miss",
+                    Change::<2>(chosen.expected_violations),
+                    Fixed::<1>(chosen.predicted_latency_at_quantile.saturating_sub(slo).as_secs_f64()),
+                    Fixed::<1>(chosen.delay_to_others.as_secs_f64()),
+                    chosen.others_violations,
+                );
+                match (keys[best].beyond_bound, reserve) {
+                    (false, _) => {}
+                    (true, None) => {
+                        let _ = write!(explanation, ", and no placement finishes it within {DAMAGE_BOUND_SLO_MULTIPLE}× its SLO");
+                    }
+                    (true, Some(_)) => {
+                        let _ = write!(explanation, ", and no placement the reserve allows finishes it within {DAMAGE_BOUND_SLO_MULTIPLE}× its SLO");
+                    }
+                }
+                explanation.push_str("; ");
+            }
+            None => {}
+        }
+        let _ = write!(explanation, "predicted {}s", Fixed::<1>(chosen.predicted_latency.as_secs_f64()));
         self.write_quantile_note(&mut explanation, chosen.predicted_latency_at_quantile);
         let _ = write!(
             explanation,
