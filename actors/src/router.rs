@@ -449,6 +449,55 @@ impl Default for PoolCaps {
     }
 }
 
+/// A client's query id with its tenant, as a pool indexes the queries in
+/// flight by it: `(tenant, client query id)`, looked up by borrowed strings
+/// ([`client_key`]), so that a submission copies neither to ask.
+type ClientKey = (String, String);
+
+/// The borrowed form of a [`ClientKey`]: it hashes and compares as the
+/// owned tuple does (a tuple of two `str`s), so the map finds owned keys
+/// by it.
+trait ClientKeyParts {
+    fn parts(&self) -> (&str, &str);
+}
+
+impl ClientKeyParts for ClientKey {
+    fn parts(&self) -> (&str, &str) {
+        (&self.0, &self.1)
+    }
+}
+
+impl ClientKeyParts for (&str, &str) {
+    fn parts(&self) -> (&str, &str) {
+        (self.0, self.1)
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn ClientKeyParts + 'a> for ClientKey {
+    fn borrow(&self) -> &(dyn ClientKeyParts + 'a) {
+        self
+    }
+}
+
+impl std::hash::Hash for dyn ClientKeyParts + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.parts().hash(state);
+    }
+}
+
+impl PartialEq for dyn ClientKeyParts + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn ClientKeyParts + '_ {}
+
+/// `(tenant, client_query_id)` as a key to look a [`ClientKey`] up by.
+fn client_key<'a>(tenant: &'a str, client_query_id: &'a str) -> (&'a str, &'a str) {
+    (tenant, client_query_id)
+}
+
 struct InFlight {
     client_query_id: String,
     template: TemplateId,
@@ -456,8 +505,11 @@ struct InFlight {
     arrival: Instant,
     target: Target,
     neighbours_at_dispatch: u32,
-    /// Another query shared its cluster at some point of its flight.
-    overlapped: bool,
+    /// Another query was running on its cluster when it was dispatched.
+    overlapped_at_dispatch: bool,
+    /// Its cluster's dispatch count (`PoolRuntime::dispatches`) just after
+    /// its own dispatch: a higher count later means another query joined it.
+    dispatches_at_dispatch: u64,
     explanation: Arc<str>,
     predicted: Option<Duration>,
     client_supplied: bool,
@@ -490,7 +542,11 @@ struct PoolRuntime {
     view: Pool,
     in_flight: HashMap<QueryId, InFlight>,
     in_flight_max: usize,
-    by_client_id: HashMap<(String, String), QueryId>,
+    by_client_id: HashMap<ClientKey, QueryId>,
+    /// Queries dispatched to each cluster so far (see
+    /// `InFlight::dispatches_at_dispatch`): one count a dispatch, where
+    /// marking every running query on the cluster was a lookup each.
+    dispatches: HashMap<ClusterId, u64>,
     done: IdempotencyTable,
     /// Recent outcomes, newest first, with their tenants.
     recent: VecDeque<(String, SubmitOutcome)>,
@@ -508,6 +564,25 @@ struct PoolRuntime {
 }
 
 impl PoolRuntime {
+    /// Counts a dispatch to `cluster`; its count after it.
+    fn count_dispatch(&mut self, cluster: ClusterId) -> u64 {
+        let count = self.dispatches.entry(cluster).or_default();
+        *count += 1;
+        *count
+    }
+
+    /// Whether a query dispatched to `target` shared its cluster at some
+    /// point of its flight: another query was running there when it was
+    /// dispatched (`overlapped_at_dispatch`), or one was dispatched there
+    /// after it (the cluster's count passed `dispatches_at_dispatch`).
+    fn overlapped(&self, target: Target, overlapped_at_dispatch: bool, dispatches_at_dispatch: u64) -> bool {
+        overlapped_at_dispatch
+            || match target {
+                Target::Cluster(cluster) => self.dispatches.get(&cluster).is_some_and(|&count| count > dispatches_at_dispatch),
+                Target::Elastic => false,
+            }
+    }
+
     /// Stops `query` on the server it runs on: a cluster's through its
     /// tracker, the elastic tier's on the backend.
     fn cancel(&self, query: QueryId, target: Target, reason: CancelReason) {
@@ -709,6 +784,7 @@ impl RouterShard {
                     in_flight: HashMap::new(),
                     in_flight_max: setup.in_flight_max,
                     by_client_id: HashMap::new(),
+                    dispatches: HashMap::new(),
                     done: IdempotencyTable::new(limits.idempotency_max, limits.idempotency_retention_s),
                     recent: VecDeque::new(),
                     stats: PoolStats::default(),
@@ -1217,7 +1293,7 @@ impl Handler<Submit> for RouterShard {
                 pool.stats.deduplicated += 1;
                 return Ok(resolved(record.outcome.query, record.outcome.clone()));
             }
-            if let Some(&query) = pool.by_client_id.get(&(message.tenant.clone(), message.client_query_id.clone())) {
+            if let Some(&query) = pool.by_client_id.get(&client_key(&message.tenant, &message.client_query_id) as &dyn ClientKeyParts) {
                 let flight = pool.in_flight.get_mut(&query).expect("client ids map to in-flight queries");
                 if let Some(field) = flight.digest.mismatch(&message.digest) {
                     return Err(mismatch(field));
@@ -1303,18 +1379,15 @@ impl Handler<Submit> for RouterShard {
             }
         };
         let mut neighbours_at_dispatch = 0;
+        let mut dispatches_at_dispatch = 0;
         if chosen == Target::Elastic {
             pool.stats.offloaded += 1;
         }
         if let Target::Cluster(cluster) = chosen {
             let view = pool.view.clusters.iter_mut().find(|c| c.id == cluster).expect("checked above");
             neighbours_at_dispatch = view.running.len() as u32;
-            for running in &view.running {
-                if let Some(flight) = pool.in_flight.get_mut(&running.id) {
-                    flight.overlapped = true;
-                }
-            }
             view.running.push(RunningQuery { id, template: query.template, slo: query.slo, arrival: now, dispatched: now });
+            dispatches_at_dispatch = pool.count_dispatch(cluster);
         }
         if client_supplied {
             pool.by_client_id.insert((message.tenant.clone(), client_query_id.clone()), id);
@@ -1328,7 +1401,8 @@ impl Handler<Submit> for RouterShard {
                 arrival: now,
                 target: chosen,
                 neighbours_at_dispatch,
-                overlapped: neighbours_at_dispatch > 0,
+                overlapped_at_dispatch: neighbours_at_dispatch > 0,
+                dispatches_at_dispatch,
                 explanation,
                 predicted,
                 client_supplied,
@@ -1404,8 +1478,9 @@ impl Handler<ClientGone> for RouterShard {
         // re-sending it after a failure) starts a new run rather than
         // joining this doomed one or getting its cancellation.
         flight.abandoned = true;
-        if flight.client_supplied && pool.by_client_id.get(&(flight.tenant.clone(), flight.client_query_id.clone())) == Some(&message.query) {
-            pool.by_client_id.remove(&(flight.tenant.clone(), flight.client_query_id.clone()));
+        let key = client_key(&flight.tenant, &flight.client_query_id);
+        if flight.client_supplied && pool.by_client_id.get(&key as &dyn ClientKeyParts) == Some(&message.query) {
+            pool.by_client_id.remove(&key as &dyn ClientKeyParts);
         }
         let target = flight.target;
         pool.cancel(message.query, target, CancelReason::ClientGone);
@@ -1486,18 +1561,14 @@ impl RouterShard {
         let Target::Cluster(cluster) = decision.target else { return false };
         let Some(view) = pool.view.clusters.iter_mut().find(|c| c.id == cluster) else { return false };
         let neighbours = view.running.len() as u32;
-        let neighbour_ids: Vec<QueryId> = view.running.iter().map(|r| r.id).collect();
         view.running.push(RunningQuery { id: query_id, template: query.template, slo: query.slo, arrival: query.arrival, dispatched: now });
-        for neighbour in neighbour_ids {
-            if let Some(other) = pool.in_flight.get_mut(&neighbour) {
-                other.overlapped = true;
-            }
-        }
+        let dispatches = pool.count_dispatch(cluster);
         let flight = pool.in_flight.get_mut(&query_id).expect("looked up above");
         flight.target = Target::Cluster(cluster);
         flight.rerouted = true;
         flight.neighbours_at_dispatch = neighbours;
-        flight.overlapped = neighbours > 0;
+        flight.overlapped_at_dispatch = neighbours > 0;
+        flight.dispatches_at_dispatch = dispatches;
         flight.explanation = format!("the elastic tier throttled it ({reason}), so it was routed again: {}", decision.explanation).into();
         flight.predicted = decision.predicted_latency;
         pool.stats.offloads_rerouted += 1;
@@ -1562,7 +1633,7 @@ impl RouterShard {
                         neighbours_at_dispatch: flight.neighbours_at_dispatch,
                         latency,
                         censored: !completed,
-                        ran_alone: !flight.overlapped,
+                        ran_alone: !pool.overlapped(flight.target, flight.overlapped_at_dispatch, flight.dispatches_at_dispatch),
                         timeline: Some(Timeline::on_cluster(&message.pool, cluster, self.clock.calendar_s(flight.arrival))),
                         queued: report.started.map_or(slogate_core::time::Duration::ZERO, |started| started.saturating_duration_since(report.dispatched)),
                     };
@@ -1609,11 +1680,11 @@ impl RouterShard {
             }
         };
         if flight.client_supplied && !(flight.abandoned && outcome.status == SubmitStatus::Failed) {
-            let key = (flight.tenant.clone(), flight.client_query_id.clone());
-            if pool.by_client_id.get(&key) == Some(&message.query) {
-                pool.by_client_id.remove(&key);
-            }
-            let (tenant, client_query_id) = key;
+            let key = client_key(&flight.tenant, &flight.client_query_id);
+            let (tenant, client_query_id) = match pool.by_client_id.get(&key as &dyn ClientKeyParts) {
+                Some(&query) if query == message.query => pool.by_client_id.remove_entry(&key as &dyn ClientKeyParts).expect("looked up above").0,
+                _ => (flight.tenant.clone(), flight.client_query_id.clone()),
+            };
             let finished_unix_s = crate::clock::unix_now_s();
             let record = std::sync::Arc::new(IdempotencyRecord {
                 pool: message.pool.clone(),
@@ -1795,6 +1866,21 @@ pub(crate) fn small_limits() -> RouterLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_key_is_found_by_its_borrowed_parts_and_only_by_them() {
+        let mut map: HashMap<ClientKey, QueryId> = HashMap::new();
+        map.insert(("tenant".to_owned(), "q-1".to_owned()), QueryId(7));
+        map.insert(("ab".to_owned(), "c".to_owned()), QueryId(8));
+        assert_eq!(map.get(&client_key("tenant", "q-1") as &dyn ClientKeyParts), Some(&QueryId(7)));
+        assert_eq!(map.get(&client_key("ab", "c") as &dyn ClientKeyParts), Some(&QueryId(8)));
+        // The parts are kept apart: no concatenation finds another key.
+        assert_eq!(map.get(&client_key("a", "bc") as &dyn ClientKeyParts), None);
+        assert_eq!(map.get(&client_key("", "tenantq-1") as &dyn ClientKeyParts), None);
+        let (key, query) = map.remove_entry(&client_key("tenant", "q-1") as &dyn ClientKeyParts).unwrap();
+        assert_eq!((key.0.as_str(), key.1.as_str(), query), ("tenant", "q-1", QueryId(7)));
+        assert_eq!(map.len(), 1);
+    }
 
     #[test]
     fn the_lag_probe_measures_how_long_the_shards_thread_was_held() {
