@@ -213,10 +213,12 @@ struct Fitted {
     /// Median base, for templates never seen.
     unseen_base: f64,
     size_exponent: f64,
-    /// The hot path: per seen `(template, size)`, `a + s + d` and `β`.
-    keyed: HashMap<(TemplateId, Rpu), (f64, f64), KeyHasher>,
-    /// Per seen size, its curve tabulated for `0..TABLE` neighbours.
-    tables: BTreeMap<Rpu, Vec<f64>>,
+    /// The hot path: per seen `(template, size)`, `a + s + d`, `β` and
+    /// the index of the size's table in `tables`.
+    keyed: HashMap<(TemplateId, Rpu), (f64, f64, usize), KeyHasher>,
+    /// Per seen size (in size order), its curve tabulated for `0..TABLE`
+    /// neighbours.
+    tables: Vec<Vec<f64>>,
 }
 
 /// Neighbour counts tabulated per size; larger ones interpolate.
@@ -723,15 +725,16 @@ fn fit_cells(config: &ConcurrencyConfig, input: &FitInput, previous: Option<&Fit
         config.default_size_exponent
     };
     let speed_of: HashMap<Rpu, f64> = sizes.iter().copied().zip(speed.iter().copied()).collect();
+    let table_of: HashMap<Rpu, usize> = size_curves.keys().enumerate().map(|(index, size)| (*size, index)).collect();
     let keyed = pairs
         .iter()
         .zip(&deviation)
         .map(|(&(t, z), d)| {
             let ti = templates.binary_search(&t).expect("a pair's template is fitted");
-            ((t, z), (base[ti] + speed_of[&z] + d, sensitivity[ti]))
+            ((t, z), (base[ti] + speed_of[&z] + d, sensitivity[ti], table_of[&z]))
         })
         .collect();
-    let tables = size_curves.iter().map(|(size, curve): (&Rpu, &Curve)| (*size, curve.tabulate(&TABLE_XS))).collect();
+    let tables = size_curves.values().map(|curve| curve.tabulate(&TABLE_XS)).collect();
     Fitted {
         keyed,
         tables,
@@ -755,8 +758,8 @@ impl ConcurrencyAware {
             let isolated = self.config.prior_latency_16.as_secs_f64().ln() - self.config.default_size_exponent * (log_size(size) - log_size(Rpu(16)));
             return isolated + prior_log_slowdown(f64::from(neighbours).ln_1p());
         };
-        if let (Some((offset, sensitivity)), Some(table)) = (f.keyed.get(&(template, size)), f.tables.get(&size))
-            && let Some(slowdown) = table.get(neighbours as usize)
+        if let Some(&(offset, sensitivity, table)) = f.keyed.get(&(template, size))
+            && let Some(slowdown) = f.tables[table].get(neighbours as usize)
         {
             return offset + sensitivity * slowdown;
         }
