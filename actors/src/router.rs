@@ -449,53 +449,44 @@ impl Default for PoolCaps {
     }
 }
 
-/// A client's query id with its tenant, as a pool indexes the queries in
-/// flight by it: `(tenant, client query id)`, looked up by borrowed strings
-/// ([`client_key`]), so that a submission copies neither to ask.
-type ClientKey = (String, String);
+/// A pool's queries in flight by client query id, per tenant: looked up
+/// and removed by borrowed strings, so a submission copies neither to ask.
+/// Tenants come from the node's configuration, so their maps are few.
+#[derive(Default)]
+struct ClientIds(HashMap<String, HashMap<String, QueryId>>);
 
-/// The borrowed form of a [`ClientKey`]: it hashes and compares as the
-/// owned tuple does (a tuple of two `str`s), so the map finds owned keys
-/// by it.
-trait ClientKeyParts {
-    fn parts(&self) -> (&str, &str);
-}
-
-impl ClientKeyParts for ClientKey {
-    fn parts(&self) -> (&str, &str) {
-        (&self.0, &self.1)
+impl ClientIds {
+    /// The query in flight under `tenant`'s `client_query_id`.
+    fn get(&self, tenant: &str, client_query_id: &str) -> Option<QueryId> {
+        self.0.get(tenant)?.get(client_query_id).copied()
     }
-}
 
-impl ClientKeyParts for (&str, &str) {
-    fn parts(&self) -> (&str, &str) {
-        (self.0, self.1)
+    /// Indexes `query` under `tenant`'s `client_query_id`.
+    fn insert(&mut self, tenant: &str, client_query_id: String, query: QueryId) {
+        match self.0.get_mut(tenant) {
+            Some(ids) => {
+                ids.insert(client_query_id, query);
+            }
+            None => {
+                self.0.insert(tenant.to_owned(), HashMap::from([(client_query_id, query)]));
+            }
+        }
     }
-}
 
-impl<'a> std::borrow::Borrow<dyn ClientKeyParts + 'a> for ClientKey {
-    fn borrow(&self) -> &(dyn ClientKeyParts + 'a) {
-        self
+    /// Drops `tenant`'s `client_query_id` if it still names `query` (a
+    /// retry after an abandoned run may have taken it over); the id as
+    /// it was kept.
+    fn remove(&mut self, tenant: &str, client_query_id: &str, query: QueryId) -> Option<String> {
+        let ids = self.0.get_mut(tenant)?;
+        if ids.get(client_query_id) != Some(&query) {
+            return None;
+        }
+        ids.remove_entry(client_query_id).map(|(id, _)| id)
     }
-}
 
-impl std::hash::Hash for dyn ClientKeyParts + '_ {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.parts().hash(state);
+    fn clear(&mut self) {
+        self.0.clear();
     }
-}
-
-impl PartialEq for dyn ClientKeyParts + '_ {
-    fn eq(&self, other: &Self) -> bool {
-        self.parts() == other.parts()
-    }
-}
-
-impl Eq for dyn ClientKeyParts + '_ {}
-
-/// `(tenant, client_query_id)` as a key to look a [`ClientKey`] up by.
-fn client_key<'a>(tenant: &'a str, client_query_id: &'a str) -> (&'a str, &'a str) {
-    (tenant, client_query_id)
 }
 
 struct InFlight {
@@ -542,7 +533,7 @@ struct PoolRuntime {
     view: Pool,
     in_flight: HashMap<QueryId, InFlight>,
     in_flight_max: usize,
-    by_client_id: HashMap<ClientKey, QueryId>,
+    by_client_id: ClientIds,
     /// Queries dispatched to each cluster so far (see
     /// `InFlight::dispatches_at_dispatch`): one count a dispatch, where
     /// marking every running query on the cluster was a lookup each.
@@ -783,7 +774,7 @@ impl RouterShard {
                     view: Pool { id: setup.id.clone(), clusters },
                     in_flight: HashMap::new(),
                     in_flight_max: setup.in_flight_max,
-                    by_client_id: HashMap::new(),
+                    by_client_id: ClientIds::default(),
                     dispatches: HashMap::new(),
                     done: IdempotencyTable::new(limits.idempotency_max, limits.idempotency_retention_s),
                     recent: VecDeque::new(),
@@ -1293,7 +1284,7 @@ impl Handler<Submit> for RouterShard {
                 pool.stats.deduplicated += 1;
                 return Ok(resolved(record.outcome.query, record.outcome.clone()));
             }
-            if let Some(&query) = pool.by_client_id.get(&client_key(&message.tenant, &message.client_query_id) as &dyn ClientKeyParts) {
+            if let Some(query) = pool.by_client_id.get(&message.tenant, &message.client_query_id) {
                 let flight = pool.in_flight.get_mut(&query).expect("client ids map to in-flight queries");
                 if let Some(field) = flight.digest.mismatch(&message.digest) {
                     return Err(mismatch(field));
@@ -1390,7 +1381,7 @@ impl Handler<Submit> for RouterShard {
             dispatches_at_dispatch = pool.count_dispatch(cluster);
         }
         if client_supplied {
-            pool.by_client_id.insert((message.tenant.clone(), client_query_id.clone()), id);
+            pool.by_client_id.insert(&message.tenant, client_query_id.clone(), id);
         }
         pool.in_flight.insert(
             id,
@@ -1478,9 +1469,8 @@ impl Handler<ClientGone> for RouterShard {
         // re-sending it after a failure) starts a new run rather than
         // joining this doomed one or getting its cancellation.
         flight.abandoned = true;
-        let key = client_key(&flight.tenant, &flight.client_query_id);
-        if flight.client_supplied && pool.by_client_id.get(&key as &dyn ClientKeyParts) == Some(&message.query) {
-            pool.by_client_id.remove(&key as &dyn ClientKeyParts);
+        if flight.client_supplied {
+            pool.by_client_id.remove(&flight.tenant, &flight.client_query_id, message.query);
         }
         let target = flight.target;
         pool.cancel(message.query, target, CancelReason::ClientGone);
@@ -1680,11 +1670,11 @@ impl RouterShard {
             }
         };
         if flight.client_supplied && !(flight.abandoned && outcome.status == SubmitStatus::Failed) {
-            let key = client_key(&flight.tenant, &flight.client_query_id);
-            let (tenant, client_query_id) = match pool.by_client_id.get(&key as &dyn ClientKeyParts) {
-                Some(&query) if query == message.query => pool.by_client_id.remove_entry(&key as &dyn ClientKeyParts).expect("looked up above").0,
-                _ => (flight.tenant.clone(), flight.client_query_id.clone()),
-            };
+            let client_query_id = pool
+                .by_client_id
+                .remove(&flight.tenant, &flight.client_query_id, message.query)
+                .unwrap_or_else(|| flight.client_query_id.clone());
+            let tenant = flight.tenant.clone();
             let finished_unix_s = crate::clock::unix_now_s();
             let record = std::sync::Arc::new(IdempotencyRecord {
                 pool: message.pool.clone(),
@@ -1868,18 +1858,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_client_key_is_found_by_its_borrowed_parts_and_only_by_them() {
-        let mut map: HashMap<ClientKey, QueryId> = HashMap::new();
-        map.insert(("tenant".to_owned(), "q-1".to_owned()), QueryId(7));
-        map.insert(("ab".to_owned(), "c".to_owned()), QueryId(8));
-        assert_eq!(map.get(&client_key("tenant", "q-1") as &dyn ClientKeyParts), Some(&QueryId(7)));
-        assert_eq!(map.get(&client_key("ab", "c") as &dyn ClientKeyParts), Some(&QueryId(8)));
+    fn a_client_id_is_found_by_its_tenant_and_id_and_only_by_them() {
+        let mut ids = ClientIds::default();
+        ids.insert("tenant", "q-1".to_owned(), QueryId(7));
+        ids.insert("ab", "c".to_owned(), QueryId(8));
+        assert_eq!(ids.get("tenant", "q-1"), Some(QueryId(7)));
+        assert_eq!(ids.get("ab", "c"), Some(QueryId(8)));
         // The parts are kept apart: no concatenation finds another key.
-        assert_eq!(map.get(&client_key("a", "bc") as &dyn ClientKeyParts), None);
-        assert_eq!(map.get(&client_key("", "tenantq-1") as &dyn ClientKeyParts), None);
-        let (key, query) = map.remove_entry(&client_key("tenant", "q-1") as &dyn ClientKeyParts).unwrap();
-        assert_eq!((key.0.as_str(), key.1.as_str(), query), ("tenant", "q-1", QueryId(7)));
-        assert_eq!(map.len(), 1);
+        assert_eq!(ids.get("a", "bc"), None);
+        assert_eq!(ids.get("", "tenantq-1"), None);
+        // Removed only while it still names the query, handing the id back.
+        assert_eq!(ids.remove("tenant", "q-1", QueryId(9)), None);
+        assert_eq!(ids.remove("tenant", "q-1", QueryId(7)).as_deref(), Some("q-1"));
+        assert_eq!(ids.get("tenant", "q-1"), None);
+        assert_eq!(ids.get("ab", "c"), Some(QueryId(8)));
     }
 
     #[test]
