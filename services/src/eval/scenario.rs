@@ -140,6 +140,14 @@ impl WorkloadSpec {
     }
 }
 
+/// What a scenario file without `policies` compares: the SLO-blind
+/// baselines and slogate.
+pub const DEFAULT_FILE_POLICIES: [&str; 3] = ["round-robin", "least-loaded", "slogate"];
+
+fn default_file_policies() -> Vec<String> {
+    DEFAULT_FILE_POLICIES.iter().map(|p| (*p).to_owned()).collect()
+}
+
 /// A scenario as written in TOML.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -155,7 +163,9 @@ pub struct ScenarioFile {
     pub kappa: Option<OneOrMany<f64>>,
     /// Cluster sets (sizes in RPU), each a case.
     pub clusters: OneOrMany<Vec<u32>>,
-    /// Policies to compare.
+    /// Policies to compare; [`DEFAULT_FILE_POLICIES`] when left out
+    /// (`eval --policies` overrides either).
+    #[serde(default = "default_file_policies")]
     pub policies: Vec<String>,
     /// Workloads, each a case.
     pub workload: Vec<WorkloadSpec>,
@@ -372,6 +382,15 @@ mod tests {
         let s = Scenario::from_toml(&text, Path::new(".")).unwrap();
         assert_eq!(s.kappas.len(), 2);
         assert_eq!(s.cluster_sets.len(), 2);
+    }
+
+    #[test]
+    fn a_scenario_without_policies_compares_the_baselines_with_slogate() {
+        let text = "name='t'\nclusters=[16, 16]\n[[workload]]\nkind='trace'\npath='t.csv'\n";
+        let s = Scenario::from_toml(text, Path::new(".")).unwrap();
+        assert_eq!(s.policies, vec!["round-robin", "least-loaded", "slogate"]);
+        let s = Scenario::from_toml(&format!("policies=['least-loaded']\n{text}"), Path::new(".")).unwrap();
+        assert_eq!(s.policies, vec!["least-loaded"], "a file's own list wins");
     }
 
     #[test]
