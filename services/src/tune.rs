@@ -224,7 +224,7 @@ pub fn run(request: &TuneRequest, progress: &mut dyn FnMut(TuningPhase)) -> Resu
         notes.push(format!("the history covers {history_days} of the {asked_days} days asked for; forecasting from those"));
     }
     if (history_days as i32) < WEEK_DAYS {
-        notes.push(format!("less than a week of history ({history_days} days): the previous day stands in for the same weekday of past weeks"));
+        notes.push(format!("less than a week of history ({}): the previous day stands in for the same weekday of past weeks", days(history_days)));
     }
     let slos = SloBook { by_template: history.slos, default: Duration::from_secs_f64(request.default_slo_s) };
     let base = ExecutionConfig { spinups: Vec::new(), knobs };
@@ -235,12 +235,17 @@ pub fn run(request: &TuneRequest, progress: &mut dyn FnMut(TuningPhase)) -> Resu
     Ok(Tuned { fragment: render(&pool.name, history_days, &report, &setup.terms.calibration), report, notes })
 }
 
+/// `n` days, as a note reads it: "1 day", "3 days".
+fn days(n: u32) -> String {
+    if n == 1 { "1 day".to_owned() } else { format!("{n} days") }
+}
+
 /// The configuration as a `[pool.autoscale]` fragment.
 pub fn render(pool: &str, history_days: u32, report: &TuningReport, calibration: &Calibration) -> String {
     let (y, m, d) = CalendarHour { day: report.day, hour: 0 }.date();
     let k = &report.config.knobs;
     let mut out = String::new();
-    let _ = writeln!(out, "# slogate tune: pool `{pool}`, target day {y:04}-{m:02}-{d:02}, {history_days} days of history,");
+    let _ = writeln!(out, "# slogate tune: pool `{pool}`, target day {y:04}-{m:02}-{d:02}, {} of history,", days(history_days));
     let _ = writeln!(out, "# {:.0} forecast queries per day, {} simulations.", report.forecast_queries_per_day, report.simulations);
     let _ = writeln!(out, "# Expected on the validation forecasts: VR {:.2}%, ${:.3} per day.", report.expected.violations * 100.0, report.expected.cost_usd);
     if let Some(base) = report.base_expected {
@@ -321,6 +326,12 @@ mod tests {
         assert!((tuned.report.forecast_queries_per_day - 30.0).abs() < 1e-9, "{}", tuned.report.forecast_queries_per_day);
         assert!(tuned.notes.iter().any(|n| n.contains("covers 3 of the 30 days")), "{:?}", tuned.notes);
         assert!(tuned.fragment.contains("3 days of history"), "{}", tuned.fragment);
+        assert!(tuned.notes.iter().any(|n| n.contains("less than a week of history (3 days)")), "{:?}", tuned.notes);
+    }
+
+    #[test]
+    fn a_single_day_is_written_in_the_singular() {
+        assert_eq!((days(1).as_str(), days(0).as_str(), days(7).as_str()), ("1 day", "0 days", "7 days"));
     }
 
     #[test]
