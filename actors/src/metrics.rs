@@ -3,12 +3,23 @@
 //! A [`Histogram`] has fixed, roughly logarithmic buckets, lock-free
 //! counters, and renders as a Prometheus histogram plus a `_max` gauge:
 //! the largest observation since start (a stall's length, which the
-//! buckets only bound). The default buckets ([`BUCKETS_S`], 1 µs to 10 s)
+//! buckets only bound). One made [`Histogram::with_recent_max`] also
+//! renders a `_recent_max` gauge: the largest observation of about the
+//! last minute ([`RecentMax`]), which a stall at start-up or an hour ago
+//! no longer holds up. The default buckets ([`BUCKETS_S`], 1 µs to 10 s)
 //! are for slogate's own time; [`QUERY_BUCKETS_S`] (10 ms to 2 h) for
 //! queries' latencies.
+//!
+//! # Properties
+//!
+//! - (A) [`RecentMax::get_at`] at `now` is the largest observation made
+//!   in the slots of `now`'s and the `SLOTS − 1` before it: every
+//!   observation of the last `window − slot` counts, and none older than
+//!   `window` does. Its resolution is a microsecond (rounded down).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// Upper bounds of the buckets, seconds.
 pub const BUCKETS_S: [f64; 22] = [
@@ -19,6 +30,77 @@ pub const BUCKETS_S: [f64; 22] = [
 /// Upper bounds of the buckets of a query-latency histogram, seconds.
 pub const QUERY_BUCKETS_S: [f64; 18] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1_200.0, 1_800.0, 3_600.0, 7_200.0];
 
+/// Sub-windows of a [`RecentMax`].
+const SLOTS: u64 = 4;
+
+/// The largest observation over a sliding window, lock-free: the window is
+/// [`SLOTS`] slots of a fixed length from a start, each holding the slot's
+/// number (its epoch) and its largest observation in microseconds in one
+/// word, so that an observation and a slot's reuse for a later epoch
+/// never tear. See the module's property (A).
+#[derive(Debug)]
+pub struct RecentMax {
+    start: Instant,
+    slot: Duration,
+    slots: [AtomicU64; SLOTS as usize],
+}
+
+impl RecentMax {
+    /// A window of `window` (split into [`SLOTS`] slots) from `start`.
+    pub fn new(window: Duration, start: Instant) -> Self {
+        let slot = (window / SLOTS as u32).max(Duration::from_millis(1));
+        RecentMax { start, slot, slots: Default::default() }
+    }
+
+    /// The window it covers at most.
+    pub fn window(&self) -> Duration {
+        self.slot * SLOTS as u32
+    }
+
+    fn epoch(&self, now: Instant) -> u64 {
+        (now.saturating_duration_since(self.start).as_nanos() / self.slot.as_nanos()) as u64
+    }
+
+    /// Records `value`, observed at `now`.
+    pub fn observe_at(&self, value: Duration, now: Instant) {
+        let epoch = self.epoch(now) & u64::from(u32::MAX);
+        let micros = value.as_micros().min(u128::from(u32::MAX)) as u64;
+        let slot = &self.slots[(epoch % SLOTS) as usize];
+        let mut current = slot.load(Ordering::Relaxed);
+        loop {
+            let (slot_epoch, slot_micros) = (current >> 32, current & u64::from(u32::MAX));
+            let wanted = if slot_epoch == epoch { (epoch << 32) | slot_micros.max(micros) } else { (epoch << 32) | micros };
+            if wanted == current || slot_epoch > epoch {
+                // Already held, or the slot moved on past this epoch (an
+                // observation stamped late): nothing to change.
+                return;
+            }
+            match slot.compare_exchange_weak(current, wanted, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(seen) => current = seen,
+            }
+        }
+    }
+
+    /// The largest observation of the window ending at `now` (zero if
+    /// none).
+    pub fn get_at(&self, now: Instant) -> Duration {
+        let epoch = self.epoch(now) & u64::from(u32::MAX);
+        let micros = self
+            .slots
+            .iter()
+            .map(|slot| slot.load(Ordering::Relaxed))
+            .filter(|v| {
+                let slot_epoch = v >> 32;
+                slot_epoch <= epoch && epoch - slot_epoch < SLOTS
+            })
+            .map(|v| v & u64::from(u32::MAX))
+            .max()
+            .unwrap_or(0);
+        Duration::from_micros(micros)
+    }
+}
+
 /// A Prometheus-style histogram.
 #[derive(Debug)]
 pub struct Histogram {
@@ -28,6 +110,7 @@ pub struct Histogram {
     sum_ns: AtomicU64,
     count: AtomicU64,
     max_ns: AtomicU64,
+    recent_max: Option<RecentMax>,
 }
 
 impl Default for Histogram {
@@ -47,7 +130,16 @@ impl Histogram {
             sum_ns: AtomicU64::new(0),
             count: AtomicU64::new(0),
             max_ns: AtomicU64::new(0),
+            recent_max: None,
         }
+    }
+
+    /// The same, also keeping the largest observation of the last
+    /// `window` (rendered as a `_recent_max` gauge).
+    #[must_use]
+    pub fn with_recent_max(mut self, window: Duration) -> Self {
+        self.recent_max = Some(RecentMax::new(window, Instant::now()));
+        self
     }
 
     /// Records one observation.
@@ -61,6 +153,15 @@ impl Histogram {
         self.sum_ns.fetch_add(nanos, Ordering::Relaxed);
         self.max_ns.fetch_max(nanos, Ordering::Relaxed);
         self.count.fetch_add(1, Ordering::Relaxed);
+        if let Some(recent) = &self.recent_max {
+            recent.observe_at(value, Instant::now());
+        }
+    }
+
+    /// The largest observation of the recent window, with the window, for
+    /// a histogram made [`Histogram::with_recent_max`].
+    pub fn recent_max(&self) -> Option<(Duration, Duration)> {
+        self.recent_max.as_ref().map(|recent| (recent.get_at(Instant::now()), recent.window()))
     }
 
     /// Observations so far.
@@ -121,13 +222,71 @@ pub fn render_family(out: &mut String, name: &str, help: &str, series: &[(&str, 
     for (labels, histogram) in series {
         writeln!(out, "{name}_max{{{labels}}} {}", histogram.max().as_secs_f64()).expect("write to String");
     }
+    let recent: Vec<(&str, Duration, Duration)> = series.iter().filter_map(|(labels, h)| h.recent_max().map(|(max, window)| (*labels, max, window))).collect();
+    if let Some((_, _, window)) = recent.first() {
+        writeln!(out, "# HELP {name}_recent_max The largest observation of {name} over the last {} s.\n# TYPE {name}_recent_max gauge", window.as_secs())
+            .expect("write to String");
+        for (labels, max, _) in &recent {
+            writeln!(out, "{name}_recent_max{{{labels}}} {}", max.as_secs_f64()).expect("write to String");
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn the_recent_max_forgets_what_left_the_window() {
+        let start = Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        let recent = RecentMax::new(Duration::from_secs(60), start);
+        assert_eq!(recent.get_at(at(0)), Duration::ZERO, "nothing observed");
+        recent.observe_at(Duration::from_millis(9), at(1));
+        recent.observe_at(Duration::from_millis(2), at(50));
+        assert_eq!(recent.get_at(at(50)), Duration::from_millis(9));
+        assert_eq!(recent.get_at(at(59)), Duration::from_millis(9), "within the window");
+        assert_eq!(recent.get_at(at(61)), Duration::from_millis(2), "the 9 ms of second 1 left with its slot");
+        assert_eq!(recent.get_at(at(200)), Duration::ZERO, "everything left");
+        recent.observe_at(Duration::from_micros(700), at(201));
+        assert_eq!(recent.get_at(at(201)), Duration::from_micros(700), "a reused slot starts afresh");
+    }
+
+    proptest! {
+        /// (A) The recent max is the largest observation of the slots in
+        /// the window, whatever the order of slots and reuses.
+        #[test]
+        fn the_recent_max_is_the_largest_observation_of_the_window(
+            events in proptest::collection::vec((0u64..400_000, 0u64..5_000_000), 1..60),
+            reads in proptest::collection::vec(0u64..400_000, 1..20),
+        ) {
+            let start = Instant::now();
+            let mut events = events;
+            events.sort_unstable();
+            let recent = RecentMax::new(Duration::from_secs(60), start);
+            let slot_ms = 15_000;
+            let mut seen = Vec::new();
+            let mut reads = reads;
+            reads.sort_unstable();
+            let mut reads = reads.into_iter().peekable();
+            for (at_ms, value_us) in events {
+                while let Some(read_ms) = reads.next_if(|&r| r < at_ms) {
+                    let epoch = read_ms / slot_ms;
+                    let expected = seen.iter().filter(|&&(e, _)| e <= epoch && epoch - e < SLOTS).map(|&(_, v)| v).max().unwrap_or(0);
+                    prop_assert_eq!(recent.get_at(start + Duration::from_millis(read_ms)), Duration::from_micros(expected), "read at {} ms", read_ms);
+                }
+                recent.observe_at(Duration::from_micros(value_us), start + Duration::from_millis(at_ms));
+                seen.push((at_ms / slot_ms, value_us));
+            }
+            for read_ms in reads {
+                let epoch = read_ms / slot_ms;
+                let expected = seen.iter().filter(|&&(e, _)| e <= epoch && epoch - e < SLOTS).map(|&(_, v)| v).max().unwrap_or(0);
+                prop_assert_eq!(recent.get_at(start + Duration::from_millis(read_ms)), Duration::from_micros(expected), "read at {} ms", read_ms);
+            }
+        }
+    }
 
     #[test]
     fn observations_land_in_the_smallest_bucket_that_holds_them() {
@@ -169,5 +328,12 @@ mod tests {
         assert_eq!(text.matches("# TYPE lag_seconds histogram").count(), 1);
         assert_eq!(text.matches("# TYPE lag_seconds_max gauge").count(), 1);
         assert!(text.contains("lag_seconds_count{shard=\"1\"} 1") && text.contains("lag_seconds_max{shard=\"1\"} 0.007"), "{text}");
+        assert!(!text.contains("_recent_max"), "only a histogram made with a window has one: {text}");
+        let (c, d) = (Histogram::default().with_recent_max(Duration::from_secs(60)), Histogram::default().with_recent_max(Duration::from_secs(60)));
+        c.observe(Duration::from_millis(3));
+        let mut text = String::new();
+        render_family(&mut text, "lag_seconds", "test", &[("shard=\"0\"", &c), ("shard=\"1\"", &d)]);
+        assert_eq!(text.matches("# TYPE lag_seconds_recent_max gauge").count(), 1, "{text}");
+        assert!(text.contains("over the last 60 s") && text.contains("lag_seconds_recent_max{shard=\"0\"} 0.003\n") && text.contains("lag_seconds_recent_max{shard=\"1\"} 0\n"), "{text}");
     }
 }

@@ -781,6 +781,13 @@ async fn pools_on_two_router_shards_route_on_their_own_threads_and_the_admin_api
     for shard in ["0", "1"] {
         let series = format!("slogate_event_loop_lag_seconds_max{{shard=\"{shard}\"}} ");
         assert!(metrics.contains(&series), "no {series} in {metrics}");
+        // And the longest of about the last minute, no longer than the
+        // longest since start.
+        let gauge = |name: &str| -> f64 {
+            let prefix = format!("{name}{{shard=\"{shard}\"}} ");
+            metrics.lines().find_map(|line| line.strip_prefix(prefix.as_str())).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no {prefix} in {metrics}"))
+        };
+        assert!(gauge("slogate_event_loop_lag_seconds_recent_max") <= gauge("slogate_event_loop_lag_seconds_max"), "{metrics}");
     }
     // Pool operations reach the owner; an unknown pool is named.
     let (status, body) = admin(node.admin_addr, "POST", "/v1/pools/b/clusters", Some("s3cret"), r#"{"size": 4}"#).await;

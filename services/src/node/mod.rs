@@ -311,7 +311,7 @@ pub async fn start(config: NodeConfig) -> Result<Node> {
     let histograms = admin::Histograms {
         decision_time: Arc::default(),
         added_latency: Arc::default(),
-        event_loop_lag: (0..shard_count).map(|_| Arc::default()).collect(),
+        event_loop_lag: (0..shard_count).map(|_| Arc::new(slogate_actors::metrics::Histogram::default().with_recent_max(LAG_RECENT_WINDOW))).collect(),
     };
     let mut shards = Vec::new();
     let mut idempotency_by_shard: Vec<Vec<_>> = (0..shard_count).map(|_| Vec::new()).collect();
@@ -844,6 +844,10 @@ async fn cloud_pool(id: &PoolId, pool: &crate::config::PoolSection, index: usize
 
 /// How often the routing thread's lag probe fires.
 const LAG_PROBE_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The window of the lag's `_recent_max` gauge: the longest wait of about
+/// the last minute, which a stall at start-up no longer holds up.
+const LAG_RECENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The most recent executions a learned policy warms up on.
 pub(crate) const WARM_UP_EXECUTIONS_MAX: usize = 200_000;
