@@ -13,8 +13,16 @@
 //! roughly `(client + bare) / (client + node)` in CPU per query, and the
 //! CPU figures move far less from run to run than the rates do.
 //!
+//! A node's runs also report its routing threads' event-loop lag over the
+//! run (issue 16's stall goal): from the node's `/metrics`, read before
+//! and after, the share of the lag probes that waited at most 1 ms and
+//! the smallest bucket bound that holds the longest wait. Every probe
+//! within 1 ms is the goal, which the histogram answers exactly; the
+//! node's `_max` gauges would also count its start-up.
+//!
 //! Both servers are child processes on loopback ports the OS picks; each
-//! logs `grpc_addr=HOST:PORT` on standard error when it listens.
+//! logs `grpc_addr=HOST:PORT` on standard error when it listens (a node
+//! also `admin_addr=HOST:PORT`).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -70,6 +78,9 @@ pub async fn serve_bare(listener: tokio::net::TcpListener) -> Result<()> {
 pub(crate) struct ServerProcess {
     child: Child,
     pub(crate) grpc_addr: SocketAddr,
+    /// The admin API's address, when the line that named the gRPC
+    /// address named it too (a node's does).
+    pub(crate) admin_addr: Option<SocketAddr>,
 }
 
 impl ServerProcess {
@@ -99,11 +110,78 @@ impl ServerProcess {
             if let Some(start) = line.find("grpc_addr=") {
                 let address = line[start + "grpc_addr=".len()..].split_whitespace().next().unwrap_or_default();
                 let grpc_addr = address.parse().map_err(|_| Error::Replay(format!("{what} logged an address that does not parse: {line}")))?;
-                return Ok(ServerProcess { child, grpc_addr });
+                let admin_addr = line.find("admin_addr=").and_then(|start| line[start + "admin_addr=".len()..].split_whitespace().next()?.parse().ok());
+                return Ok(ServerProcess { child, grpc_addr, admin_addr });
             }
             logged.push(line);
         }
     }
+}
+
+/// The node's lag probes so far, every shard's together: the count, and
+/// the cumulative count at each bucket bound (seconds, ascending).
+#[derive(Clone, Debug, Default, PartialEq)]
+struct LagProbes {
+    count: u64,
+    at_most: Vec<(f64, u64)>,
+}
+
+/// The lag series of a Prometheus text (`slogate_event_loop_lag_seconds`,
+/// summed over the shards).
+fn lag_probes_in(metrics: &str) -> LagProbes {
+    const NAME: &str = "slogate_event_loop_lag_seconds";
+    let mut probes = LagProbes::default();
+    let mut by_bound: std::collections::BTreeMap<u64, (f64, u64)> = std::collections::BTreeMap::new();
+    for line in metrics.lines() {
+        let Some((series, value)) = line.rsplit_once(' ') else { continue };
+        let Ok(value) = value.parse::<u64>() else { continue };
+        if series.starts_with(&format!("{NAME}_count{{")) {
+            probes.count += value;
+        } else if let Some(labels) = series.strip_prefix(&format!("{NAME}_bucket{{")) {
+            let Some(bound) = labels.split("le=\"").nth(1).and_then(|rest| rest.split('"').next()) else { continue };
+            let Ok(bound) = bound.parse::<f64>() else { continue };
+            if bound.is_finite() {
+                by_bound.entry(bound.to_bits()).or_insert((bound, 0)).1 += value;
+            }
+        }
+    }
+    probes.at_most = by_bound.into_values().collect();
+    probes.at_most.sort_by(|a, b| a.0.total_cmp(&b.0));
+    probes
+}
+
+/// `GET /metrics` from a node's admin API on loopback (HTTP/1.0, at most
+/// 5 s each way); `None` when it cannot be read.
+fn node_metrics(admin: SocketAddr) -> Option<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect_timeout(&admin, Duration::from_secs(5)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n").as_bytes()).ok()?;
+    let mut response = String::new();
+    stream.take(64 << 20).read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned()).or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_owned()))
+}
+
+/// A run's lag: the probes between two readings, the share of them that
+/// waited at most 1 ms, and the smallest bucket bound holding them all
+/// (infinite past the last bound).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct RunLag {
+    probes: u64,
+    within_1ms_share: f64,
+    longest_at_most_s: f64,
+}
+
+fn run_lag(before: &LagProbes, after: &LagProbes) -> Option<RunLag> {
+    let probes = after.count.checked_sub(before.count).filter(|&n| n > 0)?;
+    let at_most = |bound: f64| {
+        let count = |p: &LagProbes| p.at_most.iter().find(|(b, _)| *b == bound).map_or(0, |&(_, c)| c);
+        count(after).saturating_sub(count(before))
+    };
+    let longest_at_most_s = after.at_most.iter().map(|&(bound, _)| bound).find(|&bound| at_most(bound) >= probes).unwrap_or(f64::INFINITY);
+    Some(RunLag { probes, within_1ms_share: at_most(1e-3) as f64 / probes as f64, longest_at_most_s })
 }
 
 /// A process's CPU time so far (user and system, all its threads), from
@@ -168,6 +246,12 @@ impl CpuReading {
 /// `value` in µs to a tenth, or `?` where it could not be read.
 fn us_text(value: Option<f64>) -> String {
     value.map_or_else(|| "?".to_owned(), |v| format!("{v:.1}"))
+}
+
+/// A lag bucket's bound, seconds, as "≤ 2.5 ms" (or "> 10 s" past the
+/// last one).
+fn ms_bound_text(bound_s: f64) -> String {
+    if bound_s.is_finite() { format!("≤ {} ms", bound_s * 1e3) } else { "> 10 s".to_owned() }
 }
 
 impl Drop for ServerProcess {
@@ -240,6 +324,12 @@ pub struct SideFigures {
     pub server_cpu_us_per_query_median: Option<f64>,
     /// The same for this client process, µs per submission.
     pub client_cpu_us_per_query_median: Option<f64>,
+    /// A node's lag probes that waited at most 1 ms, as a share of the
+    /// run's, median over the runs; `None` for the bare server.
+    pub lag_within_1ms_share_median: Option<f64>,
+    /// The smallest lag bucket bound, ms, that held every probe of every
+    /// run (the worst run's; infinite past the last bound).
+    pub lag_longest_at_most_ms: Option<f64>,
 }
 
 /// What one run measured.
@@ -250,6 +340,8 @@ struct RunFigures {
     client_cpu_us_per_query: Option<f64>,
     /// The server's threads, by name (see [`per_thread_us_per_query`]).
     server_threads_us_per_query: Vec<(String, f64)>,
+    /// A node's event-loop lag over the run.
+    lag: Option<RunLag>,
 }
 
 /// One concurrency's row.
@@ -355,9 +447,11 @@ async fn run_once(side: &str, concurrency: usize, run: usize, config: &BenchConf
         };
         async move { replay(&config.workload, &replay_config).await }
     });
+    let lag_before = server.admin_addr.and_then(node_metrics).map(|text| lag_probes_in(&text));
     let before = CpuReading::now(&server);
     let report = futures_util::future::try_join_all(replays).await.map(combined);
     let after = CpuReading::now(&server);
+    let lag_after = server.admin_addr.and_then(node_metrics).map(|text| lag_probes_in(&text));
     drop(server);
     if let Some(dir) = data_dir {
         let _ = std::fs::remove_dir_all(dir);
@@ -368,6 +462,7 @@ async fn run_once(side: &str, concurrency: usize, run: usize, config: &BenchConf
         server_cpu_us_per_query: per_query(before.server, after.server),
         client_cpu_us_per_query: per_query(before.client, after.client),
         server_threads_us_per_query: per_thread_us_per_query(&before.server_threads, &after.server_threads, report.submitted),
+        lag: run_lag(&lag_before.unwrap_or_default(), &lag_after.unwrap_or_default()),
         report,
     })
 }
@@ -396,19 +491,24 @@ pub async fn bench_gateway(config: &BenchConfig, progress: &mut dyn FnMut(&str))
     for &concurrency in &config.concurrencies {
         let mut reports: Vec<Vec<ReplayReport>> = vec![Vec::new(); sides.len()];
         let mut cpu: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); sides.len()];
+        let mut lags: Vec<Vec<RunLag>> = vec![Vec::new(); sides.len()];
         for run in 0..config.runs {
             for (i, side) in sides.iter().enumerate() {
                 let figures = run_once(side, concurrency, run, config).await?;
                 let report = figures.report;
                 let threads = figures.server_threads_us_per_query.iter().map(|(name, us)| format!("{name} {us:.1}")).collect::<Vec<_>>().join(", ");
+                let lag = figures.lag.map_or_else(String::new, |lag| {
+                    format!(", lag: {:.1}% of {} probes within 1 ms, the longest {}", lag.within_1ms_share * 100.0, lag.probes, ms_bound_text(lag.longest_at_most_s))
+                });
                 progress(&format!(
-                    "concurrency {concurrency}, run {}: {side} {:.0}/s, round trip p99 {:.2} ms, CPU per query: server {} µs ({threads}), client {} µs",
+                    "concurrency {concurrency}, run {}: {side} {:.0}/s, round trip p99 {:.2} ms, CPU per query: server {} µs ({threads}), client {} µs{lag}",
                     run + 1,
                     report.submissions_per_s,
                     report.round_trip_ms.p99,
                     us_text(figures.server_cpu_us_per_query),
                     us_text(figures.client_cpu_us_per_query),
                 ));
+                lags[i].extend(figures.lag);
                 cpu[i].0.extend(figures.server_cpu_us_per_query);
                 cpu[i].1.extend(figures.client_cpu_us_per_query);
                 reports[i].push(report);
@@ -428,7 +528,8 @@ pub async fn bench_gateway(config: &BenchConfig, progress: &mut dyn FnMut(&str))
             .zip(&reports)
             .zip(&figures)
             .zip(&cpu)
-            .map(|(((side, runs), &(rate, p99)), (server_cpu, client_cpu))| SideFigures {
+            .zip(&lags)
+            .map(|((((side, runs), &(rate, p99)), (server_cpu, client_cpu)), lags)| SideFigures {
                 side: side.clone(),
                 rates_per_s: runs.iter().map(|r| r.submissions_per_s).collect(),
                 round_trip_ms_p99: runs.iter().map(|r| r.round_trip_ms.p99).collect(),
@@ -439,6 +540,8 @@ pub async fn bench_gateway(config: &BenchConfig, progress: &mut dyn FnMut(&str))
                 p99_ratio_to_bare: p99 / bare_p99,
                 server_cpu_us_per_query_median: (server_cpu.len() == runs.len()).then(|| median(server_cpu)),
                 client_cpu_us_per_query_median: (client_cpu.len() == runs.len()).then(|| median(client_cpu)),
+                lag_within_1ms_share_median: (!lags.is_empty()).then(|| median(&lags.iter().map(|l| l.within_1ms_share).collect::<Vec<_>>())),
+                lag_longest_at_most_ms: (!lags.is_empty()).then(|| lags.iter().map(|l| l.longest_at_most_s * 1e3).fold(0.0, f64::max)),
             })
             .collect();
         rows.push(ConcurrencyFigures { concurrency, sides });
@@ -450,13 +553,13 @@ impl BenchReport {
     /// The report as a Markdown table.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "{} queries per run, medians of {} alternating runs\n\n| concurrency | side | submissions/s | ratio | round trip p99 ms | p99 ratio | not completed | server CPU µs/query | client CPU µs/query |\n|---|---|---|---|---|---|---|---|---|\n",
+            "{} queries per run, medians of {} alternating runs\n\n| concurrency | side | submissions/s | ratio | round trip p99 ms | p99 ratio | not completed | server CPU µs/query | client CPU µs/query | lag probes ≤ 1 ms | longest lag |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
             self.queries_per_run, self.runs
         );
         for row in &self.rows {
             for side in &row.sides {
                 out.push_str(&format!(
-                    "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} |\n",
+                    "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} |\n",
                     row.concurrency,
                     side.side,
                     side.rate_per_s_median,
@@ -466,6 +569,8 @@ impl BenchReport {
                     side.not_completed,
                     us_text(side.server_cpu_us_per_query_median),
                     us_text(side.client_cpu_us_per_query_median),
+                    side.lag_within_1ms_share_median.map_or_else(|| "—".to_owned(), |share| format!("{:.1}%", share * 100.0)),
+                    side.lag_longest_at_most_ms.map_or_else(|| "—".to_owned(), |ms| ms_bound_text(ms / 1e3)),
                 ));
             }
         }
@@ -476,6 +581,30 @@ impl BenchReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_s_lag_is_read_from_the_difference_of_two_metrics_readings() {
+        let reading = |shard0: [u64; 3], shard1: [u64; 3]| {
+            let series = |shard: u32, counts: [u64; 3]| {
+                format!(
+                    "slogate_event_loop_lag_seconds_bucket{{shard=\"{shard}\",le=\"0.001\"}} {}\nslogate_event_loop_lag_seconds_bucket{{shard=\"{shard}\",le=\"0.0025\"}} {}\nslogate_event_loop_lag_seconds_bucket{{shard=\"{shard}\",le=\"+Inf\"}} {}\nslogate_event_loop_lag_seconds_sum{{shard=\"{shard}\"}} 0.5\nslogate_event_loop_lag_seconds_count{{shard=\"{shard}\"}} {}\n",
+                    counts[0], counts[1], counts[2], counts[2]
+                )
+            };
+            lag_probes_in(&format!("# TYPE slogate_event_loop_lag_seconds histogram\n{}{}slogate_event_loop_lag_seconds_max{{shard=\"0\"}} 0.004\nslogate_decision_time_seconds_count{{}} 9\n", series(0, shard0), series(1, shard1)))
+        };
+        let before = reading([10, 12, 12], [5, 5, 5]);
+        assert_eq!(before, LagProbes { count: 17, at_most: vec![(1e-3, 15), (2.5e-3, 17)] });
+        // 20 more probes, 18 within 1 ms and the rest within 2.5 ms: the
+        // start-up's two slow ones are not the run's.
+        let after = reading([25, 29, 29], [8, 8, 8]);
+        assert_eq!(run_lag(&before, &after), Some(RunLag { probes: 20, within_1ms_share: 0.9, longest_at_most_s: 2.5e-3 }));
+        // One past the last bound.
+        let past = reading([25, 29, 30], [8, 8, 8]);
+        assert_eq!(run_lag(&before, &past).map(|l| l.longest_at_most_s), Some(f64::INFINITY));
+        assert_eq!(run_lag(&before, &before), None, "no probe, no figure");
+        assert_eq!(ms_bound_text(2.5e-3), "≤ 2.5 ms");
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_bare_gateway_answers_every_submission_completed_and_on_time() {
