@@ -30,8 +30,8 @@ pub const BUCKETS_S: [f64; 22] = [
 /// Upper bounds of the buckets of a query-latency histogram, seconds.
 pub const QUERY_BUCKETS_S: [f64; 18] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1_200.0, 1_800.0, 3_600.0, 7_200.0];
 
-/// Sub-windows of a [`RecentMax`].
-const SLOTS: u64 = 4;
+/// Sub-windows (slots) of a [`RecentMax`].
+pub const SLOTS: u64 = 4;
 
 /// The largest observation over a sliding window, lock-free: the window is
 /// [`SLOTS`] slots of a fixed length from a start, each holding the slot's
