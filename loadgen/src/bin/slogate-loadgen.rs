@@ -25,7 +25,8 @@ enum Command {
     /// Replay a workload against a node.
     Run(RunArgs),
     /// Compare nodes (one per policy) with the bare gRPC server
-    /// (`slogate-bare-gateway`), alternately, driven by the same client.
+    /// (`slogate-bare-gateway`), alternately, driven by the same client;
+    /// each node run also reports its event-loop lag over the run.
     BenchGateway(BenchArgs),
     /// Aggregate throughput of deployments of 1, 2, … nodes, and the
     /// latency the forwarding hop adds.
