@@ -679,6 +679,35 @@ pub struct ShardInfo {
     pub pools: Vec<PoolId>,
     /// Whether it refuses new submissions.
     pub draining: bool,
+    /// How long the lag probe's messages have waited on its thread.
+    pub event_loop_lag: LagSummary,
+}
+
+/// A shard's event-loop lag as the admin API shows it (the same
+/// histogram as `slogate_event_loop_lag_seconds` in `/metrics`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LagSummary {
+    /// Probes handled since start.
+    pub probes: u64,
+    /// The upper bound of the bucket that holds the 99th percentile,
+    /// seconds; `None` before the first probe.
+    pub p99_at_most_s: Option<f64>,
+    /// The longest wait since start, seconds.
+    pub max_s: f64,
+    /// The longest wait of about the last minute, seconds; `None` when
+    /// the histogram keeps no window.
+    pub recent_max_s: Option<f64>,
+}
+
+impl LagSummary {
+    fn of(histogram: &crate::metrics::Histogram) -> Self {
+        LagSummary {
+            probes: histogram.count(),
+            p99_at_most_s: histogram.quantile_upper_bound_s(0.99),
+            max_s: histogram.max().as_secs_f64(),
+            recent_max_s: histogram.recent_max().map(|(max, _)| max.as_secs_f64()),
+        }
+    }
 }
 
 /// The actor. See the module docs.
@@ -1828,7 +1857,13 @@ impl Handler<GetState> for RouterShard {
             })
             .collect();
         pools.sort_by(|a, b| a.id.cmp(&b.id));
-        let shard = ShardInfo { index: self.index, thread: self.thread.clone(), pools: pools.iter().map(|p| p.id.clone()).collect(), draining: self.draining };
+        let shard = ShardInfo {
+            index: self.index,
+            thread: self.thread.clone(),
+            pools: pools.iter().map(|p| p.id.clone()).collect(),
+            draining: self.draining,
+            event_loop_lag: LagSummary::of(&self.event_loop_lag),
+        };
         MessageResult(RouterState {
             draining: self.draining,
             shards: vec![shard],

@@ -762,6 +762,13 @@ async fn pools_on_two_router_shards_route_on_their_own_threads_and_the_admin_api
     assert_eq!(shards[0]["pools"], serde_json::json!(["a", "c"]));
     assert_eq!(shards[1]["pools"], serde_json::json!(["b"]));
     assert_ne!(shards[0]["thread"], shards[1]["thread"], "{shards:?}");
+    // Each shows its event loop's lag, the longest of the last minute no
+    // longer than the longest since start.
+    for shard in shards {
+        let lag = &shard["event_loop_lag"];
+        let (max_s, recent_max_s) = (lag["max_s"].as_f64().unwrap(), lag["recent_max_s"].as_f64().unwrap());
+        assert!(lag["probes"].as_u64().is_some() && recent_max_s <= max_s, "{shard}");
+    }
     let (_, body) = admin_get(node.admin_addr, "/v1/pools").await;
     let pools: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
     let accepted: Vec<(String, u64)> =
