@@ -129,15 +129,16 @@ struct LagProbes {
 /// The lag series of a Prometheus text (`slogate_event_loop_lag_seconds`,
 /// summed over the shards).
 fn lag_probes_in(metrics: &str) -> LagProbes {
-    const NAME: &str = "slogate_event_loop_lag_seconds";
+    const COUNT: &str = "slogate_event_loop_lag_seconds_count{";
+    const BUCKET: &str = "slogate_event_loop_lag_seconds_bucket{";
     let mut probes = LagProbes::default();
     let mut by_bound: std::collections::BTreeMap<u64, (f64, u64)> = std::collections::BTreeMap::new();
     for line in metrics.lines() {
         let Some((series, value)) = line.rsplit_once(' ') else { continue };
         let Ok(value) = value.parse::<u64>() else { continue };
-        if series.starts_with(&format!("{NAME}_count{{")) {
+        if series.starts_with(COUNT) {
             probes.count += value;
-        } else if let Some(labels) = series.strip_prefix(&format!("{NAME}_bucket{{")) {
+        } else if let Some(labels) = series.strip_prefix(BUCKET) {
             let Some(bound) = labels.split("le=\"").nth(1).and_then(|rest| rest.split('"').next()) else { continue };
             let Ok(bound) = bound.parse::<f64>() else { continue };
             if bound.is_finite() {
@@ -150,18 +151,11 @@ fn lag_probes_in(metrics: &str) -> LagProbes {
     probes
 }
 
-/// `GET /metrics` from a node's admin API on loopback (HTTP/1.0, at most
-/// 5 s each way); `None` when it cannot be read.
-fn node_metrics(admin: SocketAddr) -> Option<String> {
-    use std::io::{Read as _, Write as _};
-    let mut stream = std::net::TcpStream::connect_timeout(&admin, Duration::from_secs(5)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    stream.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
-    stream.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n").as_bytes()).ok()?;
-    let mut response = String::new();
-    stream.take(64 << 20).read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_owned()).or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_owned()))
+/// A node's lag probes so far, read from its `/metrics`; `None` for a
+/// server without an admin API, or when it cannot be read.
+async fn node_lag(admin_addr: Option<SocketAddr>) -> Option<LagProbes> {
+    let metrics = crate::replay::admin_get(admin_addr?, "/metrics").await.ok()?;
+    Some(lag_probes_in(&metrics))
 }
 
 /// A run's lag: the probes between two readings, the share of them that
@@ -447,11 +441,11 @@ async fn run_once(side: &str, concurrency: usize, run: usize, config: &BenchConf
         };
         async move { replay(&config.workload, &replay_config).await }
     });
-    let lag_before = server.admin_addr.and_then(node_metrics).map(|text| lag_probes_in(&text));
+    let lag_before = node_lag(server.admin_addr).await;
     let before = CpuReading::now(&server);
     let report = futures_util::future::try_join_all(replays).await.map(combined);
     let after = CpuReading::now(&server);
-    let lag_after = server.admin_addr.and_then(node_metrics).map(|text| lag_probes_in(&text));
+    let lag_after = node_lag(server.admin_addr).await;
     drop(server);
     if let Some(dir) = data_dir {
         let _ = std::fs::remove_dir_all(dir);

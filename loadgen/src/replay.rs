@@ -305,19 +305,42 @@ pub async fn replay(entries: &[TraceEntry], config: &ReplayConfig) -> Result<Rep
     Ok(report)
 }
 
+/// The body of `GET path` from the node's admin API at `admin_addr`
+/// (loopback), which must answer 200 within `ADMIN_TIMEOUT`.
+pub async fn admin_get(admin_addr: std::net::SocketAddr, path: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(admin_addr)
+            .await
+            .map_err(|e| Error::Replay(format!("cannot reach the admin API at {admin_addr}: {e}")))?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {admin_addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.map_err(|e| Error::Replay(e.to_string()))?;
+        let mut response = String::new();
+        stream.take(ADMIN_REPLY_BYTES_MAX).read_to_string(&mut response).await.map_err(|e| Error::Replay(e.to_string()))?;
+        Ok(response)
+    };
+    let response = tokio::time::timeout(ADMIN_TIMEOUT, exchange)
+        .await
+        .map_err(|_| Error::Replay(format!("the admin API at {admin_addr} did not answer GET {path} within {ADMIN_TIMEOUT:?}")))??;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((response.as_str(), ""));
+    let status = head.lines().next().unwrap_or_default();
+    if status.split_whitespace().nth(1) != Some("200") {
+        return Err(Error::Replay(format!("the admin API answered GET {path} with `{status}`: {body}")));
+    }
+    Ok(body.to_owned())
+}
+
+/// How long [`admin_get`] waits for a whole reply.
+const ADMIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The longest admin reply [`admin_get`] reads.
+const ADMIN_REPLY_BYTES_MAX: u64 = 64 << 20;
+
 /// Reads `GET /v1/pools/{pool}` from the node's admin API and returns its
 /// `total_billed_usd`: the clusters' bill and the elastic tier's.
 pub async fn billed_usd(admin_addr: std::net::SocketAddr, pool: &str) -> Result<f64> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(admin_addr)
-        .await
-        .map_err(|e| Error::Replay(format!("cannot reach the admin API at {admin_addr}: {e}")))?;
-    let request = format!("GET /v1/pools/{pool} HTTP/1.1\r\nHost: {admin_addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.map_err(|e| Error::Replay(e.to_string()))?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.map_err(|e| Error::Replay(e.to_string()))?;
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
-    let json: serde_json::Value = serde_json::from_str(body).map_err(|e| Error::Replay(format!("admin API reply: {e}")))?;
+    let body = admin_get(admin_addr, &format!("/v1/pools/{pool}")).await?;
+    let json: serde_json::Value = serde_json::from_str(&body).map_err(|e| Error::Replay(format!("admin API reply: {e}")))?;
     json["total_billed_usd"].as_f64().ok_or_else(|| Error::Replay(format!("no total_billed_usd in {body}")))
 }
 
@@ -330,6 +353,31 @@ mod tests {
         assert!(endpoint("http://127.0.0.1:50051").unwrap().get_tcp_nodelay());
         let error = endpoint("not a uri").unwrap_err().to_string();
         assert!(error.contains("not a uri"), "{error}");
+    }
+
+    /// A one-shot HTTP server on loopback answering `reply`; its address.
+    async fn answering(reply: &'static str) -> std::net::SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 1024];
+            let _ = socket.read(&mut request).await;
+            socket.write_all(reply.as_bytes()).await.unwrap();
+        });
+        address
+    }
+
+    #[tokio::test]
+    async fn an_admin_reply_gives_its_body_on_200_and_names_any_other_status() {
+        let ok = answering("HTTP/1.1 200 OK\r\n\r\n{\"total_billed_usd\": 2.5}").await;
+        assert_eq!(admin_get(ok, "/metrics").await.unwrap(), "{\"total_billed_usd\": 2.5}");
+        let billed = answering("HTTP/1.1 200 OK\r\n\r\n{\"total_billed_usd\": 2.5}").await;
+        assert_eq!(billed_usd(billed, "default").await.unwrap(), 2.5);
+        let missing = answering("HTTP/1.1 404 Not Found\r\n\r\n{\"error\": \"no pool `x`\"}").await;
+        let error = admin_get(missing, "/v1/pools/x").await.unwrap_err().to_string();
+        assert!(error.contains("404 Not Found") && error.contains("no pool `x`"), "{error}");
     }
 
     #[test]
