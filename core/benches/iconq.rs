@@ -10,7 +10,12 @@
 //! - Before criterion's means, sampled p50/p99 of `SloRouter::route` with
 //!   Iconq+ at 16 clusters × 64 running (2,000 decisions, each timed
 //!   alone), reading up to 64 neighbours a side and, as the trainer's
-//!   default model does, 32.
+//!   default model does, 32: each decision on a copy of the same router
+//!   (`fresh`), and in a live router's loop (`steady`: each decision
+//!   places its query, and the oldest query on the cluster it chose
+//!   completes, so that the fleet stays at 64 a cluster, the next decision
+//!   finds that cluster's memories new, and the base predictor learns and
+//!   refits as on a node).
 //!
 //! The weights are drawn at the trainer's default widths (LSTMs of 32,
 //! head of 32) and read up to 64 neighbours a side: inference time depends
@@ -32,13 +37,13 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use slogate_core::billing::BillingConfig;
-use slogate_core::model::{ClusterId, ClusterState, ClusterView, Pool, PoolId, Query, QueryId, Rpu, Slo, Target, TemplateId};
+use slogate_core::model::{ClusterId, ClusterState, ClusterView, ExecutionOutcome, ExecutionReport, Pool, PoolId, Query, QueryId, Rpu, Slo, Target, TemplateId};
 use slogate_core::predict::concurrency::ConcurrencyAware;
 use slogate_core::predict::iconq::{
     CONTEXT_FEATURES, Dense, FEATURE_SCHEMA_VERSION, FEATURES, Hidden, IconqPredictor, IconqWeights, Lstm, Member, TARGET_FEATURES, interaction,
 };
 use slogate_core::predict::{LatencyPredictor, QueryState};
-use slogate_core::route::RoutingPolicy;
+use slogate_core::route::{RouteDecision, Routing, RoutingPolicy};
 use slogate_core::route::slo::SloRouter;
 use slogate_core::time::{Duration, Instant};
 
@@ -123,7 +128,7 @@ fn router_percentiles(weights: &Arc<IconqWeights>) {
         router.route_in_shadow(q.arrival, &q, &pool, Target::Cluster(ClusterId((id % 16) as u32)));
     }
     let next = query(1_000_000);
-    let mut samples_us: Vec<f64> = (0..2_000)
+    let fresh: Vec<f64> = (0..2_000)
         .map(|_| {
             let mut copy = router.clone();
             let started = std::time::Instant::now();
@@ -131,10 +136,40 @@ fn router_percentiles(weights: &Arc<IconqWeights>) {
             started.elapsed().as_secs_f64() * 1e6
         })
         .collect();
+    report(weights, "fresh", fresh);
+    // The live loop: each cluster's queries, oldest first.
+    let mut placed: Vec<std::collections::VecDeque<Query>> = (0..16u64).map(|c| (0..64u64).map(|i| query(i * 16 + c)).collect()).collect();
+    let steady: Vec<f64> = (0..2_000u64)
+        .map(|i| {
+            let next = query(1_000_000 + i);
+            let started = std::time::Instant::now();
+            let routing = criterion::black_box(router.route(next.arrival, &next, &pool));
+            let took_us = started.elapsed().as_secs_f64() * 1e6;
+            let Routing::Dispatch(RouteDecision { target: Target::Cluster(cluster), .. }) = routing else { panic!("the fleet takes every query: {routing:?}") };
+            let on = &mut placed[cluster.0 as usize];
+            on.push_back(next.clone());
+            let done = on.pop_front().expect("the cluster runs queries");
+            let report = ExecutionReport {
+                query: done.id,
+                target: Target::Cluster(cluster),
+                arrival: done.arrival,
+                dispatched: done.arrival,
+                started: Some(done.arrival),
+                finished: next.arrival,
+                outcome: ExecutionOutcome::Completed,
+            };
+            router.handle_completion(next.arrival, &report);
+            took_us
+        })
+        .collect();
+    report(weights, "steady", steady);
+}
+
+fn report(weights: &IconqWeights, loop_name: &str, mut samples_us: Vec<f64>) {
     samples_us.sort_by(f64::total_cmp);
     let at = |q: f64| samples_us[((q * samples_us.len() as f64) as usize).min(samples_us.len() - 1)];
     eprintln!(
-        "route with iconq (up to {} neighbours a side), 16 clusters x 64 running: p50 {:.1} us, p99 {:.1} us over {} decisions",
+        "route with iconq (up to {} neighbours a side), 16 clusters x 64 running, {loop_name}: p50 {:.1} us, p99 {:.1} us over {} decisions",
         weights.neighbours_max,
         at(0.5),
         at(0.99),

@@ -36,8 +36,13 @@
 //! matrices fused and stored by column, so that a step is one
 //! column-order matrix–vector product that vectorises; a branch-free
 //! polynomial `exp`; the head's hidden layer split so that the part a
-//! query's memory fixes is computed once, [`HeadCache`]). The weights' own
-//! methods are the plain reference it is tested against.
+//! query's memory fixes is computed once, [`HeadCache`]; and what a
+//! running query brings to the next arrival, its features' own terms, its
+//! estimates and the part of its next LSTM step that does not depend on
+//! the newcomer, kept with its memory until the base refits,
+//! [`StepCache`]: every arrival scores every cluster, and only the chosen
+//! cluster's memories change). The weights' own methods are the plain
+//! reference it is tested against.
 //!
 //! The weights ([`IconqWeights`]) are trained elsewhere (the `slogate-learn`
 //! crate, with candle) on [`examples`] built from an execution log; the
@@ -142,27 +147,57 @@ fn size_features(size: Rpu) -> (f64, f64, f64) {
 /// The interaction vector of `neighbour` for `target` on a cluster of
 /// `size`.
 pub fn interaction(target: Member, neighbour: Member, size: Rpu) -> [f32; FEATURES] {
-    let (size_scaled, log_size, inverse_size) = size_features(size);
-    let s = f64::from(size.0.max(1));
-    let gap = neighbour.arrival_s - target.arrival_s;
-    // When the target arrived, how long the neighbour had run and how long
-    // it was predicted still to run (zero for a later neighbour).
-    let elapsed = (target.arrival_s - neighbour.arrival_s).max(0.0);
-    let remaining = if gap < 0.0 { (neighbour.isolated_s - elapsed).max(0.0) } else { neighbour.isolated_s };
-    [
-        ln_seconds(target.isolated_s),
-        ln_seconds(neighbour.isolated_s),
-        gap.signum() * gap.abs().ln_1p(),
-        elapsed.ln_1p(),
-        remaining.ln_1p(),
-        size_scaled,
-        log_size,
-        inverse_size,
-        ln_seconds(target.isolated_s * s),
-        ln_seconds(neighbour.isolated_s * s),
-        ln_seconds((target.isolated_s + neighbour.isolated_s) / s),
-    ]
-    .map(|x| x as f32)
+    Terms::new(target, size).interaction(&Terms::new(neighbour, size))
+}
+
+/// What the interaction features read of one query on a cluster of one
+/// size: computed once per query, as the predictor pairs it with every
+/// neighbour ([`Terms::interaction`] is [`interaction`], to the bit).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Terms {
+    member: Member,
+    size: Rpu,
+    ln_isolated: f32,
+    ln_isolated_x_size: f32,
+}
+
+impl Terms {
+    fn new(member: Member, size: Rpu) -> Terms {
+        let s = f64::from(size.0.max(1));
+        Terms { member, size, ln_isolated: ln_seconds(member.isolated_s) as f32, ln_isolated_x_size: ln_seconds(member.isolated_s * s) as f32 }
+    }
+
+    /// The features that depend on this query alone, in the order
+    /// [`OWN_FEATURES`] names.
+    fn own(&self) -> [f32; OWN_FEATURES.len()] {
+        let (size_scaled, log_size, inverse_size) = size_features(self.size);
+        [self.ln_isolated, size_scaled as f32, log_size as f32, inverse_size as f32, self.ln_isolated_x_size]
+    }
+
+    /// The interaction vector of `neighbour` for this query, the target.
+    fn interaction(&self, neighbour: &Terms) -> [f32; FEATURES] {
+        let (target, them) = (self.member, neighbour.member);
+        let s = f64::from(self.size.0.max(1));
+        let gap = them.arrival_s - target.arrival_s;
+        // When the target arrived, how long the neighbour had run and how
+        // long it was predicted still to run (zero for a later neighbour).
+        let elapsed = (target.arrival_s - them.arrival_s).max(0.0);
+        let remaining = if gap < 0.0 { (them.isolated_s - elapsed).max(0.0) } else { them.isolated_s };
+        let [ln_isolated, size_scaled, log_size, inverse_size, ln_isolated_x_size] = self.own();
+        [
+            ln_isolated,
+            neighbour.ln_isolated,
+            (gap.signum() * gap.abs().ln_1p()) as f32,
+            elapsed.ln_1p() as f32,
+            remaining.ln_1p() as f32,
+            size_scaled,
+            log_size,
+            inverse_size,
+            ln_isolated_x_size,
+            neighbour.ln_isolated_x_size,
+            ln_seconds((target.isolated_s + them.isolated_s) / s) as f32,
+        ]
+    }
 }
 
 /// The target's own features on a cluster of `size`.
@@ -268,22 +303,29 @@ fn activate_in_place(gates: &mut [f32], c: &[f32]) {
 /// back: a matrix–vector product in column order, which compiles to SIMD
 /// along the outputs (three times the row order's speed for an LSTM's
 /// gates). Outputs go in blocks of `BLOCK` held in registers across the
-/// columns; each output still sums its columns in order, so the result
-/// is the same whatever the block or the vector width (see [`wide`]).
+/// columns, the rest in blocks of 32, 16 and 8 (a head of 32 outputs is
+/// narrower than AVX's block of 64), then one by one; each output still
+/// sums its columns in order, so the result is the same whatever the
+/// blocks or the vector width (see [`wide`]).
 #[inline(always)]
 fn add_columns_in_blocks<const BLOCK: usize>(out: &mut [f32], columns: &[f32], z: &[f32]) {
     let n = out.len();
     let mut start = 0;
     while start + BLOCK <= n {
-        let mut block = [0.0f32; BLOCK];
-        block.copy_from_slice(&out[start..start + BLOCK]);
-        for (column, &zj) in columns.chunks_exact(n).zip(z) {
-            for (o, w) in block.iter_mut().zip(&column[start..start + BLOCK]) {
-                *o += w * zj;
-            }
-        }
-        out[start..start + BLOCK].copy_from_slice(&block);
+        add_block::<BLOCK>(out, columns, z, start);
         start += BLOCK;
+    }
+    if BLOCK > 32 && start + 32 <= n {
+        add_block::<32>(out, columns, z, start);
+        start += 32;
+    }
+    if BLOCK > 16 && start + 16 <= n {
+        add_block::<16>(out, columns, z, start);
+        start += 16;
+    }
+    if BLOCK > 8 && start + 8 <= n {
+        add_block::<8>(out, columns, z, start);
+        start += 8;
     }
     if start < n {
         for (column, &zj) in columns.chunks_exact(n).zip(z) {
@@ -292,6 +334,21 @@ fn add_columns_in_blocks<const BLOCK: usize>(out: &mut [f32], columns: &[f32], z
             }
         }
     }
+}
+
+/// [`add_columns_in_blocks`]'s outputs `start..start + BLOCK`, held in
+/// registers across the columns.
+#[inline(always)]
+fn add_block<const BLOCK: usize>(out: &mut [f32], columns: &[f32], z: &[f32], start: usize) {
+    let n = out.len();
+    let mut block = [0.0f32; BLOCK];
+    block.copy_from_slice(&out[start..start + BLOCK]);
+    for (column, &zj) in columns.chunks_exact(n).zip(z) {
+        for (o, w) in block.iter_mut().zip(&column[start..start + BLOCK]) {
+            *o += w * zj;
+        }
+    }
+    out[start..start + BLOCK].copy_from_slice(&block);
 }
 
 /// [`add_columns_in_blocks`] on the widest instructions the CPU has (see
@@ -362,8 +419,24 @@ fn transpose(rows: &[f32], n: usize, m: usize) -> Vec<f32> {
     columns
 }
 
-/// An LSTM's weights laid out for inference: `[W_ih | W_hh]` as columns
-/// over the input and hidden state together, and the two biases summed.
+/// The interaction features that depend only on the query whose memory
+/// reads the neighbour, and on the size (its isolated estimate and the
+/// size features): when a later neighbour arrives, they are what they
+/// were for the one before. With the memory's hidden state, their part of
+/// the after-LSTM's next step is fixed between arrivals
+/// ([`StepCache`]).
+const OWN_FEATURES: [usize; 5] = [0, 5, 6, 7, 8];
+
+/// The others: the neighbour's isolated estimate, the pair's timing and
+/// their sum.
+const ARRIVAL_FEATURES: [usize; 6] = [1, 2, 3, 4, 9, 10];
+
+/// An LSTM's weights laid out for inference: `[W_hh | W_ih]` as columns
+/// over the hidden state and the input together (the input's columns in
+/// the order [`OWN_FEATURES`], [`ARRIVAL_FEATURES`]), and the two biases
+/// summed. A step sums the columns in that order, so that its part up to
+/// the arrival's features ([`LstmKernel::partial`]) can be kept and
+/// finished later ([`LstmKernel::finish`]) to the same bits.
 /// [`Lstm::step`] is the plain reference it is tested against.
 #[derive(Clone, Debug)]
 struct LstmKernel {
@@ -375,8 +448,11 @@ struct LstmKernel {
 impl LstmKernel {
     fn new(lstm: &Lstm) -> Self {
         let gates = 4 * lstm.hidden;
-        let mut columns = transpose(&lstm.w_ih, gates, lstm.input);
-        columns.extend(transpose(&lstm.w_hh, gates, lstm.hidden));
+        let inputs = transpose(&lstm.w_ih, gates, lstm.input);
+        let mut columns = transpose(&lstm.w_hh, gates, lstm.hidden);
+        for &feature in OWN_FEATURES.iter().chain(&ARRIVAL_FEATURES) {
+            columns.extend_from_slice(&inputs[feature * gates..(feature + 1) * gates]);
+        }
         LstmKernel { hidden: lstm.hidden, columns, bias: lstm.b_ih.iter().zip(&lstm.b_hh).map(|(a, b)| a + b).collect() }
     }
 
@@ -384,13 +460,27 @@ impl LstmKernel {
         LstmState(vec![0.0; 2 * self.hidden])
     }
 
-    fn step(&self, state: &LstmState, x: &[f32]) -> LstmState {
-        let (h, c) = state.0.split_at(self.hidden);
+    fn step(&self, state: &LstmState, x: &[f32; FEATURES]) -> LstmState {
+        self.finish(self.partial(state, &OWN_FEATURES.map(|feature| x[feature])), state, x)
+    }
+
+    /// A step's gate pre-activations from the bias, the hidden state and
+    /// the input's [`OWN_FEATURES`], `own`.
+    fn partial(&self, state: &LstmState, own: &[f32; OWN_FEATURES.len()]) -> Vec<f32> {
         let mut gates = self.bias.clone();
-        let (input_columns, hidden_columns) = self.columns.split_at(x.len() * gates.len());
-        add_columns(&mut gates, input_columns, x);
-        add_columns(&mut gates, hidden_columns, h);
-        activate(gates, c)
+        let n = gates.len();
+        let (hidden_columns, own_columns) = self.columns.split_at(self.hidden * n);
+        add_columns(&mut gates, hidden_columns, &state.0[..self.hidden]);
+        add_columns(&mut gates, &own_columns[..OWN_FEATURES.len() * n], own);
+        gates
+    }
+
+    /// The step from its [`LstmKernel::partial`] `gates`: `x`'s
+    /// [`ARRIVAL_FEATURES`] added, then the activations.
+    fn finish(&self, mut gates: Vec<f32>, state: &LstmState, x: &[f32; FEATURES]) -> LstmState {
+        let n = gates.len();
+        add_columns(&mut gates, &self.columns[(self.hidden + OWN_FEATURES.len()) * n..], &ARRIVAL_FEATURES.map(|feature| x[feature]));
+        activate(gates, &state.0[self.hidden..])
     }
 }
 
@@ -430,16 +520,34 @@ impl Kernels {
         let (before, after) = clip(before, after, self.neighbours_max);
         let before = before.iter().fold(self.before.initial(), |state, x| self.before.step(&state, x));
         let after = after.iter().fold(self.after.initial(), |state, x| self.after.step(&state, x));
-        Memory { before: Arc::new(before), after, before_count, after_count, generation: self.generation, head_cache: None }
+        Memory { before: Arc::new(before), after, before_count, after_count, generation: self.generation, head_cache: None, step_cache: StepCache::default() }
     }
 
     /// [`IconqWeights::read_later`], keeping what of the head's cache the
-    /// step leaves valid.
-    fn read_later(&self, memory: &Memory, neighbour: &[f32; FEATURES]) -> Memory {
+    /// step leaves valid; `partial`, when given, is the after-LSTM's
+    /// [`LstmKernel::partial`] for this memory and `neighbour`'s own
+    /// features.
+    fn read_later(&self, memory: &Memory, neighbour: &[f32; FEATURES], partial: Option<&[f32]>) -> Memory {
         let stepped = memory.after_count < self.neighbours_max;
-        let after = if stepped { self.after.step(&memory.after, neighbour) } else { memory.after.clone() };
+        let after = if stepped {
+            let gates = match partial {
+                Some(gates) => gates.to_vec(),
+                None => self.after.partial(&memory.after, &OWN_FEATURES.map(|feature| neighbour[feature])),
+            };
+            self.after.finish(gates, &memory.after, neighbour)
+        } else {
+            memory.after.clone()
+        };
         let head_cache = memory.head_cache.clone().map(|cache| if stepped { HeadCache { with_after: None, ..cache } } else { cache });
-        Memory { before: memory.before.clone(), after, before_count: memory.before_count, after_count: memory.after_count + 1, generation: memory.generation, head_cache }
+        Memory {
+            before: memory.before.clone(),
+            after,
+            before_count: memory.before_count,
+            after_count: memory.after_count + 1,
+            generation: memory.generation,
+            head_cache,
+            step_cache: StepCache::default(),
+        }
     }
 
     /// [`IconqWeights::predict_from`], reusing what `memory`'s head cache
@@ -455,19 +563,38 @@ impl Kernels {
             add_columns(&mut partial, columns(before + after, before + after + TARGET_FEATURES), &target_features(query.isolated_s, size));
             HeadCache { isolated_s: query.isolated_s, size, before_and_target: Arc::from(partial), with_after: None }
         });
-        let with_after = cache.with_after.get_or_insert_with(|| {
-            let mut partial = cache.before_and_target.to_vec();
-            add_columns(&mut partial, columns(before, before + after), &memory.after.0[..after]);
-            Arc::from(partial)
-        });
-        let mut hidden = with_after.to_vec();
+        // The hidden layer in place (on the stack at the trainer's widths).
+        let mut on_stack = [0.0f32; HEAD_ON_STACK];
+        let mut on_heap = Vec::new();
+        let hidden: &mut [f32] = if width <= HEAD_ON_STACK {
+            &mut on_stack[..width]
+        } else {
+            on_heap.resize(width, 0.0);
+            &mut on_heap
+        };
+        match &cache.with_after {
+            Some(with_after) => hidden.copy_from_slice(with_after),
+            None => {
+                hidden.copy_from_slice(&cache.before_and_target);
+                add_columns(hidden, columns(before, before + after), &memory.after.0[..after]);
+                // Kept only once the after-LSTM has stopped stepping: until
+                // then the next arrival changes it.
+                if memory.after_count >= self.neighbours_max {
+                    cache.with_after = Some(Arc::from(&*hidden));
+                }
+            }
+        }
         let counts = context_features(memory.before_count, memory.after_count, complete);
-        add_columns(&mut hidden, &self.head_columns[(before + after + TARGET_FEATURES) * width..], &counts);
+        add_columns(hidden, &self.head_columns[(before + after + TARGET_FEATURES) * width..], &counts);
         memory.head_cache = Some(cache);
         let residual = f64::from(hidden.iter().zip(&self.out.w).map(|(h, w)| h.max(0.0) * w).sum::<f32>() + self.out.b);
         query.base_s.max(1e-3) * residual.clamp(-20.0, 20.0).exp()
     }
 }
+
+/// The head's hidden layer is computed on the stack up to this width
+/// (the trainer's default is 32).
+const HEAD_ON_STACK: usize = 64;
 
 /// `a · b` over eight lanes (so that the compiler can use SIMD: a plain
 /// sum must keep its order), then the lanes and the tail.
@@ -633,7 +760,7 @@ impl IconqWeights {
         let (before, after) = clip(before, after, self.neighbours_max);
         let before = before.iter().fold(self.before.initial(), |state, x| self.before.step(&state, x));
         let after = after.iter().fold(self.after.initial(), |state, x| self.after.step(&state, x));
-        Memory { before: Arc::new(before), after, before_count, after_count, generation: 0, head_cache: None }
+        Memory { before: Arc::new(before), after, before_count, after_count, generation: 0, head_cache: None, step_cache: StepCache::default() }
     }
 
     /// `memory` after one more neighbour arrived (read while fewer than
@@ -641,7 +768,15 @@ impl IconqWeights {
     /// incremental prediction's O(1) update.
     pub fn read_later(&self, memory: &Memory, neighbour: &[f32; FEATURES]) -> Memory {
         let after = if memory.after_count < self.neighbours_max { self.after.step(&memory.after, neighbour) } else { memory.after.clone() };
-        Memory { before: memory.before.clone(), after, before_count: memory.before_count, after_count: memory.after_count + 1, generation: memory.generation, head_cache: None }
+        Memory {
+            before: memory.before.clone(),
+            after,
+            before_count: memory.before_count,
+            after_count: memory.after_count + 1,
+            generation: memory.generation,
+            head_cache: None,
+            step_cache: StepCache::default(),
+        }
     }
 
     /// The predicted latency, seconds, from the states.
@@ -707,6 +842,44 @@ pub struct Memory {
     /// What the predictor's head computed of it that the next arrival
     /// does not change.
     pub head_cache: Option<HeadCache>,
+    /// What the predictor computed of the after-LSTM's next step.
+    pub step_cache: StepCache,
+}
+
+/// What the predictor computed of a running query for the next arrival
+/// that its memory and the base's predictions fix: the query's terms and
+/// estimates, and the part of the after-LSTM's next step that its hidden
+/// state and its own features (its isolated estimate and the size) give. An arrival scores a
+/// placement on every cluster, and each placement steps every running
+/// query's memory by the newcomer; the step then adds only the newcomer's
+/// features. Filled on first use and refilled after the base refits
+/// (interior, as the memory is shared by every placement that reads it);
+/// never carried to the stepped memory, nor to a clone. Opaque; a cache,
+/// so any two compare equal.
+#[derive(Debug, Default)]
+pub struct StepCache(std::sync::Mutex<Option<Arc<OwnStep>>>);
+
+impl Clone for StepCache {
+    fn clone(&self) -> StepCache {
+        StepCache::default()
+    }
+}
+
+impl PartialEq for StepCache {
+    fn eq(&self, _other: &StepCache) -> bool {
+        true
+    }
+}
+
+/// What a [`StepCache`] holds: for one predictions version of the base
+/// and one size, the query's terms and estimates, and the after-LSTM's
+/// partial step (while its memory still steps).
+#[derive(Debug)]
+struct OwnStep {
+    version: Option<u64>,
+    terms: Terms,
+    estimates: Estimates,
+    gates: Option<Box<[f32]>>,
 }
 
 /// The part of the head's hidden layer a query's memory fixes: its
@@ -941,10 +1114,30 @@ impl IconqPredictor {
         &mut self.base
     }
 
-    fn estimates(&self, template: TemplateId, size: Rpu, running_at_arrival: u32) -> Estimates {
-        Estimates {
-            isolated_s: self.base.isolated(template, size).as_secs_f64(),
-            base_s: self.base.predict(template, size, running_at_arrival).as_secs_f64(),
+    /// Running query `r`'s terms and estimates at `size`, and the
+    /// after-LSTM's partial step for its `memory` (while that still
+    /// steps), for the base's predictions `version`: from the memory's
+    /// cache when it was filled for them (every arrival scores `r`'s
+    /// cluster, and the memory changes only when a query is placed
+    /// there), else computed, and kept when the cache is empty.
+    fn own_step(&self, r: &crate::predict::QueryState, memory: Option<&Memory>, size: Rpu, version: Option<u64>) -> Arc<OwnStep> {
+        let compute = || {
+            let isolated_s = self.base.isolated(r.template, size).as_secs_f64();
+            let terms = Terms::new(Member { isolated_s, arrival_s: r.arrival.as_secs_f64() }, size);
+            let estimates = Estimates { isolated_s, base_s: self.base.predict(r.template, size, r.neighbours_at_dispatch).as_secs_f64() };
+            let gates = memory.filter(|m| m.after_count < self.kernels.neighbours_max).map(|m| self.kernels.after.partial(&m.after, &terms.own()).into_boxed_slice());
+            Arc::new(OwnStep { version, terms, estimates, gates })
+        };
+        match memory {
+            Some(memory) if version.is_some() => {
+                // Never contended: a router's placements run on its thread.
+                let mut slot = memory.step_cache.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                match &*slot {
+                    Some(cached) if cached.version == version && cached.terms.size == size => cached.clone(),
+                    _ => slot.insert(compute()).clone(),
+                }
+            }
+            _ => compute(),
         }
     }
 }
@@ -997,35 +1190,39 @@ impl LatencyPredictor for IconqPredictor {
         running: &[crate::predict::QueryState],
         _next: Option<&[Duration]>,
     ) -> crate::predict::Placement {
-        let member = |template: TemplateId, arrival: crate::time::Instant| Member {
-            isolated_s: self.base.isolated(template, size).as_secs_f64(),
-            arrival_s: arrival.as_secs_f64(),
-        };
-        let newcomer = member(query.template, query.arrival);
-        let mut earlier: Vec<&crate::predict::QueryState> = running.iter().collect();
-        earlier.sort_by_key(|r| (r.arrival, r.query));
-        let before: Vec<[f32; FEATURES]> = earlier.iter().map(|r| interaction(newcomer, member(r.template, r.arrival), size)).collect();
+        let version = self.base.predictions_version();
+        let newcomer = Terms::new(Member { isolated_s: self.base.isolated(query.template, size).as_secs_f64(), arrival_s: query.arrival.as_secs_f64() }, size);
+        // A query placed by another predictor, or read by a model since
+        // replaced, has no memory this model can continue: it starts from
+        // what it can be told now.
+        let memories: Vec<Option<&Memory>> = running.iter().map(|r| r.memory.as_deref().filter(|m| m.generation == self.kernels.generation)).collect();
+        let owns: Vec<Arc<OwnStep>> = running.iter().zip(&memories).map(|(r, &memory)| self.own_step(r, memory, size, version)).collect();
+        let mut earlier: Vec<usize> = (0..running.len()).collect();
+        earlier.sort_by_key(|&i| (running[i].arrival, running[i].query));
+        let before: Vec<[f32; FEATURES]> = earlier.iter().map(|&i| newcomer.interaction(&owns[i].terms)).collect();
         let mut memory = self.kernels.memory(&before, &[]);
         let count = running.len() as u32;
-        let predicted = Duration::from_secs_f64(self.kernels.predict_from(&mut memory, self.estimates(query.template, size, count), size, false));
+        let estimates = Estimates { isolated_s: newcomer.member.isolated_s, base_s: self.base.predict(query.template, size, count).as_secs_f64() };
+        let predicted = Duration::from_secs_f64(self.kernels.predict_from(&mut memory, estimates, size, false));
         let updated = running
             .iter()
-            .map(|r| {
-                let target = member(r.template, r.arrival);
-                // A query placed by another predictor, or read by a model
-                // since replaced, has no memory this model can continue:
-                // it starts from what it can be told now.
-                let later = interaction(target, newcomer, size);
-                let mut memory = match r.memory.as_deref().filter(|m| m.generation == self.kernels.generation) {
-                    Some(memory) => self.kernels.read_later(memory, &later),
-                    None => self.kernels.read_later(&self.kernels.memory(&[], &[]), &later),
+            .zip(memories)
+            .zip(&owns)
+            .map(|((r, continued), own)| {
+                let later = own.terms.interaction(&newcomer);
+                let mut memory = match continued {
+                    Some(memory) => self.kernels.read_later(memory, &later, own.gates.as_deref()),
+                    None => self.kernels.read_later(&self.kernels.memory(&[], &[]), &later, None),
                 };
-                let fresh = self.kernels.predict_from(&mut memory, self.estimates(r.template, size, r.neighbours_at_dispatch), size, false);
+                let fresh = self.kernels.predict_from(&mut memory, own.estimates, size, false);
                 crate::predict::QueryState {
+                    query: r.query,
+                    template: r.template,
+                    arrival: r.arrival,
+                    neighbours_at_dispatch: r.neighbours_at_dispatch,
                     neighbours: r.neighbours + 1,
                     predicted: crate::predict::overlap_update(r.predicted, Duration::from_secs_f64(fresh), now - r.arrival, predicted),
                     memory: Some(Arc::new(memory)),
-                    ..r.clone()
                 }
             })
             .collect();
@@ -1260,7 +1457,7 @@ mod tests {
             // more neighbour it is still the reference's (stepped or not).
             prop_assert_eq!(kernels.predict_from(&mut fast, query, Rpu(8), complete), b);
             let next = vectors(1)[0];
-            let mut fast_next = kernels.read_later(&fast, &next);
+            let mut fast_next = kernels.read_later(&fast, &next, None);
             let reference_next = weights.read_later(&reference, &next);
             let (a, b) = (weights.predict_from(&reference_next, query, Rpu(8), complete), kernels.predict_from(&mut fast_next, query, Rpu(8), complete));
             prop_assert!((a / b - 1.0).abs() < 1e-4, "after one more: {} vs {}", a, b);
