@@ -539,15 +539,7 @@ impl Kernels {
             memory.after.clone()
         };
         let head_cache = memory.head_cache.clone().map(|cache| if stepped { HeadCache { with_after: None, ..cache } } else { cache });
-        Memory {
-            before: memory.before.clone(),
-            after,
-            before_count: memory.before_count,
-            after_count: memory.after_count + 1,
-            generation: memory.generation,
-            head_cache,
-            step_cache: StepCache::default(),
-        }
+        memory.with_one_more_later(after, head_cache)
     }
 
     /// [`IconqWeights::predict_from`], reusing what `memory`'s head cache
@@ -768,15 +760,7 @@ impl IconqWeights {
     /// incremental prediction's O(1) update.
     pub fn read_later(&self, memory: &Memory, neighbour: &[f32; FEATURES]) -> Memory {
         let after = if memory.after_count < self.neighbours_max { self.after.step(&memory.after, neighbour) } else { memory.after.clone() };
-        Memory {
-            before: memory.before.clone(),
-            after,
-            before_count: memory.before_count,
-            after_count: memory.after_count + 1,
-            generation: memory.generation,
-            head_cache: None,
-            step_cache: StepCache::default(),
-        }
+        memory.with_one_more_later(after, None)
     }
 
     /// The predicted latency, seconds, from the states.
@@ -880,6 +864,23 @@ struct OwnStep {
     terms: Terms,
     estimates: Estimates,
     gates: Option<Box<[f32]>>,
+}
+
+impl Memory {
+    /// This memory after one more later neighbour: `after` is the
+    /// after-LSTM's state now (stepped, or as it was once it stopped
+    /// stepping), `head_cache` what of the head's cache still holds.
+    fn with_one_more_later(&self, after: LstmState, head_cache: Option<HeadCache>) -> Memory {
+        Memory {
+            before: self.before.clone(),
+            after,
+            before_count: self.before_count,
+            after_count: self.after_count + 1,
+            generation: self.generation,
+            head_cache,
+            step_cache: StepCache::default(),
+        }
+    }
 }
 
 /// The part of the head's hidden layer a query's memory fixes: its
