@@ -73,6 +73,10 @@
 //! - (G) The kernels' AVX2 build, chosen at run time when the CPU has it,
 //!   computes bit for bit what the baseline build computes: a decision
 //!   does not depend on the machine it is made on.
+//! - (H) What a running query's memory caches for the next arrival
+//!   ([`StepCache`]) changes no prediction: a placement from cached memories
+//!   predicts, to the bit, what it predicts from the same memories with
+//!   empty caches, and still does after the base predictor refits.
 
 use std::sync::Arc;
 
@@ -1404,6 +1408,49 @@ mod tests {
                     prop_assert!((a - b).abs() < 1e-5, "query {}: {} vs {}", i, a, b);
                 }
             }
+        }
+
+        #[test]
+        fn cached_steps_predict_what_an_empty_cache_predicts_before_and_after_the_base_refits(
+            arrivals in prop::collection::vec((1u32..20, 0.0f64..5.0), 1..10),
+            latencies in prop::collection::vec((1u32..20, 0u32..6, 0.1f64..50.0), 1..20),
+            seed in 0u64..500,
+        ) {
+            let weights = Arc::new(random_weights(6, seed));
+            let base = crate::predict::ConcurrencyAware::new(crate::predict::concurrency::ConcurrencyConfig::default());
+            let mut predictor = IconqPredictor::new(base, weights).unwrap();
+            let size = Rpu(16);
+            let mut running: Vec<crate::predict::QueryState> = Vec::new();
+            let mut at_s = 0.0;
+            for (i, &(template, gap)) in arrivals.iter().enumerate() {
+                at_s += gap;
+                let query = arriving(i as u64, template, at_s);
+                let placement = predictor.predict_placement(query.arrival, &query, size, &running, None);
+                running = placement.running;
+                running.push(placement.query);
+            }
+            // The same queries with their memories read afresh: no cache.
+            let uncached = |running: &[crate::predict::QueryState]| -> Vec<crate::predict::QueryState> {
+                running.iter().map(|r| crate::predict::QueryState { memory: r.memory.as_deref().map(|m| Arc::new(m.clone())), ..r.clone() }).collect()
+            };
+            let bits = |placement: &crate::predict::Placement| -> Vec<u64> {
+                std::iter::once(&placement.query).chain(&placement.running).map(|q| q.predicted.as_secs_f64().to_bits()).collect()
+            };
+            let next = arriving(1_000, 3, at_s + 1.0);
+            // Twice: the first placement fills the caches, the second reads them.
+            for _ in 0..2 {
+                let cached = predictor.predict_placement(next.arrival, &next, size, &running, None);
+                prop_assert_eq!(bits(&cached), bits(&predictor.predict_placement(next.arrival, &next, size, &uncached(&running), None)));
+            }
+            // The base refits (its first observations each do): every cache
+            // is stale, and none of it is read.
+            let version = predictor.base.predictions_version();
+            for &(template, neighbours, latency_s) in &latencies {
+                predictor.base_mut().observe(&crate::predict::Observation { template: TemplateId(template), size, neighbours, latency: Duration::from_secs_f64(latency_s), censored: false });
+            }
+            prop_assert_ne!(predictor.base.predictions_version(), version);
+            let cached = predictor.predict_placement(next.arrival, &next, size, &running, None);
+            prop_assert_eq!(bits(&cached), bits(&predictor.predict_placement(next.arrival, &next, size, &uncached(&running), None)), "seed {}", seed);
         }
 
         #[test]
