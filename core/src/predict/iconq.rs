@@ -161,21 +161,17 @@ pub fn interaction(target: Member, neighbour: Member, size: Rpu) -> [f32; FEATUR
 struct Terms {
     member: Member,
     size: Rpu,
-    ln_isolated: f32,
-    ln_isolated_x_size: f32,
+    /// The features that depend on this query alone, in the order
+    /// [`OWN_FEATURES`] names: `ln ℓ̂`, the size's three, `ln(ℓ̂·s)`.
+    own: [f32; OWN_FEATURES.len()],
 }
 
 impl Terms {
     fn new(member: Member, size: Rpu) -> Terms {
+        let (size_scaled, log_size, inverse_size) = size_features(size);
         let s = f64::from(size.0.max(1));
-        Terms { member, size, ln_isolated: ln_seconds(member.isolated_s) as f32, ln_isolated_x_size: ln_seconds(member.isolated_s * s) as f32 }
-    }
-
-    /// The features that depend on this query alone, in the order
-    /// [`OWN_FEATURES`] names.
-    fn own(&self) -> [f32; OWN_FEATURES.len()] {
-        let (size_scaled, log_size, inverse_size) = size_features(self.size);
-        [self.ln_isolated, size_scaled as f32, log_size as f32, inverse_size as f32, self.ln_isolated_x_size]
+        let own = [ln_seconds(member.isolated_s), size_scaled, log_size, inverse_size, ln_seconds(member.isolated_s * s)].map(|x| x as f32);
+        Terms { member, size, own }
     }
 
     /// The interaction vector of `neighbour` for this query, the target.
@@ -187,10 +183,10 @@ impl Terms {
         // long it was predicted still to run (zero for a later neighbour).
         let elapsed = (target.arrival_s - them.arrival_s).max(0.0);
         let remaining = if gap < 0.0 { (them.isolated_s - elapsed).max(0.0) } else { them.isolated_s };
-        let [ln_isolated, size_scaled, log_size, inverse_size, ln_isolated_x_size] = self.own();
+        let [ln_isolated, size_scaled, log_size, inverse_size, ln_isolated_x_size] = self.own;
         [
             ln_isolated,
-            neighbour.ln_isolated,
+            neighbour.own[0],
             (gap.signum() * gap.abs().ln_1p()) as f32,
             elapsed.ln_1p() as f32,
             remaining.ln_1p() as f32,
@@ -198,7 +194,7 @@ impl Terms {
             log_size,
             inverse_size,
             ln_isolated_x_size,
-            neighbour.ln_isolated_x_size,
+            neighbour.own[4],
             ln_seconds((target.isolated_s + them.isolated_s) / s) as f32,
         ]
     }
@@ -1130,7 +1126,7 @@ impl IconqPredictor {
             let isolated_s = self.base.isolated(r.template, size).as_secs_f64();
             let terms = Terms::new(Member { isolated_s, arrival_s: r.arrival.as_secs_f64() }, size);
             let estimates = Estimates { isolated_s, base_s: self.base.predict(r.template, size, r.neighbours_at_dispatch).as_secs_f64() };
-            let gates = memory.filter(|m| m.after_count < self.kernels.neighbours_max).map(|m| self.kernels.after.partial(&m.after, &terms.own()).into_boxed_slice());
+            let gates = memory.filter(|m| m.after_count < self.kernels.neighbours_max).map(|m| self.kernels.after.partial(&m.after, &terms.own).into_boxed_slice());
             Arc::new(OwnStep { version, terms, estimates, gates })
         };
         match memory {
@@ -1433,8 +1429,15 @@ mod tests {
             let uncached = |running: &[crate::predict::QueryState]| -> Vec<crate::predict::QueryState> {
                 running.iter().map(|r| crate::predict::QueryState { memory: r.memory.as_deref().map(|m| Arc::new(m.clone())), ..r.clone() }).collect()
             };
-            let bits = |placement: &crate::predict::Placement| -> Vec<u64> {
-                std::iter::once(&placement.query).chain(&placement.running).map(|q| q.predicted.as_secs_f64().to_bits()).collect()
+            // Each prediction, and each memory's states to the bit.
+            let bits = |placement: &crate::predict::Placement| -> Vec<(Duration, Vec<u32>)> {
+                std::iter::once(&placement.query)
+                    .chain(&placement.running)
+                    .map(|q| {
+                        let memory = q.memory.as_deref().expect("the predictor keeps a memory");
+                        (q.predicted, memory.before.0.iter().chain(&memory.after.0).map(|v| v.to_bits()).collect())
+                    })
+                    .collect()
             };
             let next = arriving(1_000, 3, at_s + 1.0);
             // Twice: the first placement fills the caches, the second reads them.
