@@ -674,6 +674,14 @@ mod tests {
         (dir, arbiter, link)
     }
 
+    /// Stops the reservoir's arbiter and waits for its thread to end, so
+    /// that nothing it writes on stopping (its manifest) lands after the
+    /// test's directory is removed.
+    async fn stop(arbiter: actix::Arbiter) {
+        arbiter.stop();
+        tokio::task::spawn_blocking(move || arbiter.join()).await.unwrap().unwrap();
+    }
+
     #[actix_rt::test]
     async fn the_intake_holds_queries_while_the_reservoir_is_behind_and_lets_them_in_once_it_catches_up() {
         let (_dir, arbiter, link) = busy_reservoir("holds", std::time::Duration::from_millis(300), 10).await;
@@ -687,7 +695,7 @@ mod tests {
         // Under the mark, nobody waits.
         intake.admit().await.unwrap();
         assert_eq!(intake.held.load(std::sync::atomic::Ordering::Relaxed), 1);
-        arbiter.stop();
+        stop(arbiter).await;
     }
 
     #[actix_rt::test]
@@ -697,6 +705,6 @@ mod tests {
         let error = intake.admit().await.unwrap_err();
         assert_eq!(error.to_status().code(), tonic::Code::Unavailable, "{error}");
         assert!(error.to_string().contains("10 updates behind"), "{error}");
-        arbiter.stop();
+        stop(arbiter).await;
     }
 }
