@@ -6,8 +6,9 @@
 //!
 //! # Layout
 //!
-//! - [`TrainConfig`]: widths, steps, batch, learning rate, seed, and the
-//!   share of rows held out to score the model.
+//! - [`TrainConfig`]: widths, steps, batch, learning rate (decayed along a
+//!   cosine to a share of itself by the last step), seed, and the share of
+//!   rows held out to score the model.
 //! - [`train`]: the training loop. The LSTMs are unrolled by hand over
 //!   padded, masked batches (a padded step keeps the state), in PyTorch's
 //!   gate order, so that the weights mean exactly what core's
@@ -60,8 +61,11 @@ pub struct TrainConfig {
     pub steps: usize,
     /// Rows per step.
     pub batch: usize,
-    /// AdamW's learning rate.
+    /// AdamW's learning rate at the first step.
     pub learning_rate: f64,
+    /// The learning rate at the last step, as a share of the first: the
+    /// rate follows a cosine from one to the other (1: constant).
+    pub final_learning_rate_share: f64,
     /// Seeds the initial weights, the split and the batches.
     pub seed: u64,
     /// Share of the rows held out to score the model.
@@ -73,7 +77,7 @@ pub struct TrainConfig {
 
 impl Default for TrainConfig {
     fn default() -> Self {
-        TrainConfig { lstm_hidden: 32, head_hidden: 32, steps: 2000, batch: 128, learning_rate: 0.005, seed: 1, held_out_share: 0.2, neighbours_max: 32 }
+        TrainConfig { lstm_hidden: 32, head_hidden: 32, steps: 2000, batch: 128, learning_rate: 0.005, final_learning_rate_share: 0.05, seed: 1, held_out_share: 0.2, neighbours_max: 32 }
     }
 }
 
@@ -290,6 +294,14 @@ fn loss(predicted: &Tensor, rows: &[&Example], device: &Device) -> Result<Tensor
     Ok(exact.mul(&exact_share)?.add(&below.mul(&censored)?)?.mean_all()?)
 }
 
+/// The learning rate at `step`: a cosine from `learning_rate` down to
+/// `learning_rate × final_learning_rate_share` at the last step.
+fn learning_rate_at(config: &TrainConfig, step: usize) -> f64 {
+    let progress = step as f64 / config.steps.saturating_sub(1).max(1) as f64;
+    let last = config.learning_rate * config.final_learning_rate_share;
+    last + (config.learning_rate - last) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+}
+
 /// The executions held out of `rows`: a seeded share of them, every row
 /// of an execution (its censored samples too) on the same side.
 pub fn held_out_executions(rows: &[Example], config: &TrainConfig) -> std::collections::BTreeSet<usize> {
@@ -324,7 +336,8 @@ pub fn train(rows: &[Example], config: &TrainConfig) -> Result<(IconqWeights, Tr
     let model = Model::new(config, &mut rng, &device)?;
     let mut optimiser = AdamW::new(model.vars(), ParamsAdamW { lr: config.learning_rate, weight_decay: 1e-4, ..ParamsAdamW::default() })?;
     let mut recent_losses = std::collections::VecDeque::new();
-    for _ in 0..config.steps {
+    for step in 0..config.steps {
+        optimiser.set_learning_rate(learning_rate_at(config, step));
         let batch: Vec<&Example> = (0..config.batch.min(training.len())).map(|_| &rows[training[rng.random_range(0..training.len())]]).collect();
         let predicted = model.forward(&batch, config.neighbours_max, &device)?;
         let loss = loss(&predicted, &batch, &device)?;
@@ -384,6 +397,23 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_learning_rate_falls_from_the_first_rate_to_its_final_share_and_never_rises(
+            steps in 1usize..5_000,
+            learning_rate in 1e-4f64..0.1,
+            final_share in 0.0f64..=1.0,
+        ) {
+            let config = TrainConfig { steps, learning_rate, final_learning_rate_share: final_share, ..TrainConfig::default() };
+            let rates: Vec<f64> = (0..steps).map(|step| learning_rate_at(&config, step)).collect();
+            proptest::prop_assert!((rates[0] - learning_rate).abs() <= 1e-12 * learning_rate);
+            if steps > 1 {
+                proptest::prop_assert!((rates[steps - 1] - learning_rate * final_share).abs() <= 1e-12 * learning_rate);
+            }
+            proptest::prop_assert!(rates.windows(2).all(|pair| pair[1] <= pair[0] + 1e-15));
+        }
     }
 
     #[test]
