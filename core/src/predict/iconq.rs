@@ -969,7 +969,11 @@ pub struct RowSampling {
     pub censored_share: f64,
     /// Also a row as the router sees the query when it places it: only the
     /// neighbours running at its arrival, labelled with its final latency
-    /// (what later arrivals will add is learned from the log's load).
+    /// (what later arrivals will add is learned from the log's load). Every
+    /// execution gets one, those no later query overlapped too: rows of
+    /// only the overlapped ones would teach the model, at arrival, that a
+    /// later query always comes (a slowdown the router then predicts for
+    /// every query on a quiet cluster).
     pub arrival_rows: bool,
     /// Seeds the sampling.
     pub seed: u64,
@@ -1016,7 +1020,7 @@ pub fn examples(log: &[ExecutionRecord], isolated: &IsolatedEstimator, base: &dy
                 });
             }
         }
-        if sampling.arrival_rows && !after.is_empty() {
+        if sampling.arrival_rows {
             rows.push(Example { after: Vec::new(), reads: Reads::AtArrival, ..base.clone() });
         }
         rows.push(Example { after: after.into_iter().map(|(_, v)| v).collect(), ..base });
@@ -1573,6 +1577,29 @@ mod tests {
             }
             prop_assert!(pending.is_empty() && next_full.next().is_none());
             prop_assert!(sampled.iter().all(|r| r.before.iter().chain(&r.after).all(|v| v.iter().all(|x| x.is_finite()))));
+        }
+
+        #[test]
+        fn every_execution_gets_one_arrival_row_whether_or_not_a_later_query_overlapped_it(
+            runs in prop::collection::vec((0u32..5, 0.0f64..300.0, 0.5f64..80.0, any::<bool>()), 1..40),
+            seed in 0u64..1_000,
+        ) {
+            // A router places a query before it can know whether another
+            // will arrive while it runs: the rows that teach the model what
+            // it knows then must not be only those of executions that a
+            // later query did overlap.
+            let log: Vec<ExecutionRecord> = runs.iter().map(|&(t, at, took, timed_out)| timed("p/c0", 1 + t, at, took, timed_out)).collect();
+            let isolated = isolated_estimator(&log);
+            let base = crate::predict::StageLike::new(IsolatedConfig::default());
+            let rows = examples(&log, &isolated, &base, &RowSampling { censored_share: 0.0, arrival_rows: true, seed });
+            let every: Vec<&Example> = rows.iter().filter(|r| r.reads == Reads::Every).collect();
+            let arrival: Vec<&Example> = rows.iter().filter(|r| r.reads == Reads::AtArrival).collect();
+            prop_assert_eq!(every.len(), log.len());
+            prop_assert_eq!(arrival.len(), log.len());
+            for (at_arrival, full) in arrival.iter().zip(&every) {
+                prop_assert!(at_arrival.after.is_empty());
+                prop_assert_eq!(&Example { after: full.after.clone(), reads: Reads::Every, ..(*at_arrival).clone() }, *full);
+            }
         }
     }
 }
