@@ -58,8 +58,11 @@
 //!   one arrival at a time gives the prediction a full pass over the same
 //!   neighbours gives (to float rounding).
 //! - (B) Predictions are positive and finite for any finite inputs.
-//! - (C) [`examples`] is deterministic in its seed, and a censored example's
-//!   label never exceeds its execution's latency.
+//! - (C) [`examples`] is deterministic in its seed, a censored example's
+//!   label never exceeds its execution's latency, and, asked for rows at
+//!   arrival, it gives every execution exactly one (its every-neighbour
+//!   row without the later neighbours), whether or not a later query
+//!   overlapped it.
 //! - (D) [`IconqPredictor`]'s placements predict positive latencies and
 //!   never lower a running query's prediction (the monotonicity guard),
 //!   and each query's memory is what a full pass over its neighbours so
