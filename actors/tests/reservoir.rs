@@ -11,11 +11,26 @@ fn scratch(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(&format!("slogate-reservoir-{name}-")).tempdir().unwrap()
 }
 
+/// Opens `dir` with sled directly, waiting up to 5 s for a store just
+/// dropped to release its lock (sled's IO threads let go of it shortly
+/// after the drop, as `SledStore::open` also waits for).
+fn open_sled(dir: &std::path::Path) -> sled::Db {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match sled::open(dir) {
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            opened => return opened.unwrap(),
+        }
+    }
+}
+
 /// Makes `dir` a store as an older node left it: an intact manifest of
 /// zero rows, then what `write` puts into sled's trees directly.
 fn older_store(dir: &std::path::Path, write: impl FnOnce(&sled::Db)) {
     drop(SledStore::open(dir).unwrap());
-    let db = sled::open(dir).unwrap();
+    let db = open_sled(dir);
     write(&db);
     db.flush().unwrap();
 }
@@ -27,7 +42,7 @@ fn older_batch_key(sequence: u64, records: u32) -> Vec<u8> {
 
 /// Whether the closed store in `dir` has a sled tree `name`.
 fn has_sled_tree(dir: &std::path::Path, name: &str) -> bool {
-    sled::open(dir).unwrap().tree_names().iter().any(|n| n.as_ref() == name.as_bytes())
+    open_sled(dir).tree_names().iter().any(|n| n.as_ref() == name.as_bytes())
 }
 
 /// The newest segment file of the store's `log` directory.
