@@ -1316,6 +1316,31 @@ mod tests {
         }
     }
 
+    /// One lane's executions, each `(template − 1, arrival s, latency s,
+    /// timed out)`, with the isolated estimates and the base [`examples`]
+    /// reads beside them.
+    struct LaneLog {
+        log: Vec<ExecutionRecord>,
+        isolated: IsolatedEstimator,
+        base: crate::predict::StageLike,
+    }
+
+    impl LaneLog {
+        fn of(runs: &[(u32, f64, f64, bool)]) -> LaneLog {
+            let log: Vec<ExecutionRecord> = runs.iter().map(|&(t, at, took, timed_out)| timed("p/c0", 1 + t, at, took, timed_out)).collect();
+            LaneLog { isolated: isolated_estimator(&log), base: crate::predict::StageLike::new(IsolatedConfig::default()), log }
+        }
+
+        fn examples(&self, sampling: &RowSampling) -> Vec<Example> {
+            examples(&self.log, &self.isolated, &self.base, sampling)
+        }
+    }
+
+    /// Up to 39 executions for [`LaneLog::of`].
+    fn lane_runs() -> impl Strategy<Value = Vec<(u32, f64, f64, bool)>> {
+        prop::collection::vec((0u32..5, 0.0f64..300.0, 0.5f64..80.0, any::<bool>()), 1..40)
+    }
+
     fn arriving(id: u64, template: u32, at_s: f64) -> crate::model::Query {
         crate::model::Query {
             id: crate::model::QueryId(id),
@@ -1545,27 +1570,22 @@ mod tests {
         }
 
         #[test]
-        fn examples_are_deterministic_and_censored_labels_are_lower_bounds(
-            runs in prop::collection::vec((0u32..5, 0.0f64..300.0, 0.5f64..80.0, any::<bool>()), 1..40),
-            seed in 0u64..1_000,
-        ) {
-            let log: Vec<ExecutionRecord> = runs.iter().map(|&(t, at, took, timed_out)| timed("p/c0", 1 + t, at, took, timed_out)).collect();
-            let isolated = isolated_estimator(&log);
-            let base = crate::predict::StageLike::new(IsolatedConfig::default());
+        fn examples_are_deterministic_and_censored_labels_are_lower_bounds(runs in lane_runs(), seed in 0u64..1_000) {
+            let lane = LaneLog::of(&runs);
             let sampling = |censored_share: f64| RowSampling { censored_share, arrival_rows: false, seed };
-            let rows = examples(&log, &isolated, &base, &sampling(0.5));
-            prop_assert_eq!(&rows, &examples(&log, &isolated, &base, &sampling(0.5)));
+            let rows = lane.examples(&sampling(0.5));
+            prop_assert_eq!(&rows, &lane.examples(&sampling(0.5)));
             // Without sampling: one row per execution, labelled with it.
-            let full = examples(&log, &isolated, &base, &sampling(0.0));
-            prop_assert_eq!(full.len(), log.len());
-            for (row, record) in full.iter().zip(&log) {
+            let full = lane.examples(&sampling(0.0));
+            prop_assert_eq!(full.len(), lane.log.len());
+            for (row, record) in full.iter().zip(&lane.log) {
                 prop_assert_eq!(row.ln_latency_s, ln_seconds(record.latency.as_secs_f64()) as f32);
                 prop_assert_eq!(row.censored, record.censored);
             }
             // Sampled rows are censored, and each follows its execution's
             // full row's label from below: rows come per execution, the
             // samples first.
-            let sampled = examples(&log, &isolated, &base, &sampling(1.0));
+            let sampled = lane.examples(&sampling(1.0));
             let mut next_full = full.iter().peekable();
             let mut pending: Vec<f32> = Vec::new();
             for row in &sampled {
@@ -1583,22 +1603,17 @@ mod tests {
         }
 
         #[test]
-        fn every_execution_gets_one_arrival_row_whether_or_not_a_later_query_overlapped_it(
-            runs in prop::collection::vec((0u32..5, 0.0f64..300.0, 0.5f64..80.0, any::<bool>()), 1..40),
-            seed in 0u64..1_000,
-        ) {
+        fn every_execution_gets_one_arrival_row_whether_or_not_a_later_query_overlapped_it(runs in lane_runs(), seed in 0u64..1_000) {
             // A router places a query before it can know whether another
             // will arrive while it runs: the rows that teach the model what
             // it knows then must not be only those of executions that a
             // later query did overlap.
-            let log: Vec<ExecutionRecord> = runs.iter().map(|&(t, at, took, timed_out)| timed("p/c0", 1 + t, at, took, timed_out)).collect();
-            let isolated = isolated_estimator(&log);
-            let base = crate::predict::StageLike::new(IsolatedConfig::default());
-            let rows = examples(&log, &isolated, &base, &RowSampling { censored_share: 0.0, arrival_rows: true, seed });
+            let lane = LaneLog::of(&runs);
+            let rows = lane.examples(&RowSampling { censored_share: 0.0, arrival_rows: true, seed });
             let every: Vec<&Example> = rows.iter().filter(|r| r.reads == Reads::Every).collect();
             let arrival: Vec<&Example> = rows.iter().filter(|r| r.reads == Reads::AtArrival).collect();
-            prop_assert_eq!(every.len(), log.len());
-            prop_assert_eq!(arrival.len(), log.len());
+            prop_assert_eq!(every.len(), lane.log.len());
+            prop_assert_eq!(arrival.len(), lane.log.len());
             for (at_arrival, full) in arrival.iter().zip(&every) {
                 prop_assert!(at_arrival.after.is_empty());
                 prop_assert_eq!(&Example { after: full.after.clone(), reads: Reads::Every, ..(*at_arrival).clone() }, *full);
