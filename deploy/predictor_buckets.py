@@ -59,7 +59,7 @@ def at_or_below(errors, baseline):
     return all(errors[p] <= baseline[p] + 1e-12 for p in PERCENTILES)
 
 
-def geometric_means(means, executions, predictor, buckets, weight_of):
+def geometric_means(means, predictor, buckets, weight_of):
     total = 0
     logs = collections.defaultdict(float)
     for bucket in buckets:
@@ -93,8 +93,8 @@ def summarise(path):
         weight_of = lambda b, predictor=predictor: executions[(predictor,) + b]
         print(f"  {predictor:20} at or below {BASELINE} in {len(wins)} of {len(scored)} buckets"
               f" (per seed {min(seed_wins)}-{max(seed_wins)});"
-              f" geometric means {geometric_means(means, executions, predictor, scored, weight_of)}"
-              f" against {geometric_means(means, executions, BASELINE, scored, weight_of)}")
+              f" geometric means {geometric_means(means, predictor, scored, weight_of)}"
+              f" against {geometric_means(means, BASELINE, scored, weight_of)}")
         if losses:
             print(f"  {'':20} above in: {' '.join(losses)}")
 
