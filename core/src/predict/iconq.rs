@@ -80,6 +80,12 @@
 //!   ([`StepCache`]) changes no prediction: a placement from cached memories
 //!   predicts, to the bit, what it predicts from the same memories with
 //!   empty caches, and still does after the base predictor refits.
+//! - (I) Scoring a placement ([`LatencyPredictor::score_placement`], which
+//!   builds no running query's stepped memory) predicts, to the bit, what
+//!   predicting from the stepped memories gives, with or without the
+//!   head's and the step's caches; completing it
+//!   ([`LatencyPredictor::complete_placement`]) gives the placement
+//!   [`LatencyPredictor::predict_placement`] gives.
 
 use std::sync::Arc;
 
@@ -167,6 +173,9 @@ struct Terms {
     /// The features that depend on this query alone, in the order
     /// [`OWN_FEATURES`] names: `ln ℓ̂`, the size's three, `ln(ℓ̂·s)`.
     own: [f32; OWN_FEATURES.len()],
+    /// `ln(1 + ℓ̂)`: a later neighbour's predicted remaining time's
+    /// feature, the same for every target.
+    ln_1p_isolated: f64,
 }
 
 impl Terms {
@@ -174,7 +183,7 @@ impl Terms {
         let (size_scaled, log_size, inverse_size) = size_features(size);
         let s = f64::from(size.0.max(1));
         let own = [ln_seconds(member.isolated_s), size_scaled, log_size, inverse_size, ln_seconds(member.isolated_s * s)].map(|x| x as f32);
-        Terms { member, size, own }
+        Terms { member, size, own, ln_1p_isolated: member.isolated_s.ln_1p() }
     }
 
     /// The interaction vector of `neighbour` for this query, the target.
@@ -182,23 +191,51 @@ impl Terms {
         let (target, them) = (self.member, neighbour.member);
         let s = f64::from(self.size.0.max(1));
         let gap = them.arrival_s - target.arrival_s;
+        let ln_1p_gap = gap.abs().ln_1p();
+        self.interaction_from(neighbour, ln_1p_gap, ln_seconds((target.isolated_s + them.isolated_s) / s))
+    }
+
+    /// [`Terms::interaction`] both ways, `(self reads other, other reads
+    /// self)`, to the bit, computing the logarithms the two share once:
+    /// the gap between the arrivals and the pair's summed estimate. A
+    /// placement pairs the newcomer with every running query so. Both at
+    /// one size.
+    fn interactions_both_ways(&self, other: &Terms) -> ([f32; FEATURES], [f32; FEATURES]) {
+        debug_assert_eq!(self.size, other.size, "a pair on one cluster");
+        let s = f64::from(self.size.0.max(1));
+        // `b − a` is `−(a − b)` exactly, so the gap's size is the same
+        // both ways; the sum is commutative.
+        let ln_1p_gap = (other.member.arrival_s - self.member.arrival_s).abs().ln_1p();
+        let ln_sum = ln_seconds((self.member.isolated_s + other.member.isolated_s) / s);
+        (self.interaction_from(other, ln_1p_gap, ln_sum), other.interaction_from(self, ln_1p_gap, ln_sum))
+    }
+
+    /// [`Terms::interaction`] given `ln(1 + |gap|)` and `ln_sum`, the log
+    /// of the summed estimates per RPU.
+    #[inline(always)]
+    fn interaction_from(&self, neighbour: &Terms, ln_1p_gap: f64, ln_sum: f64) -> [f32; FEATURES] {
+        let (target, them) = (self.member, neighbour.member);
+        let gap = them.arrival_s - target.arrival_s;
         // When the target arrived, how long the neighbour had run and how
         // long it was predicted still to run (zero for a later neighbour).
+        // The elapsed time is `|gap|` or `+0` (the difference of two equal
+        // arrivals is `+0`), so its log is the gap's or zero.
         let elapsed = (target.arrival_s - them.arrival_s).max(0.0);
-        let remaining = if gap < 0.0 { (them.isolated_s - elapsed).max(0.0) } else { them.isolated_s };
+        let ln_1p_elapsed = if elapsed > 0.0 { ln_1p_gap } else { 0.0 };
+        let ln_1p_remaining = if gap < 0.0 { (them.isolated_s - elapsed).max(0.0).ln_1p() } else { neighbour.ln_1p_isolated };
         let [ln_isolated, size_scaled, log_size, inverse_size, ln_isolated_x_size] = self.own;
         [
             ln_isolated,
             neighbour.own[0],
-            (gap.signum() * gap.abs().ln_1p()) as f32,
-            elapsed.ln_1p() as f32,
-            remaining.ln_1p() as f32,
+            (gap.signum() * ln_1p_gap) as f32,
+            ln_1p_elapsed as f32,
+            ln_1p_remaining as f32,
             size_scaled,
             log_size,
             inverse_size,
             ln_isolated_x_size,
             neighbour.own[4],
-            ln_seconds((target.isolated_s + them.isolated_s) / s) as f32,
+            ln_sum as f32,
         ]
     }
 }
@@ -266,10 +303,16 @@ fn tanh(x: f32) -> f32 {
 /// The state after an LSTM step from gate pre-activations `gates` (four
 /// blocks of `H`, PyTorch's order i, f, g, o) and the cell `c`.
 fn activate(mut gates: Vec<f32>, c: &[f32]) -> LstmState {
-    // On the widest instructions the CPU has (see [`wide`]).
-    pulp::Arch::new().dispatch(wide::Activate { gates: &mut gates, c });
+    activate_slice(&mut gates, c);
     gates.truncate(2 * c.len());
     LstmState(gates)
+}
+
+/// [`activate`] in place: the new hidden state and cell in `gates`'
+/// first two blocks.
+fn activate_slice(gates: &mut [f32], c: &[f32]) {
+    // On the widest instructions the CPU has (see [`wide`]).
+    pulp::Arch::new().dispatch(wide::Activate { gates, c });
 }
 
 /// [`activate`]'s arithmetic: the new hidden state and cell in place of
@@ -471,19 +514,38 @@ impl LstmKernel {
     /// the input's [`OWN_FEATURES`], `own`.
     fn partial(&self, state: &LstmState, own: &[f32; OWN_FEATURES.len()]) -> Vec<f32> {
         let mut gates = self.bias.clone();
+        self.add_own_part(&mut gates, state, own);
+        gates
+    }
+
+    /// [`LstmKernel::partial`] into `gates` (`4H` long).
+    fn partial_into(&self, gates: &mut [f32], state: &LstmState, own: &[f32; OWN_FEATURES.len()]) {
+        gates.copy_from_slice(&self.bias);
+        self.add_own_part(gates, state, own);
+    }
+
+    /// `gates += W_h h + W_own own`, the columns in the layout's order.
+    fn add_own_part(&self, gates: &mut [f32], state: &LstmState, own: &[f32; OWN_FEATURES.len()]) {
         let n = gates.len();
         let (hidden_columns, own_columns) = self.columns.split_at(self.hidden * n);
-        add_columns(&mut gates, hidden_columns, &state.0[..self.hidden]);
-        add_columns(&mut gates, &own_columns[..OWN_FEATURES.len() * n], own);
-        gates
+        add_columns(gates, hidden_columns, &state.0[..self.hidden]);
+        add_columns(gates, &own_columns[..OWN_FEATURES.len() * n], own);
     }
 
     /// The step from its [`LstmKernel::partial`] `gates`: `x`'s
     /// [`ARRIVAL_FEATURES`] added, then the activations.
     fn finish(&self, mut gates: Vec<f32>, state: &LstmState, x: &[f32; FEATURES]) -> LstmState {
+        self.finish_in_place(&mut gates, state, x);
+        gates.truncate(2 * self.hidden);
+        LstmState(gates)
+    }
+
+    /// [`LstmKernel::finish`] in place: the new hidden state and cell in
+    /// `gates`' first `2H` values.
+    fn finish_in_place(&self, gates: &mut [f32], state: &LstmState, x: &[f32; FEATURES]) {
         let n = gates.len();
-        add_columns(&mut gates, &self.columns[(self.hidden + OWN_FEATURES.len()) * n..], &ARRIVAL_FEATURES.map(|feature| x[feature]));
-        activate(gates, &state.0[self.hidden..])
+        add_columns(gates, &self.columns[(self.hidden + OWN_FEATURES.len()) * n..], &ARRIVAL_FEATURES.map(|feature| x[feature]));
+        activate_slice(gates, &state.0[self.hidden..]);
     }
 }
 
@@ -579,13 +641,82 @@ impl Kernels {
                 }
             }
         }
-        let counts = context_features(memory.before_count, memory.after_count, complete);
-        add_columns(hidden, &self.head_columns[(before + after + TARGET_FEATURES) * width..], &counts);
         memory.head_cache = Some(cache);
+        self.head_output(hidden, memory.before_count, memory.after_count, complete, query)
+    }
+
+    /// What [`Kernels::read_later`] of `neighbour`, then
+    /// [`Kernels::predict_from`] (the later neighbours not complete),
+    /// predict, to the bit, without building the stepped memory or filling
+    /// any cache: scoring a placement that may not be committed. The step
+    /// and the head's hidden layer are computed on the stack.
+    fn predict_after_later(&self, memory: &Memory, neighbour: &[f32; FEATURES], partial: Option<&[f32]>, query: Estimates, size: Rpu) -> f64 {
+        let stepped = memory.after_count < self.neighbours_max;
+        let gates_len = 4 * self.after.hidden;
+        let mut gates_on_stack = [0.0f32; GATES_ON_STACK];
+        let mut gates_on_heap = Vec::new();
+        let after: &[f32] = if stepped {
+            let gates: &mut [f32] = if gates_len <= GATES_ON_STACK {
+                &mut gates_on_stack[..gates_len]
+            } else {
+                gates_on_heap.resize(gates_len, 0.0);
+                &mut gates_on_heap
+            };
+            match partial {
+                Some(partial) => gates.copy_from_slice(partial),
+                None => self.after.partial_into(gates, &memory.after, &OWN_FEATURES.map(|feature| neighbour[feature])),
+            }
+            self.after.finish_in_place(gates, &memory.after, neighbour);
+            &gates[..self.after.hidden]
+        } else {
+            &memory.after.0[..self.after.hidden]
+        };
+        let width = self.head_bias.len();
+        let (before, after_width) = (self.before.hidden, self.after.hidden);
+        let columns = |from: usize, to: usize| &self.head_columns[from * width..to * width];
+        let mut on_stack = [0.0f32; HEAD_ON_STACK];
+        let mut on_heap = Vec::new();
+        let hidden: &mut [f32] = if width <= HEAD_ON_STACK {
+            &mut on_stack[..width]
+        } else {
+            on_heap.resize(width, 0.0);
+            &mut on_heap
+        };
+        // The stepped memory's cache is this one's, its after-state part
+        // dropped if the step moved that state.
+        let cache = memory.head_cache.as_ref().filter(|cache| cache.isolated_s == query.isolated_s && cache.size == size);
+        match cache.and_then(|cache| cache.with_after.as_ref().filter(|_| !stepped)) {
+            Some(with_after) => hidden.copy_from_slice(with_after),
+            None => {
+                match cache {
+                    Some(cache) => hidden.copy_from_slice(&cache.before_and_target),
+                    None => {
+                        hidden.copy_from_slice(&self.head_bias);
+                        add_columns(hidden, columns(0, before), &memory.before.0[..before]);
+                        add_columns(hidden, columns(before + after_width, before + after_width + TARGET_FEATURES), &target_features(query.isolated_s, size));
+                    }
+                }
+                add_columns(hidden, columns(before, before + after_width), after);
+            }
+        }
+        self.head_output(hidden, memory.before_count, memory.after_count + 1, false, query)
+    }
+
+    /// The prediction from the head's hidden layer without its context
+    /// part, `hidden` (which it finishes in place): the context added, the
+    /// ReLU, the output, and the base prediction scaled by its exponential.
+    fn head_output(&self, hidden: &mut [f32], before_count: usize, after_count: usize, complete: bool, query: Estimates) -> f64 {
+        let width = self.head_bias.len();
+        let counts = context_features(before_count, after_count, complete);
+        add_columns(hidden, &self.head_columns[(self.before.hidden + self.after.hidden + TARGET_FEATURES) * width..], &counts);
         let residual = f64::from(hidden.iter().zip(&self.out.w).map(|(h, w)| h.max(0.0) * w).sum::<f32>() + self.out.b);
         query.base_s.max(1e-3) * residual.clamp(-20.0, 20.0).exp()
     }
 }
+
+/// An LSTM step's gates are computed on the stack up to this many (the
+/// trainer's default LSTM of 32 has 128).
+const GATES_ON_STACK: usize = 256;
 
 /// The head's hidden layer is computed on the stack up to this width
 /// (the trainer's default is 32).
@@ -1196,41 +1327,57 @@ impl LatencyPredictor for IconqPredictor {
         query: &crate::model::Query,
         size: Rpu,
         running: &[crate::predict::QueryState],
+        next: Option<&[Duration]>,
+    ) -> crate::predict::Placement {
+        let mut placement = self.score_placement(now, query, size, running, next);
+        self.complete_placement(now, query, size, running, &mut placement);
+        placement
+    }
+
+    /// The newcomer reads the running queries as its earlier neighbours
+    /// (its memory comes with the placement), and each running query's
+    /// prediction is what its memory predicts once it has read the
+    /// newcomer; the stepped memories are built only by
+    /// [`LatencyPredictor::complete_placement`], for the placement a
+    /// router commits.
+    fn score_placement(
+        &self,
+        now: crate::time::Instant,
+        query: &crate::model::Query,
+        size: Rpu,
+        running: &[crate::predict::QueryState],
         _next: Option<&[Duration]>,
     ) -> crate::predict::Placement {
         let version = self.base.predictions_version();
-        let newcomer = Terms::new(Member { isolated_s: self.base.isolated(query.template, size).as_secs_f64(), arrival_s: query.arrival.as_secs_f64() }, size);
-        // A query placed by another predictor, or read by a model since
-        // replaced, has no memory this model can continue: it starts from
-        // what it can be told now.
-        let memories: Vec<Option<&Memory>> = running.iter().map(|r| r.memory.as_deref().filter(|m| m.generation == self.kernels.generation)).collect();
+        let newcomer = self.newcomer_terms(query, size);
+        let memories = self.continued_memories(running);
         let owns: Vec<Arc<OwnStep>> = running.iter().zip(&memories).map(|(r, &memory)| self.own_step(r, memory, size, version)).collect();
+        // The newcomer's view of each running query and each one's view of
+        // the newcomer, both at once.
+        let pairs: Vec<([f32; FEATURES], [f32; FEATURES])> = owns.iter().map(|own| newcomer.interactions_both_ways(&own.terms)).collect();
         let mut earlier: Vec<usize> = (0..running.len()).collect();
         earlier.sort_by_key(|&i| (running[i].arrival, running[i].query));
-        let before: Vec<[f32; FEATURES]> = earlier.iter().map(|&i| newcomer.interaction(&owns[i].terms)).collect();
+        let before: Vec<[f32; FEATURES]> = earlier.iter().map(|&i| pairs[i].0).collect();
         let mut memory = self.kernels.memory(&before, &[]);
         let count = running.len() as u32;
         let estimates = Estimates { isolated_s: newcomer.member.isolated_s, base_s: self.base.predict(query.template, size, count).as_secs_f64() };
         let predicted = Duration::from_secs_f64(self.kernels.predict_from(&mut memory, estimates, size, false));
+        let empty = self.kernels.memory(&[], &[]);
         let updated = running
             .iter()
             .zip(memories)
             .zip(&owns)
-            .map(|((r, continued), own)| {
-                let later = own.terms.interaction(&newcomer);
-                let mut memory = match continued {
-                    Some(memory) => self.kernels.read_later(memory, &later, own.gates.as_deref()),
-                    None => self.kernels.read_later(&self.kernels.memory(&[], &[]), &later, None),
+            .zip(&pairs)
+            .map(|(((r, continued), own), (_, later))| {
+                let fresh = match continued {
+                    Some(memory) => self.kernels.predict_after_later(memory, later, own.gates.as_deref(), own.estimates, size),
+                    None => self.kernels.predict_after_later(&empty, later, None, own.estimates, size),
                 };
-                let fresh = self.kernels.predict_from(&mut memory, own.estimates, size, false);
                 crate::predict::QueryState {
-                    query: r.query,
-                    template: r.template,
-                    arrival: r.arrival,
-                    neighbours_at_dispatch: r.neighbours_at_dispatch,
                     neighbours: r.neighbours + 1,
                     predicted: crate::predict::overlap_update(r.predicted, Duration::from_secs_f64(fresh), now - r.arrival, predicted),
-                    memory: Some(Arc::new(memory)),
+                    memory: None,
+                    ..r.clone()
                 }
             })
             .collect();
@@ -1247,6 +1394,46 @@ impl LatencyPredictor for IconqPredictor {
             running: updated,
         }
     }
+
+    /// Each running query's memory after reading the newcomer, with its
+    /// head's cache filled as predicting from it fills it.
+    fn complete_placement(
+        &self,
+        _now: crate::time::Instant,
+        query: &crate::model::Query,
+        size: Rpu,
+        running: &[crate::predict::QueryState],
+        placement: &mut crate::predict::Placement,
+    ) {
+        let version = self.base.predictions_version();
+        let newcomer = self.newcomer_terms(query, size);
+        let memories = self.continued_memories(running);
+        for ((r, continued), updated) in running.iter().zip(memories).zip(&mut placement.running) {
+            let own = self.own_step(r, continued, size, version);
+            let later = own.terms.interaction(&newcomer);
+            let mut memory = match continued {
+                Some(memory) => self.kernels.read_later(memory, &later, own.gates.as_deref()),
+                None => self.kernels.read_later(&self.kernels.memory(&[], &[]), &later, None),
+            };
+            self.kernels.predict_from(&mut memory, own.estimates, size, false);
+            updated.memory = Some(Arc::new(memory));
+        }
+    }
+}
+
+impl IconqPredictor {
+    /// The newcomer's terms at `size`.
+    fn newcomer_terms(&self, query: &crate::model::Query, size: Rpu) -> Terms {
+        Terms::new(Member { isolated_s: self.base.isolated(query.template, size).as_secs_f64(), arrival_s: query.arrival.as_secs_f64() }, size)
+    }
+
+    /// Each running query's memory, if this model read it: a query placed
+    /// by another predictor, or read by a model since replaced, has no
+    /// memory this model can continue, and starts from what it can be
+    /// told now.
+    fn continued_memories<'a>(&self, running: &'a [crate::predict::QueryState]) -> Vec<Option<&'a Memory>> {
+        running.iter().map(|r| r.memory.as_deref().filter(|m| m.generation == self.kernels.generation)).collect()
+    }
 }
 
 #[cfg(test)]
@@ -1257,6 +1444,31 @@ mod tests {
 
     /// The tests' weights: LSTMs of `hidden`, a head of 8, 64 neighbours
     /// a side.
+    /// The interaction features straight from their definitions, each
+    /// logarithm taken where it is used: the reference the shared-log
+    /// layouts are held to.
+    fn plain_interaction(target: Member, them: Member, size: Rpu) -> [f32; FEATURES] {
+        let s = f64::from(size.0.max(1));
+        let (size_scaled, log_size, inverse_size) = size_features(size);
+        let gap = them.arrival_s - target.arrival_s;
+        let elapsed = (target.arrival_s - them.arrival_s).max(0.0);
+        let remaining = if gap < 0.0 { (them.isolated_s - elapsed).max(0.0) } else { them.isolated_s };
+        [
+            ln_seconds(target.isolated_s),
+            ln_seconds(them.isolated_s),
+            gap.signum() * gap.abs().ln_1p(),
+            elapsed.ln_1p(),
+            remaining.ln_1p(),
+            size_scaled,
+            log_size,
+            inverse_size,
+            ln_seconds(target.isolated_s * s),
+            ln_seconds(them.isolated_s * s),
+            ln_seconds((target.isolated_s + them.isolated_s) / s),
+        ]
+        .map(|x| x as f32)
+    }
+
     pub(crate) fn random_weights(hidden: usize, seed: u64) -> IconqWeights {
         IconqWeights::random(hidden, 8, 64, seed)
     }
@@ -1548,6 +1760,53 @@ mod tests {
             let moved = Estimates { isolated_s: isolated_s * 2.0, ..query };
             let (a, b) = (weights.predict_from(&reference_next, moved, Rpu(8), complete), kernels.predict_from(&mut fast_next, moved, Rpu(8), complete));
             prop_assert!((a / b - 1.0).abs() < 1e-4, "a moved estimate: {} vs {}", a, b);
+        }
+
+        #[test]
+        fn scoring_a_later_neighbour_without_the_memory_predicts_to_the_bit_what_the_stepped_memory_predicts(
+            seed in 0u64..500,
+            lengths in (0usize..6, 0usize..10),
+            cached_head in any::<bool>(),
+            moved_estimate in any::<bool>(),
+            with_partial in any::<bool>(),
+            isolated_s in 0.01f64..100.0,
+        ) {
+            // Reading up to 6 a side, so that some memories have stopped
+            // stepping and keep their after-state's part of the head.
+            let weights = IconqWeights { neighbours_max: 6, ..random_weights(6, seed) };
+            let kernels = Kernels::new(&weights, 0);
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut vectors = |n: usize| (0..n).map(|_| std::array::from_fn(|_| rng.random_range(-3.0f32..3.0))).collect::<Vec<[f32; FEATURES]>>();
+            let (before, after, next) = (vectors(lengths.0), vectors(lengths.1), vectors(1)[0]);
+            let query = Estimates { isolated_s, base_s: isolated_s * 1.5 };
+            let mut memory = kernels.memory(&before, &after);
+            if cached_head {
+                kernels.predict_from(&mut memory, query, Rpu(8), false);
+            }
+            let scored_for = if moved_estimate { Estimates { isolated_s: isolated_s * 2.0, ..query } } else { query };
+            let partial = with_partial.then(|| kernels.after.partial(&memory.after, &OWN_FEATURES.map(|feature| next[feature])));
+            // (I) What a placement's scoring predicts without building the
+            // stepped memory is what predicting from that memory gives.
+            let scored = kernels.predict_after_later(&memory, &next, partial.as_deref(), scored_for, Rpu(8));
+            let mut stepped = kernels.read_later(&memory, &next, partial.as_deref());
+            let built = kernels.predict_from(&mut stepped, scored_for, Rpu(8), false);
+            prop_assert_eq!(scored.to_bits(), built.to_bits(), "seed {}: {} vs {}", seed, scored, built);
+        }
+
+        #[test]
+        fn a_pair_s_interactions_both_ways_are_each_way_s_to_the_bit(
+            (arrival_a, arrival_b) in (0.0f64..1e6, 0.0f64..1e6),
+            same_arrival in any::<bool>(),
+            (isolated_a, isolated_b) in (0.0f64..5e3, 0.0f64..5e3),
+            size in 1u32..256,
+        ) {
+            let a = Terms::new(Member { isolated_s: isolated_a, arrival_s: arrival_a }, Rpu(size));
+            let b = Terms::new(Member { isolated_s: isolated_b, arrival_s: if same_arrival { arrival_a } else { arrival_b } }, Rpu(size));
+            let bits = |x: [f32; FEATURES]| x.map(f32::to_bits);
+            let (a_reads_b, b_reads_a) = a.interactions_both_ways(&b);
+            prop_assert_eq!(bits(a_reads_b), bits(plain_interaction(a.member, b.member, Rpu(size))));
+            prop_assert_eq!(bits(b_reads_a), bits(plain_interaction(b.member, a.member, Rpu(size))));
+            prop_assert_eq!(bits(interaction(a.member, b.member, Rpu(size))), bits(a_reads_b));
         }
 
         #[test]

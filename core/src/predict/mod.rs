@@ -198,6 +198,10 @@ pub trait LatencyPredictor {
     /// gone long before a running one ends slows it only while it runs;
     /// what it leaves of the gap, later arrivals close. The count still
     /// rises by one.
+    ///
+    /// A router that scores many placements and commits one uses
+    /// [`LatencyPredictor::score_placement`] and
+    /// [`LatencyPredictor::complete_placement`] instead.
     fn predict_placement(&self, now: Instant, query: &Query, size: Rpu, running: &[QueryState], next: Option<&[Duration]>) -> Placement {
         let predicted = self.predict(query.template, size, running.len() as u32);
         match next {
@@ -207,6 +211,24 @@ pub trait LatencyPredictor {
             }
             None => overlap_placement(predicted, now, query, running, |_, r| self.predict(r.template, size, r.neighbours + 1)),
         }
+    }
+
+    /// [`LatencyPredictor::predict_placement`] for scoring: the same
+    /// predictions, but the running queries' states may come without what
+    /// only a committed placement carries on (a learned model's memory of
+    /// what each has read: a router scores every cluster, and commits
+    /// one). The default is [`LatencyPredictor::predict_placement`].
+    fn score_placement(&self, now: Instant, query: &Query, size: Rpu, running: &[QueryState], next: Option<&[Duration]>) -> Placement {
+        self.predict_placement(now, query, size, running, next)
+    }
+
+    /// Fills in what [`LatencyPredictor::score_placement`] left out of
+    /// `placement` (scored with the same arguments) for the placement a
+    /// router commits, so that it equals
+    /// [`LatencyPredictor::predict_placement`]'s. The default has nothing
+    /// to fill in.
+    fn complete_placement(&self, now: Instant, query: &Query, size: Rpu, running: &[QueryState], placement: &mut Placement) {
+        let _ = (now, query, size, running, placement);
     }
 }
 

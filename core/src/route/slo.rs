@@ -439,7 +439,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
             }
             _ => None,
         };
-        let placement = self.predictor.predict_placement(now, query, view.size, &state.states, next);
+        let placement = self.predictor.score_placement(now, query, view.size, &state.states, next);
         let mut violations_before = 0i64;
         let mut violations_after = 0i64;
         let mut drain_before = now;
@@ -836,9 +836,10 @@ impl<P: LatencyPredictor> SloRouter<P> {
 
     /// Places `query` on the scored cluster: its running queries take
     /// their updated, guarded states, and the query joins them.
-    fn commit(&mut self, now: Instant, query: &Query, size: Rpu, score: &CandidateScore, placement: Placement) {
+    fn commit(&mut self, now: Instant, query: &Query, size: Rpu, score: &CandidateScore, mut placement: Placement) {
         let billing = self.billing.clone();
         let state = self.clusters.entry(score.cluster).or_insert_with(|| ClusterState::new(billing, size));
+        self.predictor.complete_placement(now, query, size, &state.states, &mut placement);
         state.states = placement.running;
         state.states.push(placement.query);
         // Every running query here has a neighbour more.
