@@ -615,20 +615,13 @@ impl Kernels {
         let columns = |from: usize, to: usize| &self.head_columns[from * width..to * width];
         let valid = memory.head_cache.take().filter(|cache| cache.isolated_s == query.isolated_s && cache.size == size);
         let mut cache = valid.unwrap_or_else(|| {
-            let mut partial = self.head_bias.clone();
-            add_columns(&mut partial, columns(0, before), &memory.before.0[..before]);
-            add_columns(&mut partial, columns(before + after, before + after + TARGET_FEATURES), &target_features(query.isolated_s, size));
+            let mut partial = vec![0.0; width];
+            self.before_and_target(&mut partial, memory, query, size);
             HeadCache { isolated_s: query.isolated_s, size, before_and_target: Arc::from(partial), with_after: None }
         });
         // The hidden layer in place (on the stack at the trainer's widths).
-        let mut on_stack = [0.0f32; HEAD_ON_STACK];
-        let mut on_heap = Vec::new();
-        let hidden: &mut [f32] = if width <= HEAD_ON_STACK {
-            &mut on_stack[..width]
-        } else {
-            on_heap.resize(width, 0.0);
-            &mut on_heap
-        };
+        let (mut on_stack, mut on_heap) = ([0.0f32; HEAD_ON_STACK], Vec::new());
+        let hidden = scratch(&mut on_stack, &mut on_heap, width);
         match &cache.with_after {
             Some(with_after) => hidden.copy_from_slice(with_after),
             None => {
@@ -652,16 +645,9 @@ impl Kernels {
     /// and the head's hidden layer are computed on the stack.
     fn predict_after_later(&self, memory: &Memory, neighbour: &[f32; FEATURES], partial: Option<&[f32]>, query: Estimates, size: Rpu) -> f64 {
         let stepped = memory.after_count < self.neighbours_max;
-        let gates_len = 4 * self.after.hidden;
-        let mut gates_on_stack = [0.0f32; GATES_ON_STACK];
-        let mut gates_on_heap = Vec::new();
+        let (mut gates_on_stack, mut gates_on_heap) = ([0.0f32; GATES_ON_STACK], Vec::new());
         let after: &[f32] = if stepped {
-            let gates: &mut [f32] = if gates_len <= GATES_ON_STACK {
-                &mut gates_on_stack[..gates_len]
-            } else {
-                gates_on_heap.resize(gates_len, 0.0);
-                &mut gates_on_heap
-            };
+            let gates = scratch(&mut gates_on_stack, &mut gates_on_heap, 4 * self.after.hidden);
             match partial {
                 Some(partial) => gates.copy_from_slice(partial),
                 None => self.after.partial_into(gates, &memory.after, &OWN_FEATURES.map(|feature| neighbour[feature])),
@@ -673,15 +659,8 @@ impl Kernels {
         };
         let width = self.head_bias.len();
         let (before, after_width) = (self.before.hidden, self.after.hidden);
-        let columns = |from: usize, to: usize| &self.head_columns[from * width..to * width];
-        let mut on_stack = [0.0f32; HEAD_ON_STACK];
-        let mut on_heap = Vec::new();
-        let hidden: &mut [f32] = if width <= HEAD_ON_STACK {
-            &mut on_stack[..width]
-        } else {
-            on_heap.resize(width, 0.0);
-            &mut on_heap
-        };
+        let (mut on_stack, mut on_heap) = ([0.0f32; HEAD_ON_STACK], Vec::new());
+        let hidden = scratch(&mut on_stack, &mut on_heap, width);
         // The stepped memory's cache is this one's, its after-state part
         // dropped if the step moved that state.
         let cache = memory.head_cache.as_ref().filter(|cache| cache.isolated_s == query.isolated_s && cache.size == size);
@@ -690,16 +669,24 @@ impl Kernels {
             None => {
                 match cache {
                     Some(cache) => hidden.copy_from_slice(&cache.before_and_target),
-                    None => {
-                        hidden.copy_from_slice(&self.head_bias);
-                        add_columns(hidden, columns(0, before), &memory.before.0[..before]);
-                        add_columns(hidden, columns(before + after_width, before + after_width + TARGET_FEATURES), &target_features(query.isolated_s, size));
-                    }
+                    None => self.before_and_target(hidden, memory, query, size),
                 }
-                add_columns(hidden, columns(before, before + after_width), after);
+                add_columns(hidden, &self.head_columns[before * width..(before + after_width) * width], after);
             }
         }
         self.head_output(hidden, memory.before_count, memory.after_count + 1, false, query)
+    }
+
+    /// The head's hidden layer's part that `memory`'s before-state and the
+    /// target's features give, bias first, into `out`: what
+    /// [`HeadCache`] keeps.
+    fn before_and_target(&self, out: &mut [f32], memory: &Memory, query: Estimates, size: Rpu) {
+        let width = self.head_bias.len();
+        let (before, after) = (self.before.hidden, self.after.hidden);
+        let columns = |from: usize, to: usize| &self.head_columns[from * width..to * width];
+        out.copy_from_slice(&self.head_bias);
+        add_columns(out, columns(0, before), &memory.before.0[..before]);
+        add_columns(out, columns(before + after, before + after + TARGET_FEATURES), &target_features(query.isolated_s, size));
     }
 
     /// The prediction from the head's hidden layer without its context
@@ -717,6 +704,16 @@ impl Kernels {
 /// An LSTM step's gates are computed on the stack up to this many (the
 /// trainer's default LSTM of 32 has 128).
 const GATES_ON_STACK: usize = 256;
+
+/// `len` values of scratch: on `stack` when they fit, else in `heap`.
+fn scratch<'a, const N: usize>(stack: &'a mut [f32; N], heap: &'a mut Vec<f32>, len: usize) -> &'a mut [f32] {
+    if len <= N {
+        &mut stack[..len]
+    } else {
+        heap.resize(len, 0.0);
+        heap
+    }
+}
 
 /// The head's hidden layer is computed on the stack up to this width
 /// (the trainer's default is 32).
@@ -1469,6 +1466,17 @@ mod tests {
         .map(|x| x as f32)
     }
 
+    /// Random weights (LSTMs of 6) reading up to `neighbours_max` a side,
+    /// their inference layout, and a source of random interaction vectors
+    /// (`n` at a time), all from `seed`.
+    fn layout_case(neighbours_max: usize, seed: u64) -> (IconqWeights, Kernels, impl FnMut(usize) -> Vec<[f32; FEATURES]>) {
+        let weights = IconqWeights { neighbours_max, ..random_weights(6, seed) };
+        let kernels = Kernels::new(&weights, 0);
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let vectors = move |n: usize| (0..n).map(|_| std::array::from_fn(|_| rng.random_range(-3.0f32..3.0))).collect::<Vec<[f32; FEATURES]>>();
+        (weights, kernels, vectors)
+    }
+
     pub(crate) fn random_weights(hidden: usize, seed: u64) -> IconqWeights {
         IconqWeights::random(hidden, 8, 64, seed)
     }
@@ -1735,10 +1743,7 @@ mod tests {
             complete in any::<bool>(),
             isolated_s in 0.01f64..100.0,
         ) {
-            let weights = IconqWeights { neighbours_max: 8, ..random_weights(6, seed) };
-            let kernels = Kernels::new(&weights, 0);
-            let mut rng = SmallRng::seed_from_u64(seed);
-            let mut vectors = |n: usize| (0..n).map(|_| std::array::from_fn(|_| rng.random_range(-3.0f32..3.0))).collect::<Vec<[f32; FEATURES]>>();
+            let (weights, kernels, mut vectors) = layout_case(8, seed);
             let (before, after) = (vectors(lengths.0), vectors(lengths.1));
             let (reference, mut fast) = (weights.memory(&before, &after), kernels.memory(&before, &after));
             prop_assert_eq!((reference.before_count, reference.after_count), (fast.before_count, fast.after_count));
@@ -1773,10 +1778,7 @@ mod tests {
         ) {
             // Reading up to 6 a side, so that some memories have stopped
             // stepping and keep their after-state's part of the head.
-            let weights = IconqWeights { neighbours_max: 6, ..random_weights(6, seed) };
-            let kernels = Kernels::new(&weights, 0);
-            let mut rng = SmallRng::seed_from_u64(seed);
-            let mut vectors = |n: usize| (0..n).map(|_| std::array::from_fn(|_| rng.random_range(-3.0f32..3.0))).collect::<Vec<[f32; FEATURES]>>();
+            let (_, kernels, mut vectors) = layout_case(6, seed);
             let (before, after, next) = (vectors(lengths.0), vectors(lengths.1), vectors(1)[0]);
             let query = Estimates { isolated_s, base_s: isolated_s * 1.5 };
             let mut memory = kernels.memory(&before, &after);
