@@ -41,8 +41,10 @@
 //! estimates and the part of its next LSTM step that does not depend on
 //! the newcomer, kept with its memory until the base refits,
 //! [`StepCache`]: every arrival scores every cluster, and only the chosen
-//! cluster's memories change). The weights' own methods are the plain
-//! reference it is tested against.
+//! cluster's memories change; a placement is scored with the step and the
+//! head on the stack, and only the committed one builds the running
+//! queries' stepped memories, property (I)). The weights' own methods are
+//! the plain reference it is tested against.
 //!
 //! The weights ([`IconqWeights`]) are trained elsewhere (the `slogate-learn`
 //! crate, with candle) on [`examples`] built from an execution log; the

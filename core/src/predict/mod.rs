@@ -23,7 +23,11 @@
 //! default is built on [`LatencyPredictor::predict`], and moves a running
 //! query's prediction by the share of its remaining time the new query
 //! overlaps; a sequence model (Iconq+) overrides it and keeps its hidden
-//! state in its own cache.
+//! state in its own cache. A router scores every cluster and commits one,
+//! so it scores with [`LatencyPredictor::score_placement`] (the same
+//! predictions, without what only a committed placement carries on, such
+//! as Iconq+'s stepped memories) and completes the one it commits with
+//! [`LatencyPredictor::complete_placement`].
 //!
 //! (Moving a running query all the way to the prediction at its new count
 //! on every arrival, as the default did through commit 2388f6c, made a short query

@@ -8,7 +8,9 @@
 //! 2. predicts, counterfactually, `q`'s latency on `c` and every running
 //!    query's latency with `q` as one more neighbour, in O(running) (for
 //!    as much of the running query's remaining time as `q` overlaps: see
-//!    [`LatencyPredictor::predict_placement`]);
+//!    [`LatencyPredictor::predict_placement`]; scored with
+//!    [`LatencyPredictor::score_placement`], and the chosen placement
+//!    completed with [`LatencyPredictor::complete_placement`]);
 //! 3. applies the monotonicity guard: a running query's prediction never
 //!    goes down, and never below the time it has already run;
 //! 4. takes the marginal violations and marginal cost of placing `q` there.
