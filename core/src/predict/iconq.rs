@@ -1372,11 +1372,16 @@ impl LatencyPredictor for IconqPredictor {
                     Some(memory) => self.kernels.predict_after_later(memory, later, own.gates.as_deref(), own.estimates, size),
                     None => self.kernels.predict_after_later(&empty, later, None, own.estimates, size),
                 };
+                // Field by field: cloning `r` would clone its memory's
+                // `Arc` only to drop it.
                 crate::predict::QueryState {
+                    query: r.query,
+                    template: r.template,
+                    arrival: r.arrival,
+                    neighbours_at_dispatch: r.neighbours_at_dispatch,
                     neighbours: r.neighbours + 1,
                     predicted: crate::predict::overlap_update(r.predicted, Duration::from_secs_f64(fresh), now - r.arrival, predicted),
                     memory: None,
-                    ..r.clone()
                 }
             })
             .collect();
