@@ -1473,6 +1473,55 @@ mod tests {
         .map(|x| x as f32)
     }
 
+    /// A placement as the predictor computed it before scoring and
+    /// completing were apart: every running query's memory stepped by the
+    /// newcomer and its head's cache filled, each interaction vector
+    /// computed on its own. The reference for property (I).
+    fn every_memory_built(predictor: &IconqPredictor, query: &crate::model::Query, size: Rpu, running: &[crate::predict::QueryState]) -> crate::predict::Placement {
+        let version = predictor.base.predictions_version();
+        let now = query.arrival;
+        let newcomer = predictor.newcomer_terms(query, size);
+        let memories = predictor.continued_memories(running);
+        let owns: Vec<Arc<OwnStep>> = running.iter().zip(&memories).map(|(r, &memory)| predictor.own_step(r, memory, size, version)).collect();
+        let mut earlier: Vec<usize> = (0..running.len()).collect();
+        earlier.sort_by_key(|&i| (running[i].arrival, running[i].query));
+        let before: Vec<[f32; FEATURES]> = earlier.iter().map(|&i| newcomer.interaction(&owns[i].terms)).collect();
+        let kernels = &predictor.kernels;
+        let mut memory = kernels.memory(&before, &[]);
+        let count = running.len() as u32;
+        let estimates = Estimates { isolated_s: newcomer.member.isolated_s, base_s: predictor.base.predict(query.template, size, count).as_secs_f64() };
+        let predicted = Duration::from_secs_f64(kernels.predict_from(&mut memory, estimates, size, false));
+        let updated = running
+            .iter()
+            .zip(memories)
+            .zip(&owns)
+            .map(|((r, continued), own)| {
+                let later = own.terms.interaction(&newcomer);
+                let mut stepped = match continued {
+                    Some(memory) => kernels.read_later(memory, &later, own.gates.as_deref()),
+                    None => kernels.read_later(&kernels.memory(&[], &[]), &later, None),
+                };
+                let fresh = kernels.predict_from(&mut stepped, own.estimates, size, false);
+                crate::predict::QueryState {
+                    neighbours: r.neighbours + 1,
+                    predicted: crate::predict::overlap_update(r.predicted, Duration::from_secs_f64(fresh), now - r.arrival, predicted),
+                    memory: Some(Arc::new(stepped)),
+                    ..r.clone()
+                }
+            })
+            .collect();
+        let placed = crate::predict::QueryState {
+            query: query.id,
+            template: query.template,
+            arrival: query.arrival,
+            neighbours_at_dispatch: count,
+            neighbours: count,
+            predicted,
+            memory: Some(Arc::new(memory)),
+        };
+        crate::predict::Placement { query: placed, running: updated }
+    }
+
     /// Random weights (LSTMs of 6) reading up to `neighbours_max` a side,
     /// their inference layout, and a source of random interaction vectors
     /// (`n` at a time), all from `seed`.
@@ -1713,6 +1762,42 @@ mod tests {
             prop_assert_ne!(predictor.base.predictions_version(), version);
             let cached = predictor.predict_placement(next.arrival, &next, size, &running, None);
             prop_assert_eq!(bits(&cached), bits(&predictor.predict_placement(next.arrival, &next, size, &uncached(&running), None)), "seed {}", seed);
+        }
+
+        #[test]
+        fn scored_then_completed_placements_are_what_building_every_memory_gives(
+            arrivals in prop::collection::vec((1u32..20, 0.0f64..5.0, any::<bool>()), 1..16),
+            seed in 0u64..500,
+        ) {
+            // Reading up to 4 a side, so that memories stop stepping too.
+            let weights = Arc::new(IconqWeights { neighbours_max: 4, ..random_weights(6, seed) });
+            let base = crate::predict::ConcurrencyAware::new(crate::predict::concurrency::ConcurrencyConfig::default());
+            let predictor = IconqPredictor::new(base, weights).unwrap();
+            let size = Rpu(16);
+            let mut running: Vec<crate::predict::QueryState> = Vec::new();
+            let mut at_s = 0.0;
+            for (i, &(template, gap, oldest_leaves)) in arrivals.iter().enumerate() {
+                at_s += gap;
+                if oldest_leaves && !running.is_empty() {
+                    running.remove(0);
+                }
+                let query = arriving(i as u64, template, at_s);
+                let scored = predictor.score_placement(query.arrival, &query, size, &running, None);
+                let reference = every_memory_built(&predictor, &query, size, &running);
+                // (I) The scored predictions are the reference's, to the bit.
+                prop_assert_eq!(scored.query.predicted, reference.query.predicted, "seed {}", seed);
+                for (a, b) in scored.running.iter().zip(&reference.running) {
+                    prop_assert_eq!(a.predicted, b.predicted, "seed {}", seed);
+                }
+                // Completed, the placement is the reference's, memories and
+                // their caches included.
+                let mut completed = scored;
+                predictor.complete_placement(query.arrival, &query, size, &running, &mut completed);
+                prop_assert_eq!(&completed, &reference, "seed {}", seed);
+                prop_assert_eq!(&predictor.predict_placement(query.arrival, &query, size, &running, None), &reference);
+                running = reference.running;
+                running.push(reference.query);
+            }
         }
 
         #[test]
