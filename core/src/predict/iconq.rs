@@ -86,8 +86,9 @@
 //!   builds no running query's stepped memory) predicts, to the bit, what
 //!   predicting from the stepped memories gives, with or without the
 //!   head's and the step's caches; completing it
-//!   ([`LatencyPredictor::complete_placement`]) gives the placement
-//!   [`LatencyPredictor::predict_placement`] gives.
+//!   ([`LatencyPredictor::complete_placement`]) gives, to the bit and
+//!   memories included, the placement that stepping every running query's
+//!   memory by the newcomer gives.
 
 use std::sync::Arc;
 
