@@ -554,9 +554,24 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// half the interval relocating live pages from segments to be reclaimed.
 const SLED_FLUSHER_INTERVAL_MS: u64 = 200;
 
-fn open_when_unlocked(dir: &Path, cache_bytes: u64) -> std::result::Result<sled::Db, sled::Error> {
+/// Runs `open` again while it fails on sled's file lock, for up to 5 s:
+/// sled's IO threads let go of a closed store's lock shortly after it is
+/// dropped, and a node restarting in the same process (or a tool opening
+/// a store a node just closed) would otherwise fail at once.
+pub fn when_unlocked<T>(mut open: impl FnMut() -> std::result::Result<T, sled::Error>) -> std::result::Result<T, sled::Error> {
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     loop {
+        match open() {
+            Err(sled::Error::Io(e)) if is_lock_error(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            result => return result,
+        }
+    }
+}
+
+fn open_when_unlocked(dir: &Path, cache_bytes: u64) -> std::result::Result<sled::Db, sled::Error> {
+    when_unlocked(|| {
         // sled reclaims a mostly-dead segment by moving its live pages
         // elsewhere: one page per page replacement, and as many as its
         // background flusher can move in half of each interval. Without the
@@ -571,19 +586,11 @@ fn open_when_unlocked(dir: &Path, cache_bytes: u64) -> std::result::Result<sled:
             .flush_every_ms(Some(SLED_FLUSHER_INTERVAL_MS));
         // sled 0.34 can panic instead of failing on some damaged logs
         // ("tried to serialize Uninitialized" while it rewrites a snapshot).
-        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open())).unwrap_or_else(|panic| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open())).unwrap_or_else(|panic| {
             let reason = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
             Err(sled::Error::Unsupported(format!("sled panicked opening it: {}", reason.unwrap_or_else(|| "no message".into()))))
-        });
-        match opened {
-            Err(sled::Error::Io(e)) if is_lock_error(&e) && std::time::Instant::now() < deadline => {
-                // sled's IO threads let go of a closed store shortly after
-                // it is dropped.
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            result => return result,
-        }
-    }
+        })
+    })
 }
 
 fn is_lock_error(error: &std::io::Error) -> bool {

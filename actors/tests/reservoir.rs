@@ -11,19 +11,10 @@ fn scratch(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(&format!("slogate-reservoir-{name}-")).tempdir().unwrap()
 }
 
-/// Opens `dir` with sled directly, waiting up to 5 s for a store just
-/// dropped to release its lock (sled's IO threads let go of it shortly
-/// after the drop, as `SledStore::open` also waits for).
+/// Opens `dir` with sled directly, once a store just dropped there has
+/// released its lock (as `SledStore::open` waits for it).
 fn open_sled(dir: &std::path::Path) -> sled::Db {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        match sled::open(dir) {
-            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") && std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            opened => return opened.unwrap(),
-        }
-    }
+    slogate_actors::reservoir::when_unlocked(|| sled::open(dir)).unwrap()
 }
 
 /// Makes `dir` a store as an older node left it: an intact manifest of
