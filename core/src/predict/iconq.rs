@@ -1362,7 +1362,8 @@ impl LatencyPredictor for IconqPredictor {
         let count = running.len() as u32;
         let estimates = Estimates { isolated_s: newcomer.member.isolated_s, base_s: self.base.predict(query.template, size, count).as_secs_f64() };
         let predicted = Duration::from_secs_f64(self.kernels.predict_from(&mut memory, estimates, size, false));
-        let empty = self.kernels.memory(&[], &[]);
+        // Built only if some running query has no memory to continue.
+        let empty = std::cell::OnceCell::new();
         let updated = running
             .iter()
             .zip(memories)
@@ -1371,7 +1372,7 @@ impl LatencyPredictor for IconqPredictor {
             .map(|(((r, continued), own), (_, later))| {
                 let fresh = match continued {
                     Some(memory) => self.kernels.predict_after_later(memory, later, own.gates.as_deref(), own.estimates, size),
-                    None => self.kernels.predict_after_later(&empty, later, None, own.estimates, size),
+                    None => self.kernels.predict_after_later(empty.get_or_init(|| self.kernels.memory(&[], &[])), later, None, own.estimates, size),
                 };
                 // Field by field: cloning `r` would clone its memory's
                 // `Arc` only to drop it.
