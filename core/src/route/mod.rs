@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 pub mod budget;
 pub mod director;
 pub mod elastic;
+pub mod future;
 pub mod margin;
 pub mod reserve;
 pub mod shadow;

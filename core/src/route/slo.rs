@@ -25,6 +25,14 @@
 //! spread is learned, a miss probability is 0 or 1 on the point estimate,
 //! and the rule is AutoSLO's: fewest marginal violations, then cost.
 //!
+//! **Queries to come.** A placed query stays: while it runs, each query
+//! placed on its cluster has one more neighbour. Each candidate's expected
+//! violations also count those it is expected to cause among the queries
+//! yet to arrive ([`super::future`]: the recent arrival rate and mix, the
+//! query's predicted latency there, and the rise in a recent arrival's
+//! miss probability from one more neighbour on that cluster), in and out
+//! of damage control. The explanation gives them once they weigh in.
+//!
 //! **Calibrated predictions.** [`super::margin`] learns the spread of
 //! actual latencies around the point estimates from the router's own
 //! finished queries (warmed from the execution log by
@@ -134,6 +142,7 @@ use crate::objective::{Outcome, best_with_target};
 use crate::predict::{LatencyPredictor, Observation, Placement, QueryState, guard};
 use crate::route::budget::{BudgetConfig, BudgetState, ViolationBudget};
 use crate::route::elastic::{ElasticOptions, ElasticRouting};
+use crate::route::future::{RecentArrivals, future_violations};
 use crate::route::margin::{MarginState, SloMargin};
 use crate::route::reserve::{OverloadReserve, ReserveConfig};
 use crate::route::shadow::{PredictedPlacement, ShadowVerdict};
@@ -209,6 +218,11 @@ pub const UNCERTAIN_TEMPLATE_OBSERVATIONS: u64 = 3;
 /// equals, and the cheapest of them wins.
 pub const EXPECTED_VIOLATION_TOLERANCE: f64 = 0.05;
 
+/// The explanation names the violations expected among queries to come
+/// (see [`super::future`]) once the chosen cluster's or the runner-up's
+/// reach this many.
+const FUTURE_NOTE_MIN: f64 = 0.01;
+
 /// In damage control, a placement that finishes the query within this
 /// multiple of its SLO beats any that does not.
 pub const DAMAGE_BOUND_SLO_MULTIPLE: f64 = 3.0;
@@ -223,8 +237,12 @@ pub struct CandidateScore {
     /// Of which among the running queries (the rest is the query's own).
     pub others_violations: i64,
     /// Expected violations added: the query's miss probability there plus
-    /// the rise in the running queries' (see [`super::margin`]).
+    /// the rise in the running queries' (see [`super::margin`]), plus
+    /// `future_violations`.
     pub expected_violations: f64,
+    /// Of those, the ones expected among queries yet to arrive, which find
+    /// the query running there (see [`super::future`]).
+    pub future_violations: f64,
     /// Cost added until the cluster drains, dollars.
     pub marginal_cost_usd: f64,
     /// The query's predicted latency there (the point estimate).
@@ -319,6 +337,8 @@ pub struct SloRouter<P: LatencyPredictor> {
     reserve: Option<OverloadReserve>,
     /// The violation budget, when the pool has a target to spend.
     budget: Option<ViolationBudget>,
+    /// The recent arrivals: the rate and mix of the queries to come.
+    arrivals: RecentArrivals,
 }
 
 impl<P: LatencyPredictor> SloRouter<P> {
@@ -336,6 +356,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
             margin: SloMargin::default(),
             reserve: None,
             budget: None,
+            arrivals: RecentArrivals::default(),
         }
     }
 
@@ -476,6 +497,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
             marginal_violations: violations_after - violations_before,
             others_violations,
             expected_violations,
+            future_violations: 0.0,
             marginal_cost_usd,
             predicted_latency,
             predicted_latency_at_quantile,
@@ -486,6 +508,33 @@ impl<P: LatencyPredictor> SloRouter<P> {
 }
 
 impl<P: LatencyPredictor> SloRouter<P> {
+    /// Adds to each of `last_scores` (one per candidate, in order) the
+    /// violations its placement is expected to cause among the queries to
+    /// come ([`super::future`]). Candidates of one size and running count
+    /// share the harm per arrival.
+    fn add_future_violations(&mut self, candidates: &[&ClusterView]) {
+        let Some(rate_per_s) = self.arrivals.rate_per_s() else { return };
+        let mut harms: Vec<(Rpu, u32, f64)> = Vec::new();
+        for (score, view) in self.last_scores.iter_mut().zip(candidates) {
+            let running = self.clusters.get(&view.id).map_or(0, |c| c.states.len()) as u32;
+            let harm = match harms.iter().find(|&&(size, n, _)| size == view.size && n == running) {
+                Some(&(_, _, harm)) => harm,
+                None => {
+                    let harm = self.arrivals.harm_per_arrival(
+                        view.size,
+                        running,
+                        |template, size, neighbours| self.predictor.predict(template, size, neighbours),
+                        |predicted, slo, neighbours| self.margin.miss_probability(predicted, slo, neighbours),
+                    );
+                    harms.push((view.size, running, harm));
+                    harm
+                }
+            };
+            score.future_violations = future_violations(rate_per_s, score.predicted_latency, candidates.len(), harm);
+            score.expected_violations += score.future_violations;
+        }
+    }
+
     /// Queries the router placed on `cluster` that are still running (its
     /// own count, which a planner's replay keeps too).
     fn placed_on(&self, cluster: ClusterId) -> usize {
@@ -523,6 +572,8 @@ impl<P: LatencyPredictor> SloRouter<P> {
         let (scores, mut placements): (Vec<CandidateScore>, Vec<Placement>) =
             candidates.iter().map(|c| self.score(now, query, c)).unzip();
         self.last_scores = scores;
+        self.arrivals.record(now, query.template, query.slo.latency);
+        self.add_future_violations(&candidates);
         let mut outcomes: Vec<Outcome> = self
             .last_scores
             .iter()
@@ -686,7 +737,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
             })
             .map(|i| {
                 let s = &self.last_scores[i];
-                (s.cluster, s.marginal_violations, s.expected_violations, s.marginal_cost_usd)
+                (s.cluster, s.marginal_violations, s.expected_violations, s.marginal_cost_usd, s.future_violations)
             });
 
         // Commit: the chosen cluster's running queries take their updated,
@@ -779,8 +830,16 @@ impl<P: LatencyPredictor> SloRouter<P> {
             chosen.marginal_violations,
             Fixed::<4>(chosen.marginal_cost_usd)
         );
-        if let Some((cluster, violations, expected, cost_usd)) = runner_up {
+        if let Some((cluster, violations, expected, cost_usd, _)) = runner_up {
             let _ = write!(explanation, "; runner-up {cluster} ({violations:+} violations, {} expected, +${})", Change::<2>(expected), Fixed::<4>(cost_usd));
+        }
+        // The queries to come, when they weigh in.
+        let runner_up_future = runner_up.map_or(0.0, |r| r.4);
+        if chosen.future_violations.max(runner_up_future) >= FUTURE_NOTE_MIN {
+            let _ = write!(explanation, "; of the expected, among queries to come {} here", Change::<2>(chosen.future_violations));
+            if runner_up.is_some() {
+                let _ = write!(explanation, ", {} on the runner-up", Change::<2>(runner_up_future));
+            }
         }
         // The budget says so when it decided: without it, another
         // candidate would have won.
@@ -1099,6 +1158,42 @@ pub(super) mod tests {
         assert_ne!(first, second);
         assert!(router.last_scores().iter().any(|s| s.marginal_violations > 0));
     }
+
+    #[test]
+    fn a_long_query_stays_off_the_cluster_where_the_queries_to_come_would_miss_for_it() {
+        let pool = pool(&[16, 16]);
+        let mut router = SloRouter::new("slogate", trained(), BillingConfig::default());
+        // A dashboard a second: template 1 takes 1 s alone and (1 + n) s
+        // beside n others, so its 2.5 s SLO holds beside one, not two.
+        for id in 0..MIN_DASHBOARDS {
+            let at = Instant::from_secs_f64(id as f64);
+            let routed = router.route(at, &query(id, 1, 2.5, at.as_secs_f64()), &pool);
+            router.handle_completion(at + Duration::from_secs(1), &completed(QueryId(id), target(&routed), at, at + Duration::from_secs(1)));
+        }
+        // Two long batch queries with loose SLOs. Packed, neither misses,
+        // and the second keeps the other cluster's billing window shut; but
+        // each dashboard arriving at their cluster for the next 40 s would
+        // find two neighbours there, and miss.
+        let (first_at, second_at) = (MIN_DASHBOARDS as f64, MIN_DASHBOARDS as f64 + 1.0);
+        let first = target(&router.route(Instant::from_secs_f64(first_at), &query(100, 20, 10_000.0, first_at), &pool));
+        let second = router.route(Instant::from_secs_f64(second_at), &query(101, 20, 10_000.0, second_at), &pool);
+        assert_ne!(target(&second), first, "{second:?}");
+        let Routing::Dispatch(decision) = &second else { unreachable!() };
+        assert!(decision.explanation.contains("among queries to come"), "{}", decision.explanation);
+        let packed = router.last_scores().iter().find(|s| s.cluster == first).expect("scored");
+        assert!(packed.future_violations > 1.0 && packed.marginal_violations == 0, "{packed:?}");
+        // Without the dashboards' history there is no rate to price: the
+        // second packs onto the first's open window.
+        let mut fresh = SloRouter::new("slogate", trained(), BillingConfig::default());
+        let first = target(&fresh.route(Instant::from_secs_f64(first_at), &query(100, 20, 10_000.0, first_at), &pool));
+        let second = target(&fresh.route(Instant::from_secs_f64(second_at), &query(101, 20, 10_000.0, second_at), &pool));
+        assert_eq!(second, first);
+        assert!(fresh.last_scores().iter().all(|s| s.future_violations == 0.0));
+    }
+
+    /// Dashboards before [`a_long_query_stays_off_the_cluster_where_the_queries_to_come_would_miss_for_it`]'s
+    /// batch: enough for the arrival rate to count.
+    const MIN_DASHBOARDS: u64 = crate::route::future::MIN_SAMPLE as u64;
 
     #[test]
     fn a_query_that_misses_everywhere_goes_where_it_is_least_late_not_where_it_is_cheapest() {
