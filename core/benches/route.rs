@@ -70,7 +70,15 @@ fn query(id: u64) -> Query {
     }
 }
 
-fn fleet(clusters: u32, running: u64) -> (SloRouter<ConcurrencyAware>, Pool) {
+/// Seconds between the arrivals that fill a fleet: spread in time, as a
+/// live router sees them, so that the router prices the queries to come
+/// (`slogate_core::route::future`) from their rate.
+const FILL_GAP_S: f64 = 0.01;
+
+/// A router whose fleet of `clusters` 16-RPU clusters runs `running`
+/// queries each, filled from one second on, every [`FILL_GAP_S`]; and
+/// when the next query arrives.
+fn fleet(clusters: u32, running: u64) -> (SloRouter<ConcurrencyAware>, Pool, Instant) {
     let pool = Pool {
         id: PoolId::default(),
         clusters: (0..clusters)
@@ -88,21 +96,25 @@ fn fleet(clusters: u32, running: u64) -> (SloRouter<ConcurrencyAware>, Pool) {
     let mut router = SloRouter::new("slogate", predictor(&history), BillingConfig::default());
     router.warm_margin(&history);
     assert!(router.margin_state().samples > 0, "the margin applies");
-    // Fill the fleet: the router spreads these over the clusters.
-    for id in 0..u64::from(clusters) * running {
-        router.route(Instant::from_secs_f64(1.0), &query(id), &pool);
+    // Fill the fleet, `running` queries a cluster, placed in turn.
+    let filled = u64::from(clusters) * running;
+    let at = |id: u64| Instant::from_secs_f64(1.0 + id as f64 * FILL_GAP_S);
+    for id in 0..filled {
+        let mut q = query(id);
+        q.arrival = at(id);
+        router.route_in_shadow(q.arrival, &q, &pool, Target::Cluster(ClusterId((id % u64::from(clusters)) as u32)));
     }
-    (router, pool)
+    (router, pool, at(filled))
 }
 
 fn sampled_percentiles() {
-    let (router, pool) = fleet(16, 64);
-    let next = query(1_000_000);
+    let (router, pool, now) = fleet(16, 64);
+    let next = Query { arrival: now, ..query(1_000_000) };
     let mut samples_us: Vec<f64> = (0..2_000)
         .map(|_| {
             let mut copy = router.clone();
             let started = std::time::Instant::now();
-            criterion::black_box(copy.route(Instant::from_secs_f64(1.0), &next, &pool));
+            criterion::black_box(copy.route(now, &next, &pool));
             started.elapsed().as_secs_f64() * 1e6
         })
         .collect();
@@ -122,7 +134,7 @@ struct Steady {
 
 impl Steady {
     fn new(clusters: u32, running_per_cluster: usize) -> Self {
-        let (mut router, pool) = fleet(clusters, 0);
+        let (mut router, pool, _) = fleet(clusters, 0);
         router.defer_fits();
         let mut steady = Steady { router, pool, running: VecDeque::new(), next_id: 0, now_s: 1.0 };
         while steady.running.len() < running_per_cluster * clusters as usize {
@@ -163,10 +175,10 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("route");
     for clusters in [1u32, 2, 4, 8, 16] {
         for running in [1u64, 4, 16, 64] {
-            let (router, pool) = fleet(clusters, running);
-            let next = query(1_000_000);
+            let (router, pool, now) = fleet(clusters, running);
+            let next = Query { arrival: now, ..query(1_000_000) };
             group.bench_function(BenchmarkId::new(format!("{clusters}_clusters"), running), |b| {
-                b.iter_batched(|| router.clone(), |mut r| r.route(Instant::from_secs_f64(1.0), &next, &pool), BatchSize::SmallInput)
+                b.iter_batched(|| router.clone(), |mut r| r.route(now, &next, &pool), BatchSize::SmallInput)
             });
         }
     }

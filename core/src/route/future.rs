@@ -89,28 +89,41 @@ impl RecentArrivals {
         (span_s > 0.0).then(|| (self.arrivals.len() - 1) as f64 / span_s)
     }
 
-    /// The mean rise in a recent arrival's miss probability when it finds
-    /// `neighbours + 1` queries running on a cluster of `size` instead of
-    /// `neighbours`, each rise at least zero. `predict` gives a template's
-    /// latency at a size and neighbour count; `miss` the probability that
-    /// a prediction misses an SLO at a neighbour count.
-    pub fn harm_per_arrival(
+    /// For each of `counts`, the mean rise in a recent arrival's miss
+    /// probability when it finds one more query running on a cluster of
+    /// `size` than that count, each rise at least zero. `predict` gives a
+    /// template's latency at a size and neighbour count; `miss` the
+    /// probability that a prediction misses an SLO at a neighbour count.
+    /// Each arrival is predicted once at each count needed (the counts
+    /// and the counts one above), whatever the counts share.
+    pub fn harms_per_arrival(
         &self,
         size: Rpu,
-        neighbours: u32,
+        counts: &[u32],
         predict: impl Fn(TemplateId, Rpu, u32) -> Duration,
         miss: impl Fn(Duration, Duration, u32) -> f64,
-    ) -> f64 {
+    ) -> Vec<f64> {
+        let mut harms = vec![0.0; counts.len()];
         if self.arrivals.is_empty() {
-            return 0.0;
+            return harms;
         }
-        let with = neighbours.saturating_add(1);
-        let total: f64 = self
-            .arrivals
-            .iter()
-            .map(|a| (miss(predict(a.template, size, with), a.slo, with) - miss(predict(a.template, size, neighbours), a.slo, neighbours)).max(0.0))
-            .sum();
-        total / self.arrivals.len() as f64
+        let mut needed: Vec<u32> = counts.iter().flat_map(|&n| [n, n.saturating_add(1)]).collect();
+        needed.sort_unstable();
+        needed.dedup();
+        let position = |k: u32| needed.binary_search(&k).expect("every count and the one above are needed");
+        let steps: Vec<(usize, usize)> = counts.iter().map(|&n| (position(n), position(n.saturating_add(1)))).collect();
+        let mut misses = vec![0.0; needed.len()];
+        for a in &self.arrivals {
+            for (m, &k) in misses.iter_mut().zip(&needed) {
+                *m = miss(predict(a.template, size, k), a.slo, k);
+            }
+            for (harm, &(without, with)) in harms.iter_mut().zip(&steps) {
+                *harm += (misses[with] - misses[without]).max(0.0);
+            }
+        }
+        let arrivals = self.arrivals.len() as f64;
+        harms.iter_mut().for_each(|harm| *harm /= arrivals);
+        harms
     }
 }
 
@@ -162,9 +175,9 @@ mod tests {
         // A 2 s template with a 5 s SLO: 4 s at 2 neighbours, 5 s at 3,
         // 6 s at 4. Only the step from 3 to 4 tips it over.
         let recent = arrivals(&[100; 20]);
-        assert_eq!(recent.harm_per_arrival(Rpu(16), 2, linear, past_slo), 0.0);
-        assert_eq!(recent.harm_per_arrival(Rpu(16), 3, linear, past_slo), 1.0);
-        assert_eq!(recent.harm_per_arrival(Rpu(16), 4, linear, past_slo), 0.0);
+        assert_eq!(recent.harms_per_arrival(Rpu(16), &[2, 3, 4], linear, past_slo), vec![0.0, 1.0, 0.0]);
+        assert_eq!(recent.harms_per_arrival(Rpu(16), &[3], linear, past_slo), vec![1.0]);
+        assert_eq!(RecentArrivals::default().harms_per_arrival(Rpu(16), &[3], linear, past_slo), vec![0.0]);
     }
 
     #[test]
@@ -178,7 +191,8 @@ mod tests {
     proptest! {
         /// (B) and (C): never negative, even where the miss probability
         /// falls with a neighbour more (a margin's load buckets can do
-        /// that), and at most the sample is kept.
+        /// that), and at most the sample is kept; and several counts at
+        /// once give, to the bit, what each gives alone.
         #[test]
         fn the_harm_is_never_negative_and_the_sample_bounded(
             arrivals_in in prop::collection::vec((1u32..50, 1u64..100, 0u64..2_000), 0..200),
@@ -193,7 +207,11 @@ mod tests {
             prop_assert!(recent.arrivals.len() <= SAMPLE);
             // A miss probability that falls as neighbours are added.
             let falling = |predicted: Duration, slo: Duration, n: u32| if predicted > slo { 1.0 / f64::from(n + 1) } else { 0.0 };
-            let harm = recent.harm_per_arrival(Rpu(16), neighbours, linear, falling);
+            // Counts computed together are each what it is computed alone.
+            let together = recent.harms_per_arrival(Rpu(16), &[neighbours + 1, neighbours, neighbours + 5], linear, falling);
+            let alone: Vec<f64> = together.iter().zip([neighbours + 1, neighbours, neighbours + 5]).map(|(_, n)| recent.harms_per_arrival(Rpu(16), &[n], linear, falling)[0]).collect();
+            prop_assert_eq!(together.iter().map(|h| h.to_bits()).collect::<Vec<_>>(), alone.iter().map(|h| h.to_bits()).collect::<Vec<_>>());
+            let harm = together[1];
             prop_assert!((0.0..=1.0).contains(&harm), "{harm}");
             if let Some(rate) = recent.rate_per_s() {
                 prop_assert!(rate > 0.0);
