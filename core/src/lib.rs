@@ -22,8 +22,9 @@
 //! - [`predict`]: latency predictors learned from observed executions.
 //! - [`reservoir`]: the workload reservoir's count and arrivals tables.
 //! - [`route`]: the `RoutingPolicy` trait, baseline routers, the
-//!   SLO-aware router, its calibrated margin, its overload reserve, its
-//!   elastic candidate, and Spandana's SLO Director.
+//!   SLO-aware router, its calibrated margin, its price of the harm to
+//!   queries still to come, its overload reserve, its elastic candidate,
+//!   and Spandana's SLO Director.
 //! - [`scale`]: the autoscaler: observation windows, triggers, the
 //!   planner's replay and the spinup size selector.
 //! - [`tune`]: the policy tuner: the planner's predicted warehouse,
