@@ -28,11 +28,11 @@
 //! in and out of damage control.
 //!
 //! On the development sets (`deploy/decision_summary.py --shape-seeds
-//! 1..40`, against the router without it): `router-table2` −69.5% VR
+//! 1..40`, against the router without it): `router-table2` −69.8% VR
 //! against round-robin (worst seed −64.1%) at −11.9% cost, against −64.6%
-//! (−60.1%) at −12.0%; the development shapes 12.1 points below
+//! (−60.1%) at −12.0%; the development shapes 11.7 points below
 //! least-loaded summed over their six cases, against 5.5; `eval base`
-//! warm 0.64 points below least-loaded, against 0.56.
+//! warm 0.62 points below least-loaded, against 0.56.
 //!
 //! # Properties
 //!

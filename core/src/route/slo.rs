@@ -534,7 +534,7 @@ impl<P: LatencyPredictor> SloRouter<P> {
             self.harms_age = 0;
         }
         let Some(rate_per_s) = self.arrivals.rate_per_s() else { return };
-        let running: Vec<u32> = candidates.iter().map(|view| self.clusters.get(&view.id).map_or(0, |c| c.states.len()) as u32).collect();
+        let running: Vec<u32> = candidates.iter().map(|view| self.placed_on(view.id) as u32).collect();
         let mut unpriced: Vec<(Rpu, u32)> = candidates.iter().zip(&running).map(|(view, &n)| (view.size, n)).filter(|key| !self.harms.contains_key(key)).collect();
         unpriced.sort_unstable();
         unpriced.dedup();
