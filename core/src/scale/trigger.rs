@@ -7,11 +7,19 @@
 //!   nothing, has had nothing routed to it for `idle_teardown` and has been
 //!   ready for `min_lifetime`; the last Ready cluster is never a candidate
 //!   unless `keep_last_cluster` is off.
-//! - (B) Spinup (Algorithm 2): it fires only with at least θ observations
-//!   since the last change of the active (Ready) cluster set, only when
-//!   their violation rate exceeds `trigger_target`, never while a spinup is
-//!   in flight or the trigger is suppressed, and a change of the active set
-//!   clears the in-flight flag.
+//! - (B) Spinup (Algorithm 2): it fires only when the observations since
+//!   the last change of the active (Ready) cluster set show a violation
+//!   rate above `trigger_target`, never while a spinup is in flight or the
+//!   trigger is suppressed, and a change of the active set clears the
+//!   in-flight flag. It waits for θ observations unless the test at θ is
+//!   already decided: with fewer, slogate's signal
+//!   ([`TriggerSignal::ObservedAndProjected`]) fires only when the
+//!   violations exceed `trigger_target`·θ, so that the rate over θ
+//!   observations would exceed `trigger_target` even if every further one
+//!   met its SLO. (On a quiet pool θ observations can take hours to come;
+//!   a cluster on which nearly every query misses should not wait for
+//!   them.) The §8.6 baseline ([`TriggerSignal::Observed`]) keeps the
+//!   paper's rule and always waits for θ.
 //! - (C) Queue@N fires only with N or more queries outstanding, under the
 //!   same in-flight and suppression rules.
 
@@ -162,10 +170,21 @@ impl SpinupTrigger {
             violations += usize::from(!done.met(tightening));
         }
         let violation_rate = if observations == 0 { 0.0 } else { violations as f64 / observations as f64 };
-        let (fired, reason) = if observations < config.min_observations {
+        let decided_early = signal == TriggerSignal::ObservedAndProjected
+            && observations < config.min_observations
+            && violations as f64 > config.trigger_target * config.min_observations as f64;
+        let (fired, reason) = if observations < config.min_observations && !decided_early {
             (false, format!("{observations} observations since the last change, below θ = {}", config.min_observations))
         } else if let Some(blocked) = self.blocked(now) {
             (false, blocked.to_owned())
+        } else if decided_early {
+            (
+                true,
+                format!(
+                    "{violations} violations in {observations} observations: over θ = {} the violation rate would exceed τ_trigger = {} even if every further one met its SLO",
+                    config.min_observations, config.trigger_target
+                ),
+            )
         } else if violation_rate > config.trigger_target {
             (true, format!("violation rate {} over {observations} observations exceeds τ_trigger = {}", crate::decimal::Fixed::<3>(violation_rate), config.trigger_target))
         } else {
@@ -174,7 +193,8 @@ impl SpinupTrigger {
         if fired {
             self.in_flight = true;
         }
-        TriggerEvaluation { at: now, observations, violation_rate: if observations < config.min_observations { 0.0 } else { violation_rate }, fired, reason }
+        let counted = observations >= config.min_observations || decided_early;
+        TriggerEvaluation { at: now, observations, violation_rate: if counted { violation_rate } else { 0.0 }, fired, reason }
     }
 
     /// Queue@N: fires with `threshold` or more queries outstanding.
@@ -308,6 +328,24 @@ mod tests {
     }
 
     #[test]
+    fn a_quiet_cluster_where_nearly_every_query_misses_fires_before_theta() {
+        // θ = 32 and τ_trigger = 0.1: four violations decide the test at θ.
+        let c = AutoscalerConfig { min_observations: 32, ..config() };
+        let p = pool(vec![cluster(0, ClusterState::Ready, 0.0, 0)]);
+        let evaluate = |violations: usize, met: usize, signal: TriggerSignal| {
+            let mut t = SpinupTrigger::default();
+            t.notice_changes(Instant::ZERO, &p);
+            t.evaluate(Instant::from_secs_f64(30.0), &p, &windows_with(violations, met, 5.0), &|_| None, signal, &c)
+        };
+        let three = evaluate(3, 0, TriggerSignal::ObservedAndProjected);
+        assert!(!three.fired, "3 of 3 could still end at 3 of 32: {three:?}");
+        let four = evaluate(4, 1, TriggerSignal::ObservedAndProjected);
+        assert!(four.fired && four.reason.contains("even if every further one met its SLO"), "{four:?}");
+        assert!((four.violation_rate - 0.8).abs() < 1e-12);
+        assert!(!evaluate(4, 1, TriggerSignal::Observed).fired, "the paper's baseline waits for θ");
+    }
+
+    #[test]
     fn projected_violations_of_running_queries_count() {
         let mut t = SpinupTrigger::default();
         let p = pool(vec![cluster(0, ClusterState::Ready, 0.0, 4)]);
@@ -321,16 +359,24 @@ mod tests {
 
     proptest! {
         #[test]
-        fn spinup_needs_theta_observations_above_target(violations in 0usize..20, met in 0usize..20, theta in 1usize..30) {
+        fn spinup_needs_theta_observations_above_target_unless_the_test_at_theta_is_decided(violations in 0usize..20, met in 0usize..20, theta in 1usize..30, projected in proptest::bool::ANY) {
             let c = AutoscalerConfig { min_observations: theta, ..config() };
             let mut t = SpinupTrigger::default();
             let p = pool(vec![cluster(0, ClusterState::Ready, 0.0, 0)]);
             t.notice_changes(Instant::ZERO, &p);
             let w = windows_with(violations, met, 5.0);
-            let e = t.evaluate(Instant::from_secs_f64(30.0), &p, &w, &|_| None, TriggerSignal::Observed, &c);
+            let signal = if projected { TriggerSignal::ObservedAndProjected } else { TriggerSignal::Observed };
+            let e = t.evaluate(Instant::from_secs_f64(30.0), &p, &w, &|_| None, signal, &c);
             let n = violations + met;
-            let expected = n >= theta && violations as f64 / n as f64 > c.trigger_target;
+            let decided_early = projected && violations as f64 > c.trigger_target * theta as f64;
+            let expected = (n >= theta && violations as f64 / n as f64 > c.trigger_target) || (n < theta && decided_early);
             prop_assert_eq!(e.fired, expected);
+            // Firing early is never a verdict the full test could reverse:
+            // padding the observations to θ with met SLOs keeps the rate
+            // above τ_trigger.
+            if e.fired && n < theta {
+                prop_assert!(violations as f64 / theta as f64 > c.trigger_target);
+            }
         }
 
         #[test]

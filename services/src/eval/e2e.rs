@@ -33,7 +33,9 @@ use slogate_core::scale::rais::{Rais, RaisConfig};
 use slogate_core::sim::{Controller, Simulation};
 use slogate_world::World;
 
-use super::tuner::{KAPPAS, TARGET_DAYS, day_queries, run_day, tune_for, workload};
+use slogate_core::tune::simulate_batch;
+
+use super::tuner::{KAPPAS, TARGET_DAYS, batch_setup, day_queries, planner_for, run_day, tune_for, workload};
 use super::{PoolTerms, Scenario, training_executions};
 use crate::Result;
 
@@ -68,6 +70,12 @@ pub struct E2eResult {
     /// ([`slogate_core::tune::TuningReport::expected`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planned: Option<Outcome>,
+    /// For the tuned policies, the planner's replay of the chosen
+    /// configuration on the day's real queries: the plan without the
+    /// forecast's error. `planned` against it is the forecast's part of a
+    /// gap; it against the day is the planner's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planner_on_day: Option<Outcome>,
 }
 
 /// The report.
@@ -101,7 +109,7 @@ pub fn run(seed: u64) -> Result<E2eReport> {
         for &target in &TARGET_DAYS {
             let queries = day_queries(&entries, target)?;
             for policy in POLICIES {
-                let ((violation_rate, cost_usd, elastic_cost_usd), planned) = match policy {
+                let ((violation_rate, cost_usd, elastic_cost_usd), plans) = match policy {
                     "64-rpu" => (run_fixed(&queries, &[64], BaselinePolicy::LeastLoaded.build(), None, seed), None),
                     "2x32-round-robin" => (run_fixed(&queries, &[32, 32], BaselinePolicy::RoundRobin.build(), None, seed), None),
                     "rais-balanced" => (run_fixed(&queries, &[32], BaselinePolicy::LeastLoaded.build(), Some(Box::new(Rais::new(RaisConfig::balanced()))), seed), None),
@@ -114,10 +122,12 @@ pub fn run(seed: u64) -> Result<E2eReport> {
                         };
                         let report = tune_for(&entries, &templates, kappa, target, 30, &history, &calibration, &terms, seed)?;
                         let (vr, cost, _, elastic_cost) = run_day(&queries, &report.config, &history, &terms, seed)?;
-                        ((vr, cost, elastic_cost), Some(report.expected))
+                        let on_day = &simulate_batch(&batch_setup(terms.elastic.as_ref(), &calibration), planner_for(&history, &terms)?.as_ref(), std::slice::from_ref(&report.config), std::slice::from_ref(&queries))[0][0];
+                        ((vr, cost, elastic_cost), Some((report.expected, Outcome { violations: on_day.violation_rate(), cost_usd: on_day.cost_usd })))
                     }
                 };
-                results.push(E2eResult { target_day: target, kappa, policy: policy.to_owned(), violation_rate, cost_usd, elastic_cost_usd, planned });
+                let (planned, planner_on_day) = plans.unzip();
+                results.push(E2eResult { target_day: target, kappa, policy: policy.to_owned(), violation_rate, cost_usd, elastic_cost_usd, planned, planner_on_day });
             }
         }
     }
@@ -162,7 +172,11 @@ impl super::seeds::SeedFigures for E2eReport {
             if let Some(planned) = &r.planned {
                 figures.push(Figure::lower(row.clone(), "planned VR", planned.violations, Unit::Percent));
                 figures.push(Figure::lower(row.clone(), "realised − planned VR", r.violation_rate - planned.violations, Unit::Points));
-                figures.push(Figure::lower(row, "realised − planned cost", r.cost_usd / planned.cost_usd - 1.0, Unit::Change));
+                figures.push(Figure::lower(row.clone(), "realised − planned cost", r.cost_usd / planned.cost_usd - 1.0, Unit::Change));
+            }
+            if let Some(on_day) = &r.planner_on_day {
+                figures.push(Figure::lower(row.clone(), "planner on the day VR", on_day.violations, Unit::Percent));
+                figures.push(Figure::lower(row, "realised − planner on the day VR", r.violation_rate - on_day.violations, Unit::Points));
             }
         }
         for slogate in ["slogate", "slogate-elastic"] {
@@ -197,15 +211,21 @@ pub fn render(report: &E2eReport) -> String {
     for &target in &TARGET_DAYS {
         for &kappa in &KAPPAS {
             let _ = writeln!(out, "\nday {target}, κ={kappa}");
-            let _ = writeln!(out, "{:<18} {:>7} {:>10}   {:>10} {:>10}", "policy", "VR", "cost $", "planned VR", "cost $");
+            let _ = writeln!(out, "{:<18} {:>7} {:>10}   {:>10} {:>10}   {:>10} {:>10}", "policy", "VR", "cost $", "planned VR", "cost $", "on day VR", "cost $");
             for r in report.results.iter().filter(|r| r.target_day == target && r.kappa == kappa) {
                 let mark = if r.violation_rate <= TAU { " " } else { "!" };
-                let planned = r.planned.as_ref().map_or_else(String::new, |p| format!("   {:>9.1}% {:>10.3}", p.violations * 100.0, p.cost_usd));
-                let _ = writeln!(out, "{:<18} {:>6.1}%{mark}{:>10.3}{planned}", r.policy, r.violation_rate * 100.0, r.cost_usd);
+                let plan = |outcome: &Option<Outcome>| outcome.as_ref().map_or_else(String::new, |p| format!("   {:>9.1}% {:>10.3}", p.violations * 100.0, p.cost_usd));
+                let (planned, on_day) = (plan(&r.planned), plan(&r.planner_on_day));
+                let _ = writeln!(out, "{:<18} {:>6.1}%{mark}{:>10.3}{planned}{on_day}", r.policy, r.violation_rate * 100.0, r.cost_usd);
             }
         }
     }
-    let _ = writeln!(out, "\n! marks a day over τ. Planned: what the tuner expected of its configuration on its validation forecasts.\n");
+    let _ = writeln!(
+        out,
+        "\n! marks a day over τ. Planned: what the tuner expected of its configuration on its validation forecasts. \
+         On day: the planner's replay of that configuration on the day's real queries (planned − on day is the forecast's error, \
+         on day − VR the planner's).\n"
+    );
     for slogate in ["slogate", "slogate-elastic"] {
         for (target, kappa, saving) in savings(report, slogate) {
             let line = match saving {
@@ -223,8 +243,9 @@ mod tests {
     use super::*;
     use crate::eval::seeds::SeedFigures;
 
-    fn result(policy: &str, violation_rate: f64, cost_usd: f64, planned: Option<Outcome>) -> E2eResult {
-        E2eResult { target_day: TARGET_DAYS[0], kappa: KAPPAS[0], policy: policy.to_owned(), violation_rate, cost_usd, elastic_cost_usd: 0.0, planned }
+    fn result(policy: &str, violation_rate: f64, cost_usd: f64, plans: Option<(Outcome, Outcome)>) -> E2eResult {
+        let (planned, planner_on_day) = plans.unzip();
+        E2eResult { target_day: TARGET_DAYS[0], kappa: KAPPAS[0], policy: policy.to_owned(), violation_rate, cost_usd, elastic_cost_usd: 0.0, planned, planner_on_day }
     }
 
     fn report() -> E2eReport {
@@ -233,7 +254,7 @@ mod tests {
             results: vec![
                 result("rais-balanced", 0.068, 139.0, None),
                 result("rais-high-perf", 0.038, 191.0, None),
-                result("slogate", 0.022, 126.0, Some(Outcome { violations: 0.049, cost_usd: 131.25 })),
+                result("slogate", 0.022, 126.0, Some((Outcome { violations: 0.049, cost_usd: 131.25 }, Outcome { violations: 0.031, cost_usd: 128.5 }))),
             ],
         }
     }
@@ -242,18 +263,20 @@ mod tests {
     fn the_table_puts_the_tuner_s_plan_beside_what_the_day_gave_for_tuned_policies_only() {
         let text = render(&report());
         let line = |policy: &str| text.lines().find(|l| l.starts_with(&format!("{policy} "))).unwrap_or_else(|| panic!("no {policy} row in\n{text}")).to_owned();
-        assert!(line("slogate").ends_with("4.9%    131.250"), "{}", line("slogate"));
+        assert!(line("slogate").ends_with("4.9%    131.250          3.1%    128.500"), "{}", line("slogate"));
         assert!(line("rais-balanced").ends_with("139.000"), "a baseline has no plan: {}", line("rais-balanced"));
         assert!(text.contains("slogate day 36 κ=4: -9.4% vs rais-balanced"), "{text}");
     }
 
     #[test]
-    fn the_seed_figures_give_realised_minus_planned_for_each_tuned_run() {
+    fn the_seed_figures_split_realised_minus_planned_into_forecast_and_planner_for_each_tuned_run() {
         let figures = report().figures();
         let figure = |metric: &str| figures.iter().find(|f| f.row.ends_with(" slogate") && f.metric == metric).unwrap_or_else(|| panic!("no {metric}")).value;
         assert!((figure("planned VR") - 0.049).abs() < 1e-12);
         assert!((figure("realised − planned VR") - (0.022 - 0.049)).abs() < 1e-12);
         assert!((figure("realised − planned cost") - (126.0 / 131.25 - 1.0)).abs() < 1e-12);
+        assert!((figure("planner on the day VR") - 0.031).abs() < 1e-12);
+        assert!((figure("realised − planner on the day VR") - (0.022 - 0.031)).abs() < 1e-12);
         assert!(!figures.iter().any(|f| f.row.ends_with("rais-balanced") && f.metric.contains("planned")), "baselines have no plan");
     }
 
@@ -262,5 +285,6 @@ mod tests {
         let json = r#"{"seed":1,"results":[{"target_day":36,"kappa":4.0,"policy":"slogate","violation_rate":0.05,"cost_usd":100.0,"elastic_cost_usd":0.0}]}"#;
         let report: E2eReport = serde_json::from_str(json).expect("reads");
         assert_eq!(report.results[0].planned, None);
+        assert_eq!(report.results[0].planner_on_day, None);
     }
 }
