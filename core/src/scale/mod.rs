@@ -60,9 +60,7 @@ pub struct AutoscalerConfig {
     pub keep_last_cluster: bool,
     /// τ_trigger: the violation rate above which the spinup trigger fires.
     pub trigger_target: f64,
-    /// θ: observations needed before the spinup trigger may fire, unless
-    /// a quiet pool has already decided the test at θ (see
-    /// [`trigger`](mod@trigger), property (B)).
+    /// θ: observations needed before the spinup trigger may fire.
     pub min_observations: usize,
     /// The trigger judges latencies against the SLO times this factor.
     pub trigger_slo_tightening: f64,

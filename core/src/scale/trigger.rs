@@ -7,21 +7,11 @@
 //!   nothing, has had nothing routed to it for `idle_teardown` and has been
 //!   ready for `min_lifetime`; the last Ready cluster is never a candidate
 //!   unless `keep_last_cluster` is off.
-//! - (B) Spinup (Algorithm 2): it fires only when the observations since
-//!   the last change of the active (Ready) cluster set show a violation
-//!   rate above `trigger_target`, never while a spinup is in flight or the
-//!   trigger is suppressed, and a change of the active set clears the
-//!   in-flight flag. It waits for θ observations unless a quiet pool has
-//!   already decided the test at θ: once a whole window w has passed
-//!   since the change with fewer than θ observations, slogate's signal
-//!   ([`TriggerSignal::ObservedAndProjected`]) fires when the violations
-//!   exceed `trigger_target`·θ, so that the rate over θ observations would
-//!   exceed `trigger_target` even if every further one met its SLO. (On a
-//!   quiet pool θ observations can take hours to come; a cluster on which
-//!   nearly every query misses should not wait for them. A busy pool
-//!   reaches θ within w and keeps Algorithm 2's rule.) The §8.6 baseline
-//!   ([`TriggerSignal::Observed`]) keeps the paper's rule and always waits
-//!   for θ.
+//! - (B) Spinup (Algorithm 2): it fires only with at least θ observations
+//!   since the last change of the active (Ready) cluster set, only when
+//!   their violation rate exceeds `trigger_target`, never while a spinup is
+//!   in flight or the trigger is suppressed, and a change of the active set
+//!   clears the in-flight flag.
 //! - (C) Queue@N fires only with N or more queries outstanding, under the
 //!   same in-flight and suppression rules.
 
@@ -172,24 +162,10 @@ impl SpinupTrigger {
             violations += usize::from(!done.met(tightening));
         }
         let violation_rate = if observations == 0 { 0.0 } else { violations as f64 / observations as f64 };
-        let decided_early = signal == TriggerSignal::ObservedAndProjected
-            && observations < config.min_observations
-            && now - since >= config.window
-            && violations as f64 > config.trigger_target * config.min_observations as f64;
-        let (fired, reason) = if observations < config.min_observations && !decided_early {
+        let (fired, reason) = if observations < config.min_observations {
             (false, format!("{observations} observations since the last change, below θ = {}", config.min_observations))
         } else if let Some(blocked) = self.blocked(now) {
             (false, blocked.to_owned())
-        } else if decided_early {
-            (
-                true,
-                format!(
-                    "{violations} violations in {observations} observations over {}s since the last change: over θ = {} the violation rate would exceed τ_trigger = {} even if every further one met its SLO",
-                    crate::decimal::Fixed::<0>((now - since).as_secs_f64()),
-                    config.min_observations,
-                    config.trigger_target
-                ),
-            )
         } else if violation_rate > config.trigger_target {
             (true, format!("violation rate {} over {observations} observations exceeds τ_trigger = {}", crate::decimal::Fixed::<3>(violation_rate), config.trigger_target))
         } else {
@@ -198,8 +174,7 @@ impl SpinupTrigger {
         if fired {
             self.in_flight = true;
         }
-        let counted = observations >= config.min_observations || decided_early;
-        TriggerEvaluation { at: now, observations, violation_rate: if counted { violation_rate } else { 0.0 }, fired, reason }
+        TriggerEvaluation { at: now, observations, violation_rate: if observations < config.min_observations { 0.0 } else { violation_rate }, fired, reason }
     }
 
     /// Queue@N: fires with `threshold` or more queries outstanding.
@@ -333,26 +308,6 @@ mod tests {
     }
 
     #[test]
-    fn a_quiet_cluster_where_nearly_every_query_misses_fires_before_theta() {
-        // θ = 32 and τ_trigger = 0.1: four violations decide the test at θ.
-        let c = AutoscalerConfig { min_observations: 32, ..config() };
-        let p = pool(vec![cluster(0, ClusterState::Ready, 0.0, 0)]);
-        // The window w is 300 s.
-        let evaluate = |violations: usize, met: usize, signal: TriggerSignal, now_s: f64| {
-            let mut t = SpinupTrigger::default();
-            t.notice_changes(Instant::ZERO, &p);
-            t.evaluate(Instant::from_secs_f64(now_s), &p, &windows_with(violations, met, 5.0), &|_| None, signal, &c)
-        };
-        let three = evaluate(3, 0, TriggerSignal::ObservedAndProjected, 400.0);
-        assert!(!three.fired, "3 of 3 could still end at 3 of 32: {three:?}");
-        let four = evaluate(4, 1, TriggerSignal::ObservedAndProjected, 400.0);
-        assert!(four.fired && four.reason.contains("even if every further one met its SLO"), "{four:?}");
-        assert!((four.violation_rate - 0.8).abs() < 1e-12);
-        assert!(!evaluate(4, 1, TriggerSignal::ObservedAndProjected, 30.0).fired, "within w of the change θ may still come");
-        assert!(!evaluate(4, 1, TriggerSignal::Observed, 400.0).fired, "the paper's baseline waits for θ");
-    }
-
-    #[test]
     fn projected_violations_of_running_queries_count() {
         let mut t = SpinupTrigger::default();
         let p = pool(vec![cluster(0, ClusterState::Ready, 0.0, 4)]);
@@ -366,26 +321,16 @@ mod tests {
 
     proptest! {
         #[test]
-        fn spinup_needs_theta_observations_above_target_unless_the_test_at_theta_is_decided(violations in 0usize..20, met in 0usize..20, theta in 1usize..30, projected in proptest::bool::ANY, quiet in proptest::bool::ANY) {
+        fn spinup_needs_theta_observations_above_target(violations in 0usize..20, met in 0usize..20, theta in 1usize..30) {
             let c = AutoscalerConfig { min_observations: theta, ..config() };
             let mut t = SpinupTrigger::default();
             let p = pool(vec![cluster(0, ClusterState::Ready, 0.0, 0)]);
             t.notice_changes(Instant::ZERO, &p);
             let w = windows_with(violations, met, 5.0);
-            let signal = if projected { TriggerSignal::ObservedAndProjected } else { TriggerSignal::Observed };
-            // `quiet`: a whole window w (300 s) has passed since the change.
-            let now_s = if quiet { 400.0 } else { 30.0 };
-            let e = t.evaluate(Instant::from_secs_f64(now_s), &p, &w, &|_| None, signal, &c);
+            let e = t.evaluate(Instant::from_secs_f64(30.0), &p, &w, &|_| None, TriggerSignal::Observed, &c);
             let n = violations + met;
-            let decided_early = projected && quiet && violations as f64 > c.trigger_target * theta as f64;
-            let expected = (n >= theta && violations as f64 / n as f64 > c.trigger_target) || (n < theta && decided_early);
+            let expected = n >= theta && violations as f64 / n as f64 > c.trigger_target;
             prop_assert_eq!(e.fired, expected);
-            // Firing early is never a verdict the full test could reverse:
-            // padding the observations to θ with met SLOs keeps the rate
-            // above τ_trigger.
-            if e.fired && n < theta {
-                prop_assert!(violations as f64 / theta as f64 > c.trigger_target);
-            }
         }
 
         #[test]
