@@ -263,7 +263,7 @@ mod tests {
     fn the_table_puts_the_tuner_s_plan_beside_what_the_day_gave_for_tuned_policies_only() {
         let text = render(&report());
         let line = |policy: &str| text.lines().find(|l| l.starts_with(&format!("{policy} "))).unwrap_or_else(|| panic!("no {policy} row in\n{text}")).to_owned();
-        assert!(line("slogate").ends_with("4.9%    131.250          3.1%    128.500"), "{}", line("slogate"));
+        assert!(line("slogate").ends_with("4.9%    131.250         3.1%    128.500"), "{}", line("slogate"));
         assert!(line("rais-balanced").ends_with("139.000"), "a baseline has no plan: {}", line("rais-balanced"));
         assert!(text.contains("slogate day 36 κ=4: -9.4% vs rais-balanced"), "{text}");
     }
