@@ -33,9 +33,9 @@ use slogate_core::scale::rais::{Rais, RaisConfig};
 use slogate_core::sim::{Controller, Simulation};
 use slogate_world::World;
 
-use slogate_core::tune::simulate_batch;
+use slogate_core::tune::aggregate;
 
-use super::tuner::{KAPPAS, TARGET_DAYS, batch_setup, day_queries, planner_for, run_day, tune_for, workload};
+use super::tuner::{KAPPAS, TARGET_DAYS, batch_setup, day_queries, planner_for, replay_day, run_day, tune_for, workload};
 use super::{PoolTerms, Scenario, training_executions};
 use crate::Result;
 
@@ -122,8 +122,8 @@ pub fn run(seed: u64) -> Result<E2eReport> {
                         };
                         let report = tune_for(&entries, &templates, kappa, target, 30, &history, &calibration, &terms, seed)?;
                         let (vr, cost, _, elastic_cost) = run_day(&queries, &report.config, &history, &terms, seed)?;
-                        let on_day = &simulate_batch(&batch_setup(terms.elastic.as_ref(), &calibration), planner_for(&history, &terms)?.as_ref(), std::slice::from_ref(&report.config), std::slice::from_ref(&queries))[0][0];
-                        ((vr, cost, elastic_cost), Some((report.expected, Outcome { violations: on_day.violation_rate(), cost_usd: on_day.cost_usd })))
+                        let on_day = replay_day(&batch_setup(terms.elastic.as_ref(), &calibration), planner_for(&history, &terms)?.as_ref(), &report.config, &queries);
+                        ((vr, cost, elastic_cost), Some((report.expected, aggregate(&[on_day]))))
                     }
                 };
                 let (planned, planner_on_day) = plans.unzip();

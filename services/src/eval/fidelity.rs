@@ -16,9 +16,9 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 use slogate_core::scale::{AutoscalerConfig, AutoscalerPolicy, SpinupPolicy};
-use slogate_core::tune::{Calibration, ExecutionConfig, simulate_batch};
+use slogate_core::tune::{Calibration, ExecutionConfig};
 
-use super::tuner::{KAPPAS, TARGET_DAYS, batch_setup, day_queries, planner_for, run_day_with, workload};
+use super::tuner::{KAPPAS, TARGET_DAYS, batch_setup, day_queries, planner_for, replay_day, run_day_with, workload};
 use super::{Scenario, training_executions};
 use crate::Result;
 
@@ -76,8 +76,7 @@ pub fn run(seed: u64) -> Result<FidelityReport> {
             for (name, policy) in configurations {
                 let (world_violation_rate, world_cost_usd, world_spinups, _) = run_day_with(&queries, &config, policy, &history, &super::PoolTerms::default(), seed)?;
                 let setup = slogate_core::tune::BatchSetup { policy, ..batch_setup(None, &calibration) };
-                let planned = simulate_batch(&setup, planner.as_ref(), std::slice::from_ref(&config), std::slice::from_ref(&queries));
-                let outcome = &planned[0][0];
+                let outcome = replay_day(&setup, planner.as_ref(), &config, &queries);
                 rows.push(FidelityRow {
                     kappa,
                     target_day: target,

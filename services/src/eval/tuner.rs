@@ -31,7 +31,7 @@ use slogate_core::reservoir::{Reservoir, ReservoirConfig};
 use slogate_core::scale::{Autoscaler, AutoscalerConfig, AutoscalerPolicy, ScaleDecision};
 use slogate_core::sim::Simulation;
 use slogate_core::time::{Duration, Instant};
-use slogate_core::tune::{BatchSetup, Calibration, ExecutionConfig, PLANNING_TARGET, PlannerTerms, SloBook, TuningConfig, TuningReport, simulate_batch, tune_pool};
+use slogate_core::tune::{BatchSetup, Calibration, ExecutionConfig, PLANNING_TARGET, PlannerTerms, RunOutcome, SloBook, TuningConfig, TuningReport, aggregate, simulate_batch, tune_pool};
 use slogate_world::World;
 use slogate_loadgen::workload::{DiurnalConfig, TraceEntry, assign_slos, diurnal_workload, to_queries};
 
@@ -199,6 +199,12 @@ pub fn run_day_with(
     Ok((summary.violation_rate, summary.cost_usd, spinups, summary.elastic_cost_usd))
 }
 
+/// The planner's replay of `config` on `queries` (a real day: the plan
+/// without the forecast's error), on `setup`'s pool.
+pub fn replay_day(setup: &BatchSetup, planner: &dyn PlanningRouter, config: &ExecutionConfig, queries: &[Query]) -> RunOutcome {
+    simulate_batch(setup, planner, std::slice::from_ref(config), std::slice::from_ref(&queries.to_vec())).swap_remove(0).swap_remove(0)
+}
+
 /// The planner the tuner plans with: a fork of the slogate router warmed
 /// on `history`, on the pool's `terms`.
 pub fn planner_for(history: &[slogate_core::predict::Observation], terms: &PoolTerms) -> Result<Box<dyn PlanningRouter>> {
@@ -255,8 +261,7 @@ pub fn run(seed: u64) -> Result<TunerReport> {
                 let report = tune_for(&entries, &templates, kappa, target, history_days, &history, &calibration, &PoolTerms::default(), seed)?;
                 let tuning_s = started.elapsed().as_secs_f64();
                 let (violation_rate, cost_usd, spinups, _) = run_day(&queries, &report.config, &history, &PoolTerms::default(), seed)?;
-                let planned = simulate_batch(&setup, planner.as_ref(), std::slice::from_ref(&report.config), std::slice::from_ref(&queries));
-                let planner_actual = Outcome { violations: planned[0][0].violation_rate(), cost_usd: planned[0][0].cost_usd };
+                let planner_actual = aggregate(&[replay_day(&setup, planner.as_ref(), &report.config, &queries)]);
                 cells.push(TunerCell {
                     target_day: target,
                     kappa,
