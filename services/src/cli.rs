@@ -188,15 +188,17 @@ struct DemoArgs {
 
 #[derive(Debug, clap::Args)]
 struct TraceArgs {
-    /// A built-in scenario or a scenario TOML file.
+    /// A built-in scenario, a scenario TOML file, or `tuner-table5` (the same
+    /// as `e2e-diurnal`): their 60-day diurnal workload.
     scenario: String,
     /// Which of the scenario's workloads (0-based).
     #[arg(long, default_value_t = 0)]
     workload: usize,
-    /// κ for the SLOs (default: the scenario's first).
+    /// κ for the SLOs (default: the scenario's first; 4 for the diurnal
+    /// workload).
     #[arg(long)]
     kappa: Option<f64>,
-    /// Seed (default: the scenario's).
+    /// Seed (default: the scenario's; 1 for the diurnal workload).
     #[arg(long)]
     seed: Option<u64>,
     /// Output file (default: standard output).
@@ -438,7 +440,7 @@ fn run_eval(args: &EvalArgs) -> Result<()> {
         let policies = args.policies.as_deref();
         return evaluate(args, 1, |seed| crate::eval::autoscale::run(experiment, policies, seed), crate::eval::autoscale::render);
     }
-    let scenario = load_scenario(&args.scenario)?;
+    let scenario = load_scenario(&args.scenario, &EVALUATIONS)?;
     let policies = args.policies.clone().unwrap_or_else(|| scenario.policies.clone());
     if policies.is_empty() {
         return Err(Error::Scenario("--policies needs at least one policy".into()));
@@ -710,29 +712,34 @@ impl ShutdownSignals {
     }
 }
 
-fn load_scenario(name: &str) -> Result<Scenario> {
+/// The evaluations `eval` runs besides the scenarios (named in its
+/// unknown-scenario error).
+const EVALUATIONS: [&str; 9] =
+    ["calibrate", "predictor-real", "predictor-sim", "size-table3", "trigger-table4", "bursty-service", "tuner-table5", "e2e-diurnal", "planner-fidelity"];
+
+/// The evaluations whose workload is the 60-day diurnal one, which `trace`
+/// writes too.
+const DIURNAL_EVALUATIONS: [&str; 2] = ["tuner-table5", "e2e-diurnal"];
+
+/// A built-in scenario or a scenario file; `also_known` are the other names
+/// the calling command takes, for the error.
+fn load_scenario(name: &str, also_known: &[&str]) -> Result<Scenario> {
     if let Some(scenario) = Scenario::built_in(name) {
         return Ok(scenario);
     }
     let path = Path::new(name);
     if !path.is_file() {
-        let mut known: Vec<&str> = BUILT_IN.to_vec();
-        known.push("calibrate");
-        known.push("predictor-real");
-        known.push("predictor-sim");
-        known.push("size-table3");
-        known.push("trigger-table4");
-        known.push("bursty-service");
-        known.push("tuner-table5");
-        known.push("e2e-diurnal");
-        known.push("planner-fidelity");
+        let known: Vec<&str> = BUILT_IN.iter().chain(also_known).copied().collect();
         return Err(Error::UnknownScenario { name: name.to_owned(), known: known.join(", ") });
     }
     Scenario::from_path(path)
 }
 
 fn run_trace(args: &TraceArgs) -> Result<()> {
-    let scenario = load_scenario(&args.scenario)?;
+    if DIURNAL_EVALUATIONS.contains(&args.scenario.as_str()) {
+        return write_diurnal_trace(args);
+    }
+    let scenario = load_scenario(&args.scenario, &DIURNAL_EVALUATIONS)?;
     let spec = scenario.workloads.get(args.workload).ok_or_else(|| {
         Error::Scenario(format!("--workload {} is out of range: the scenario has {}", args.workload, scenario.workloads.len()))
     })?;
@@ -744,7 +751,28 @@ fn run_trace(args: &TraceArgs) -> Result<()> {
         entry.pool.get_or_insert_with(|| pool.clone());
         entry.query_id.get_or_insert_with(|| index.to_string());
     }
-    let text = slogate_loadgen::trace::write_trace(&entries)?;
+    write_trace_out(args, &entries)
+}
+
+/// `trace tuner-table5` (or `e2e-diurnal`): their 60-day diurnal workload
+/// at κ (default the first of theirs) and the seed (default 1), arrivals
+/// from the first day's midnight.
+fn write_diurnal_trace(args: &TraceArgs) -> Result<()> {
+    if args.workload != 0 {
+        return Err(Error::Scenario(format!("--workload {} is out of range: `{}` has one workload", args.workload, args.scenario)));
+    }
+    let kappa = args.kappa.unwrap_or(crate::eval::tuner::KAPPAS[0]);
+    let mut entries = crate::eval::tuner::workload(&Scenario::templates(), kappa, args.seed.unwrap_or(1))?;
+    let pool = slogate_core::model::PoolId::default();
+    for (index, entry) in entries.iter_mut().enumerate() {
+        entry.pool.get_or_insert_with(|| pool.clone());
+        entry.query_id.get_or_insert_with(|| index.to_string());
+    }
+    write_trace_out(args, &entries)
+}
+
+fn write_trace_out(args: &TraceArgs, entries: &[slogate_loadgen::workload::TraceEntry]) -> Result<()> {
+    let text = slogate_loadgen::trace::write_trace(entries)?;
     match &args.out {
         Some(path) => std::fs::write(path, text).map_err(|source| Error::Output { path: path.display().to_string(), source }),
         None => {

@@ -169,6 +169,25 @@ fn exported_trace_replays_to_the_same_results_as_the_generated_workload() {
     assert_eq!(rows(&generated).len(), 2);
 }
 
+#[test]
+fn the_diurnal_evaluations_workload_exports_as_a_trace_and_trace_names_only_what_it_writes() {
+    let scratch_dir = scratch("diurnal");
+    let trace = scratch_dir.path().join("diurnal.csv");
+    let out = slogate(&["trace", "tuner-table5", "--seed", "15", "--kappa", "2", "--out", trace.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let arrivals: Vec<f64> = text.lines().skip(1).map(|l| l.split(',').next().unwrap().parse().unwrap()).collect();
+    // 60 days of a diurnal workload, a few thousand queries a day.
+    assert!(arrivals.len() > 60 * 2_000, "{} queries", arrivals.len());
+    assert!(arrivals.last().unwrap() / 86_400.0 > 59.0);
+    let again = slogate(&["trace", "e2e-diurnal", "--seed", "15", "--kappa", "2"]);
+    assert_eq!(String::from_utf8_lossy(&again.stdout), text);
+    let out = slogate(&["trace", "size-table3"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown scenario `size-table3`") && stderr.contains("tuner-table5") && !stderr.contains("calibrate"), "{stderr}");
+}
+
 /// Golden outputs: every figure of these runs is a pure function of the
 /// scenario and seed, so any change to a decision, the world model or the
 /// report shows up here. After an intended change, refresh them with
