@@ -11,8 +11,17 @@
 //! - [`ForecastMethod::PreviousDay`]: the day before only;
 //! - [`ForecastMethod::Window`]: the last `days` days, equally weighted.
 //!
-//! An hour's query count is the bins' weighted mean count (rounded at
-//! random to an integer, keeping the mean). Each query's template is drawn
+//! An hour's query count is the bins' weighted mean count, times a
+//! **day-to-day ratio**, rounded at random to an integer (keeping the
+//! mean). The ratios say how far a day's hour strays from its kind: for
+//! every hour whose bins hold at least [`RATIO_MIN_MEAN_COUNT`] arrivals
+//! on the mean, each bin's count over the bins' plain mean, its deviation
+//! from 1 widened by `√(n/(n−1))` for `n` bins (a mean of `n` counts sits
+//! closer to them than the kind's mean does). Each hour draws one of the
+//! pooled ratios; with a single bin (one day of history, or the previous
+//! day alone) there are none and the ratio is 1. Without them every
+//! forecast of a day would carry the same count in each hour, so the tuner
+//! would plan for the average morning and never for a busy one. Each query's template is drawn
 //! from the bins' counts, each past query weighted by its bin's weight.
 //! Arrival times come from the bins' **interarrival deciles**: a gap is drawn
 //! by picking one of the ten decile ranges uniformly and a point uniformly
@@ -35,6 +44,8 @@
 //!   bins saw arrivals get any.
 //! - (C) The same reservoir, day, configuration and seed give the same
 //!   forecasts.
+//! - (D) Every day-to-day ratio is at least 0, and with one bin there are
+//!   none: the forecast then draws exactly as it would without them.
 
 use std::ops::Range;
 
@@ -117,6 +128,30 @@ pub fn bins(method: ForecastMethod, day: i32, history: &Range<i32>) -> Vec<(i32,
     }
 }
 
+/// The hours whose bins hold fewer arrivals than this on the mean give no
+/// day-to-day ratios: their counts stray mostly by chance.
+pub const RATIO_MIN_MEAN_COUNT: f64 = 10.0;
+
+/// The day-to-day ratios of `bins` (see the module docs), ascending.
+pub fn day_to_day_ratios(reservoir: &Reservoir, bins: &[(i32, f64)]) -> Vec<f64> {
+    let n = bins.len();
+    if n < 2 {
+        return Vec::new();
+    }
+    let widen = (n as f64 / (n - 1) as f64).sqrt();
+    let mut ratios = Vec::new();
+    for hour in 0..24u8 {
+        let counts: Vec<f64> = bins.iter().map(|&(day, _)| reservoir.arrivals_in(CalendarHour { day, hour }).0 as f64).collect();
+        let mean = counts.iter().sum::<f64>() / n as f64;
+        if mean < RATIO_MIN_MEAN_COUNT {
+            continue;
+        }
+        ratios.extend(counts.iter().map(|c| (1.0 + (c / mean - 1.0) * widen).max(0.0)));
+    }
+    ratios.sort_by(f64::total_cmp);
+    ratios
+}
+
 /// What the bins of one hour say.
 struct HourModel {
     mean_count: f64,
@@ -160,12 +195,15 @@ fn hour_model(reservoir: &Reservoir, hour: u8, bins: &[(i32, f64)]) -> HourModel
 pub fn forecast_day(reservoir: &Reservoir, day: i32, history: &Range<i32>, method: ForecastMethod, seed: u64) -> ForecastDay {
     let mut rng = SmallRng::seed_from_u64(seed ^ (i64::from(day) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let bins = bins(method, day, history);
+    let ratios = day_to_day_ratios(reservoir, &bins);
     let mut arrivals = Vec::new();
     for hour in 0..24u8 {
         let model = hour_model(reservoir, hour, &bins);
         let Some(&(_, template_weight)) = model.templates.last() else { continue };
-        let whole = model.mean_count.floor();
-        let count = whole as usize + usize::from(rng.random::<f64>() < model.mean_count - whole);
+        let ratio = if ratios.is_empty() { 1.0 } else { ratios[rng.random_range(0..ratios.len())] };
+        let mean_count = model.mean_count * ratio;
+        let whole = mean_count.floor();
+        let count = whole as usize + usize::from(rng.random::<f64>() < mean_count - whole);
         if count == 0 {
             continue;
         }
@@ -241,25 +279,64 @@ mod tests {
     #[test]
     fn counts_and_templates_follow_the_weighted_bins() {
         // A week ago: 100 of template 1 at 9:00; two weeks ago: 200 of
-        // template 2; two weeks of history. λ = 0.25: the mean count is
-        // (100 + 0.25·200)/1.25 = 120, and a drawn query is template 1 with
-        // probability 100/(100 + 50) = 2/3.
+        // template 2. λ = 0.25: the hour's mean count is (100 + 0.25·200)/1.25
+        // = 120, and a drawn query is template 1 with probability
+        // 100/(100 + 50) = 2/3.
         let mut reservoir = Reservoir::new(ReservoirConfig::default());
         fill(&mut reservoir, MONDAY - 7, 9, 1, 100);
         fill(&mut reservoir, MONDAY - 14, 9, 2, 200);
+        let method = ForecastMethod::WeeklyDecay { lambda: 0.25 };
+        let model = hour_model(&reservoir, 9, &bins(method, MONDAY, &(MONDAY - 14..MONDAY)));
+        assert!((model.mean_count - 120.0).abs() < 1e-9, "mean count {}", model.mean_count);
         let config = ForecastConfig { scenarios: 50, ..ForecastConfig::default() };
         let forecasts = forecast(&reservoir, MONDAY, &(MONDAY - 14..MONDAY), &config);
         let days: Vec<&ForecastDay> = forecasts.training.iter().chain(&forecasts.validation).collect();
         let total: usize = days.iter().map(|d| d.arrivals.len()).sum();
-        assert!((total as f64 / 50.0 - 120.0).abs() < 1.0, "mean count {}", total as f64 / 50.0);
         let ones = days.iter().flat_map(|d| &d.arrivals).filter(|(_, t)| *t == TemplateId(1)).count();
         assert!((ones as f64 / total as f64 - 2.0 / 3.0).abs() < 0.03, "{ones} of {total}");
         assert!(days.iter().flat_map(|d| &d.arrivals).all(|(at, _)| (9.0 * 3_600.0..10.0 * 3_600.0).contains(&at.as_secs_f64())));
         // Empty weeks in the history count as hours with no arrivals: with
         // weeks 3 and 4 as well, (100 + 50)/(1 + 0.25 + 0.0625 + 0.015625).
-        let longer = forecast(&reservoir, MONDAY, &(MONDAY - 30..MONDAY), &config);
-        let total: usize = longer.training.iter().chain(&longer.validation).map(|d| d.arrivals.len()).sum();
-        assert!((total as f64 / 50.0 - 150.0 / 1.328_125).abs() < 1.0, "mean count {}", total as f64 / 50.0);
+        let longer = hour_model(&reservoir, 9, &bins(method, MONDAY, &(MONDAY - 30..MONDAY)));
+        assert!((longer.mean_count - 150.0 / 1.328_125).abs() < 1e-9, "mean count {}", longer.mean_count);
+    }
+
+    #[test]
+    fn one_bin_gives_no_day_to_day_ratios_and_several_give_each_busy_hour_s_spread() {
+        let mut reservoir = Reservoir::new(ReservoirConfig::default());
+        fill(&mut reservoir, MONDAY - 7, 9, 1, 100);
+        fill(&mut reservoir, MONDAY - 14, 9, 1, 200);
+        // Too few at 3:00 to say anything.
+        fill(&mut reservoir, MONDAY - 7, 3, 1, 4);
+        fill(&mut reservoir, MONDAY - 14, 3, 1, 8);
+        let method = ForecastMethod::WeeklyDecay { lambda: 0.25 };
+        assert!(day_to_day_ratios(&reservoir, &bins(method, MONDAY, &(MONDAY - 7..MONDAY))).is_empty());
+        // 100 and 200 about their mean of 150, widened by √2.
+        let ratios = day_to_day_ratios(&reservoir, &bins(method, MONDAY, &(MONDAY - 14..MONDAY)));
+        let spread = std::f64::consts::SQRT_2 / 3.0;
+        assert_eq!(ratios.len(), 2);
+        assert!((ratios[0] - (1.0 - spread)).abs() < 1e-12 && (ratios[1] - (1.0 + spread)).abs() < 1e-12, "{ratios:?}");
+    }
+
+    #[test]
+    fn forecast_counts_stray_as_the_history_s_days_do_and_not_with_one_day_of_it() {
+        // Four past Mondays with 60, 100, 140 and 100 queries at 9:00.
+        let mut reservoir = Reservoir::new(ReservoirConfig::default());
+        for (week, count) in [(1, 60), (2, 100), (3, 140), (4, 100)] {
+            fill(&mut reservoir, MONDAY - 7 * week, 9, 1, count);
+        }
+        let counts = |history: Range<i32>| -> Vec<f64> {
+            (0..200u64).map(|seed| forecast_day(&reservoir, MONDAY, &history, ForecastMethod::WeeklyDecay { lambda: 0.25 }, seed).arrivals.len() as f64).collect()
+        };
+        let spread = |c: &[f64]| {
+            let mean = c.iter().sum::<f64>() / c.len() as f64;
+            (c.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / c.len() as f64).sqrt() / mean
+        };
+        // The ratios' own relative spread is √(2·0.4²/4)·√(4/3) ≈ 0.33.
+        let four_weeks = counts(MONDAY - 28..MONDAY);
+        assert!((0.25..0.42).contains(&spread(&four_weeks)), "relative spread {}", spread(&four_weeks));
+        // One week: the count is the hour's, every time.
+        assert!(counts(MONDAY - 7..MONDAY).iter().all(|&c| c == 60.0));
     }
 
     #[test]
@@ -312,6 +389,8 @@ mod tests {
             }
             let day = forecast_day(&reservoir, MONDAY, &(MONDAY - 14..MONDAY), ForecastMethod::Window { days: 14 }, seed);
             prop_assert!(day.arrivals.windows(2).all(|w| w[0].0 <= w[1].0));
+            let ratios = day_to_day_ratios(&reservoir, &bins(ForecastMethod::Window { days: 14 }, MONDAY, &(MONDAY - 14..MONDAY)));
+            prop_assert!(ratios.iter().all(|r| *r >= 0.0), "{:?}", ratios);
             for (offset, template) in &day.arrivals {
                 prop_assert!(seen.contains(template));
                 let hour = (offset.as_secs_f64() / 3_600.0) as u8;
