@@ -19,7 +19,9 @@
 //! from 1 widened by `√(n/(n−1))` for `n` bins (a mean of `n` counts sits
 //! closer to them than the kind's mean does). Each hour draws one of the
 //! pooled ratios; with a single bin (one day of history, or the previous
-//! day alone) there are none and the ratio is 1. Without them every
+//! day alone) there are none and the ratio is 1. The ratios take the bins
+//! as days of one kind, as the method's mean does: the same weekday's for
+//! `WeeklyDecay`; with `Window`, a weekend among weekdays widens them. Without them every
 //! forecast of a day would carry the same count in each hour, so the tuner
 //! would plan for the average morning and never for a busy one. Each query's template is drawn
 //! from the bins' counts, each past query weighted by its bin's weight.
