@@ -246,7 +246,14 @@ pub fn render(pool: &str, history_days: u32, report: &TuningReport, calibration:
     let k = &report.config.knobs;
     let mut out = String::new();
     let _ = writeln!(out, "# slogate tune: pool `{pool}`, target day {y:04}-{m:02}-{d:02}, {} of history,", days(history_days));
-    let _ = writeln!(out, "# {:.0} forecast queries per day, {} simulations.", report.forecast_queries_per_day, report.simulations);
+    let (fewest, most) = report.forecast_queries_per_day_range;
+    let _ = writeln!(
+        out,
+        "# {:.0} forecast queries per day ({fewest}–{most} across the {} forecasts), {} simulations.",
+        report.forecast_queries_per_day,
+        report.days.0 + report.days.1,
+        report.simulations
+    );
     let _ = writeln!(out, "# Expected on the validation forecasts: VR {:.2}%, ${:.3} per day.", report.expected.violations * 100.0, report.expected.cost_usd);
     if let Some(base) = report.base_expected {
         let verdict = if report.accepted { "tuned configuration accepted: it beats" } else { "tuned configuration rejected: it does not beat" };
@@ -300,6 +307,8 @@ mod tests {
         assert_eq!(phases.last(), Some(&TuningPhase::Done));
         assert_eq!(report.day, TRACE_FIRST_DAY + 2);
         assert!((report.forecast_queries_per_day - 40.0).abs() < 1e-9, "{}", report.forecast_queries_per_day);
+        // One day stands in for the weekday: no day-to-day spread.
+        assert!(fragment.contains("# 40 forecast queries per day (40–40 across the 4 forecasts)"), "{fragment}");
         // The fragment drops into a pool section and loads.
         let base = "version = \"1\"\n[[pool]]\nname = \"bi\"\npolicy = \"slogate\"\nclusters = [16]\n";
         assert!(fragment.contains("[pool.autoscale]\nenabled = true\n"), "{fragment}");

@@ -139,6 +139,11 @@ pub struct TuningReport {
     pub accepted: bool,
     /// Forecast queries per training and per validation day, on average.
     pub forecast_queries_per_day: f64,
+    /// The fewest and the most queries of one forecast day: how far the
+    /// forecasts stray from one another (see [`forecast`]'s day-to-day
+    /// ratios).
+    #[serde(default)]
+    pub forecast_queries_per_day_range: (usize, usize),
     /// Training and validation days.
     pub days: (usize, usize),
     /// The scheduler's path.
@@ -179,6 +184,8 @@ pub fn tune_pool(
     let validation: Vec<Vec<Query>> = forecasts.validation.iter().map(|d| forecast_queries(d, slos, &pool)).collect();
     let days = training.len() + validation.len();
     let forecast_queries_per_day = if days == 0 { 0.0 } else { training.iter().chain(&validation).map(Vec::len).sum::<usize>() as f64 / days as f64 };
+    let day_lengths = || training.iter().chain(&validation).map(Vec::len);
+    let forecast_queries_per_day_range = (day_lengths().min().unwrap_or(0), day_lengths().max().unwrap_or(0));
     progress(TuningPhase::Scheduling);
     let schedule = schedule_spinups(setup, router, std::slice::from_ref(base), &training, &validation, &config.scheduler);
     progress(TuningPhase::Configuring);
@@ -213,6 +220,7 @@ pub fn tune_pool(
         base_expected,
         accepted,
         forecast_queries_per_day,
+        forecast_queries_per_day_range,
         days: (training.len(), validation.len()),
         schedule,
         tuning,
@@ -260,6 +268,8 @@ mod tests {
         assert_eq!(phases, vec![TuningPhase::Forecasting, TuningPhase::Scheduling, TuningPhase::Configuring, TuningPhase::Done]);
         assert_eq!(report.days, (3, 2));
         assert!((report.forecast_queries_per_day - 60.0).abs() < 1e-9);
+        // Every past day alike: every forecast day alike.
+        assert_eq!(report.forecast_queries_per_day_range, (60, 60));
         let first = report.config.spinups.first().expect("a planned spinup").at.as_secs_f64();
         assert!((35_000.0..36_300.0).contains(&first), "planned at {first}");
     }
