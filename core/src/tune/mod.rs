@@ -140,7 +140,7 @@ pub struct TuningReport {
     /// Forecast queries per training and per validation day, on average.
     pub forecast_queries_per_day: f64,
     /// The fewest and the most queries of one forecast day: how far the
-    /// forecasts stray from one another (see [`forecast`]'s day-to-day
+    /// forecasts stray from one another (see [`mod@forecast`]'s day-to-day
     /// ratios).
     #[serde(default)]
     pub forecast_queries_per_day_range: (usize, usize),
