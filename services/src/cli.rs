@@ -745,13 +745,8 @@ fn run_trace(args: &TraceArgs) -> Result<()> {
     })?;
     let kappa = args.kappa.or_else(|| scenario.kappas.first().copied());
     let seed = args.seed.unwrap_or(scenario.seed);
-    let mut entries = spec.generate(&Scenario::templates(), kappa, seed, &scenario.base_dir)?;
-    let pool = slogate_core::model::PoolId::default();
-    for (index, entry) in entries.iter_mut().enumerate() {
-        entry.pool.get_or_insert_with(|| pool.clone());
-        entry.query_id.get_or_insert_with(|| index.to_string());
-    }
-    write_trace_out(args, &entries)
+    let entries = spec.generate(&Scenario::templates(), kappa, seed, &scenario.base_dir)?;
+    write_trace_out(args, entries)
 }
 
 /// `trace tuner-table5` (or `e2e-diurnal`): their 60-day diurnal workload
@@ -762,17 +757,19 @@ fn write_diurnal_trace(args: &TraceArgs) -> Result<()> {
         return Err(Error::Scenario(format!("--workload {} is out of range: `{}` has one workload", args.workload, args.scenario)));
     }
     let kappa = args.kappa.unwrap_or(crate::eval::tuner::KAPPAS[0]);
-    let mut entries = crate::eval::tuner::workload(&Scenario::templates(), kappa, args.seed.unwrap_or(1))?;
+    let entries = crate::eval::tuner::workload(&Scenario::templates(), kappa, args.seed.unwrap_or(1))?;
+    write_trace_out(args, entries)
+}
+
+/// Writes `entries` as a trace to `--out` (or standard output), each in
+/// the default pool and numbered unless it says otherwise.
+fn write_trace_out(args: &TraceArgs, mut entries: Vec<slogate_loadgen::workload::TraceEntry>) -> Result<()> {
     let pool = slogate_core::model::PoolId::default();
     for (index, entry) in entries.iter_mut().enumerate() {
         entry.pool.get_or_insert_with(|| pool.clone());
         entry.query_id.get_or_insert_with(|| index.to_string());
     }
-    write_trace_out(args, &entries)
-}
-
-fn write_trace_out(args: &TraceArgs, entries: &[slogate_loadgen::workload::TraceEntry]) -> Result<()> {
-    let text = slogate_loadgen::trace::write_trace(entries)?;
+    let text = slogate_loadgen::trace::write_trace(&entries)?;
     match &args.out {
         Some(path) => std::fs::write(path, text).map_err(|source| Error::Output { path: path.display().to_string(), source }),
         None => {

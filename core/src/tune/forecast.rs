@@ -193,56 +193,74 @@ fn hour_model(reservoir: &Reservoir, hour: u8, bins: &[(i32, f64)]) -> HourModel
     HourModel { mean_count, templates, deciles, offsets }
 }
 
+/// What a day's forecasts are drawn from: each hour's model and the
+/// day-to-day ratios, built once for every draw.
+struct DayModel {
+    day: i32,
+    hours: Vec<HourModel>,
+    ratios: Vec<f64>,
+}
+
+impl DayModel {
+    fn new(reservoir: &Reservoir, day: i32, history: &Range<i32>, method: ForecastMethod) -> DayModel {
+        let bins = bins(method, day, history);
+        DayModel { day, hours: (0..24u8).map(|hour| hour_model(reservoir, hour, &bins)).collect(), ratios: day_to_day_ratios(reservoir, &bins) }
+    }
+
+    /// One forecasted day, seeded by `seed`.
+    fn draw(&self, seed: u64) -> ForecastDay {
+        let mut rng = SmallRng::seed_from_u64(seed ^ (i64::from(self.day) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let ratios = &self.ratios;
+        let mut arrivals = Vec::new();
+        for (hour, model) in self.hours.iter().enumerate() {
+            let Some(&(_, template_weight)) = model.templates.last() else { continue };
+            let ratio = if ratios.is_empty() { 1.0 } else { ratios[rng.random_range(0..ratios.len())] };
+            let mean_count = model.mean_count * ratio;
+            let whole = mean_count.floor();
+            let count = whole as usize + usize::from(rng.random::<f64>() < mean_count - whole);
+            if count == 0 {
+                continue;
+            }
+            let hour_start = hour as f64 * 3_600.0;
+            let offsets: Vec<f64> = match &model.deciles {
+                Some(deciles) => {
+                    let mut at = model.offsets[rng.random_range(0..model.offsets.len())];
+                    (0..count)
+                        .map(|k| {
+                            if k > 0 {
+                                let i = rng.random_range(0..10);
+                                let (lo, hi) = (deciles[i], deciles[i + 1]);
+                                at = (at + lo + (hi - lo) * rng.random::<f64>()) % 3_600.0;
+                            }
+                            at
+                        })
+                        .collect()
+                }
+                None => (0..count).map(|_| rng.random::<f64>() * 3_600.0).collect(),
+            };
+            for offset in offsets {
+                let pick = rng.random::<f64>() * template_weight;
+                let template = model.templates.iter().find(|(_, c)| *c > pick).map_or(model.templates[model.templates.len() - 1].0, |(t, _)| *t);
+                arrivals.push((Duration::from_secs_f64(hour_start + offset), template));
+            }
+        }
+        arrivals.sort();
+        ForecastDay { day: self.day, arrivals }
+    }
+}
+
 /// One forecasted `day` from `reservoir`'s `history`, seeded by `seed`.
 pub fn forecast_day(reservoir: &Reservoir, day: i32, history: &Range<i32>, method: ForecastMethod, seed: u64) -> ForecastDay {
-    let mut rng = SmallRng::seed_from_u64(seed ^ (i64::from(day) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let bins = bins(method, day, history);
-    let ratios = day_to_day_ratios(reservoir, &bins);
-    let mut arrivals = Vec::new();
-    for hour in 0..24u8 {
-        let model = hour_model(reservoir, hour, &bins);
-        let Some(&(_, template_weight)) = model.templates.last() else { continue };
-        let ratio = if ratios.is_empty() { 1.0 } else { ratios[rng.random_range(0..ratios.len())] };
-        let mean_count = model.mean_count * ratio;
-        let whole = mean_count.floor();
-        let count = whole as usize + usize::from(rng.random::<f64>() < mean_count - whole);
-        if count == 0 {
-            continue;
-        }
-        let hour_start = f64::from(hour) * 3_600.0;
-        let offsets: Vec<f64> = match &model.deciles {
-            Some(deciles) => {
-                let mut at = model.offsets[rng.random_range(0..model.offsets.len())];
-                (0..count)
-                    .map(|k| {
-                        if k > 0 {
-                            let i = rng.random_range(0..10);
-                            let (lo, hi) = (deciles[i], deciles[i + 1]);
-                            at = (at + lo + (hi - lo) * rng.random::<f64>()) % 3_600.0;
-                        }
-                        at
-                    })
-                    .collect()
-            }
-            None => (0..count).map(|_| rng.random::<f64>() * 3_600.0).collect(),
-        };
-        for offset in offsets {
-            let pick = rng.random::<f64>() * template_weight;
-            let template = model.templates.iter().find(|(_, c)| *c > pick).map_or(model.templates[model.templates.len() - 1].0, |(t, _)| *t);
-            arrivals.push((Duration::from_secs_f64(hour_start + offset), template));
-        }
-    }
-    arrivals.sort();
-    ForecastDay { day, arrivals }
+    DayModel::new(reservoir, day, history, method).draw(seed)
 }
 
 /// `config.scenarios` forecasts of `day`, split into training and
-/// validation (see the module docs).
+/// validation (see the module docs). The hour models are built once for
+/// all of them; only the draws differ.
 pub fn forecast(reservoir: &Reservoir, day: i32, history: &Range<i32>, config: &ForecastConfig) -> Forecasts {
-    let days: Vec<ForecastDay> =
-        (0..config.scenarios as u64).map(|i| forecast_day(reservoir, day, history, config.method, config.seed.wrapping_mul(1_000_003).wrapping_add(i))).collect();
+    let model = DayModel::new(reservoir, day, history, config.method);
+    let mut days: Vec<ForecastDay> = (0..config.scenarios as u64).map(|i| model.draw(config.seed.wrapping_mul(1_000_003).wrapping_add(i))).collect();
     let training = ((config.scenarios as f64 * config.training_share).round() as usize).clamp(usize::from(config.scenarios > 0), config.scenarios);
-    let mut days = days;
     let validation = days.split_off(training);
     Forecasts { training: days, validation }
 }
